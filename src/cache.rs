@@ -1,0 +1,288 @@
+//! The decoded-chunk cache: an LRU bounded in bytes, with in-flight deduplication (two readers
+//! of one missing chunk decode it once), and the worker pool that decodes on its threads.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crossbeam_channel::{Sender, unbounded};
+use lru::LruCache;
+
+use crate::Result;
+use crate::zarr::codec::ShardIndex;
+
+/// What the cache holds for a key.
+#[derive(Debug)]
+pub enum Cached {
+    /// The key is absent from the store: the chunk reads as fill.
+    Missing,
+    /// A decoded chunk, C order, little-endian.
+    Chunk(Vec<u8>),
+    /// A decoded shard index.
+    Index(ShardIndex),
+}
+
+impl Cached {
+    pub fn chunk(v: Option<Vec<u8>>) -> Cached {
+        v.map_or(Cached::Missing, Cached::Chunk)
+    }
+
+    pub fn index(v: Option<ShardIndex>) -> Cached {
+        v.map_or(Cached::Missing, Cached::Index)
+    }
+
+    /// Bytes charged against the capacity (with a little for the entry itself).
+    fn cost(&self) -> usize {
+        64 + match self {
+            Cached::Missing => 0,
+            Cached::Chunk(v) => v.len(),
+            Cached::Index(i) => i.byte_len(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    /// The open array's id (unique per mount).
+    pub array: u64,
+    /// A shard index rather than a chunk.
+    pub is_index: bool,
+    pub coords: Box<[u64]>,
+}
+
+#[derive(Default, Debug)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub decoded_bytes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A load in progress that others wait for. `None` after completion means it failed: the
+/// waiter then loads for itself, so that it gets the error with its full cause.
+#[derive(Default)]
+struct Pending {
+    done: Mutex<Option<Option<Arc<Cached>>>>,
+    cv: Condvar,
+}
+
+struct State {
+    lru: LruCache<CacheKey, Arc<Cached>>,
+    bytes: usize,
+    inflight: HashMap<CacheKey, Arc<Pending>>,
+}
+
+pub struct ChunkCache {
+    state: Mutex<State>,
+    capacity: usize,
+    pub stats: CacheStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ChunkCache {
+    pub fn new(capacity: usize) -> ChunkCache {
+        ChunkCache {
+            state: Mutex::new(State {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                inflight: HashMap::new(),
+            }),
+            capacity,
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Whether `key` is cached or being loaded (for read-ahead, which skips such keys).
+    pub fn is_present_or_loading(&self, key: &CacheKey) -> bool {
+        let s = lock(&self.state);
+        s.lru.contains(key) || s.inflight.contains_key(key)
+    }
+
+    /// Bytes currently held.
+    pub fn bytes(&self) -> usize {
+        lock(&self.state).bytes
+    }
+
+    /// The cached value of `key`, or the result of `load`, which runs at most once at a time
+    /// per key. Errors are not cached.
+    pub fn get_or_load(
+        &self,
+        key: &CacheKey,
+        load: impl FnOnce() -> Result<Cached>,
+    ) -> Result<Arc<Cached>> {
+        let pending = {
+            let mut s = lock(&self.state);
+            if let Some(v) = s.lru.get(key) {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(v.clone());
+            }
+            match s.inflight.get(key) {
+                Some(p) => Some(p.clone()),
+                None => {
+                    s.inflight.insert(key.clone(), Arc::new(Pending::default()));
+                    None
+                }
+            }
+        };
+        if let Some(p) = pending {
+            let mut done = lock(&p.done);
+            while done.is_none() {
+                done = p.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            }
+            if let Some(Some(v)) = done.as_ref() {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(v.clone());
+            }
+            drop(done);
+            return load().map(Arc::new);
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let result = load().map(Arc::new);
+        let p = {
+            let mut s = lock(&self.state);
+            if let Ok(v) = &result {
+                if let Cached::Chunk(c) = v.as_ref() {
+                    self.stats
+                        .decoded_bytes
+                        .fetch_add(c.len() as u64, Ordering::Relaxed);
+                }
+                s.bytes += v.cost();
+                if let Some(old) = s.lru.put(key.clone(), v.clone()) {
+                    s.bytes -= old.cost();
+                }
+                while s.bytes > self.capacity && s.lru.len() > 1 {
+                    match s.lru.pop_lru() {
+                        Some((_, old)) => s.bytes -= old.cost(),
+                        None => break,
+                    }
+                }
+            } else {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            s.inflight.remove(key)
+        };
+        if let Some(p) = p {
+            *lock(&p.done) = Some(result.as_ref().ok().cloned());
+            p.cv.notify_all();
+        }
+        result
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Threads that decode (and later encode) chunks, fed by a channel.
+pub struct WorkerPool {
+    tx: Sender<Job>,
+}
+
+impl WorkerPool {
+    pub fn new(threads: NonZeroUsize) -> WorkerPool {
+        let (tx, rx) = unbounded::<Job>();
+        for i in 0..threads.get() {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("zarrfs-worker-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        job();
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!("cannot start worker thread {i}: {e}");
+            }
+        }
+        WorkerPool { tx }
+    }
+
+    /// Run `job` on a worker; if no worker can take it, run it here.
+    pub fn submit(&self, job: impl FnOnce() + Send + 'static) {
+        if let Err(e) = self.tx.send(Box::new(job)) {
+            (e.into_inner())();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn key(i: u64) -> CacheKey {
+        CacheKey {
+            array: 1,
+            is_index: false,
+            coords: vec![i].into(),
+        }
+    }
+
+    #[test]
+    fn evicts_by_bytes_and_loads_once() {
+        let cache = ChunkCache::new(1000);
+        for i in 0..10 {
+            cache
+                .get_or_load(&key(i), || Ok(Cached::Chunk(vec![0; 300])))
+                .unwrap();
+        }
+        assert!(cache.bytes() <= 1000);
+        let loads = AtomicUsize::new(0);
+        cache
+            .get_or_load(&key(9), || {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Ok(Cached::Missing)
+            })
+            .unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 0, "recent entry is cached");
+        cache
+            .get_or_load(&key(0), || {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Ok(Cached::Missing)
+            })
+            .unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "old entry was evicted");
+    }
+
+    #[test]
+    fn concurrent_readers_of_one_key_decode_once() {
+        let cache = Arc::new(ChunkCache::new(1 << 20));
+        let loads = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (cache, loads) = (cache.clone(), loads.clone());
+                std::thread::spawn(move || {
+                    cache
+                        .get_or_load(&key(7), || {
+                            loads.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                            Ok(Cached::Chunk(vec![1; 10]))
+                        })
+                        .unwrap()
+                })
+            })
+            .collect();
+        for t in threads {
+            assert!(matches!(t.join().unwrap().as_ref(), Cached::Chunk(v) if v == &vec![1; 10]));
+        }
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn errors_are_not_cached() {
+        let cache = ChunkCache::new(1 << 20);
+        assert!(
+            cache
+                .get_or_load(&key(1), || Err(crate::Error::corrupt("k", "bad")))
+                .is_err()
+        );
+        assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
+        assert_eq!(cache.stats.errors.load(Ordering::Relaxed), 1);
+    }
+}

@@ -1,0 +1,610 @@
+//! The command line: `mount` (daemonizing, with readiness), `unmount`, `info`; the libfuse
+//! `-o a,b,c` option form; signals; logging.
+
+use std::ffi::{CString, OsString};
+use std::io::{Read, Write};
+use std::num::NonZeroUsize;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::fs::{Config, ZarrFs};
+use crate::fuse::FuseAdapter;
+use crate::store::{LocalStore, Store};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "zarrfs",
+    version,
+    about = "Mount a Zarr store as a directory tree in which every array is one flat raw file"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Mount STORE on MOUNTPOINT; returns once the mount is live (the daemon keeps running).
+    Mount(MountArgs),
+    /// Unmount a zarrfs mount point; the daemon then exits.
+    Unmount { mountpoint: PathBuf },
+    /// Print the hierarchy: arrays, shapes, data types, grids, chunk keys, codecs, problems.
+    Info {
+        store: PathBuf,
+        /// A node inside the store (default: the root).
+        path: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct MountArgs {
+    store: PathBuf,
+    mountpoint: PathBuf,
+    /// Stay in the foreground.
+    #[arg(short, long)]
+    foreground: bool,
+    /// Refuse every write (EROFS).
+    #[arg(long)]
+    read_only: bool,
+    /// Decoded-chunk cache size, e.g. 512M or 2G.
+    #[arg(long, value_parser = parse_size)]
+    cache_size: Option<u64>,
+    /// FUSE request threads.
+    #[arg(long)]
+    threads: Option<NonZeroUsize>,
+    /// Log to this file (a background daemon otherwise logs nowhere).
+    #[arg(long)]
+    log_file: Option<PathBuf>,
+    /// Mount options, comma-separated: ro, allow_other, auto_unmount, cache_size=2G, threads=16, …
+    #[arg(short = 'o', action = clap::ArgAction::Append)]
+    options: Vec<String>,
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// Everything a mount needs, after flags and `-o` options are merged.
+#[derive(Debug, Default)]
+struct MountPlan {
+    read_only: bool,
+    allow_other: bool,
+    allow_root: bool,
+    auto_unmount: bool,
+    default_permissions: bool,
+    cache_size: Option<u64>,
+    threads: Option<NonZeroUsize>,
+}
+
+/// Options mount(8) and mount.fuse3 pass that mean nothing to us.
+fn is_generic_option(o: &str) -> bool {
+    matches!(
+        o,
+        "rw" | "dev"
+            | "suid"
+            | "nodev"
+            | "nosuid"
+            | "exec"
+            | "noexec"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "nouser"
+            | "users"
+            | "nofail"
+            | "_netdev"
+            | "atime"
+            | "noatime"
+            | "relatime"
+            | "async"
+            | "defaults"
+    ) || o.starts_with("x-")
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("size {s:?}: unknown unit {c:?} (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("size {s:?} is not a number with an optional K/M/G/T unit"))?;
+    if !(n >= 0.0) {
+        return Err(format!("size {s:?} must not be negative"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+impl MountPlan {
+    fn from_args(args: &MountArgs) -> Result<MountPlan, String> {
+        let mut plan = MountPlan {
+            read_only: args.read_only,
+            cache_size: args.cache_size,
+            threads: args.threads,
+            ..Default::default()
+        };
+        for list in &args.options {
+            for o in split_options(list) {
+                let (key, value) = match o.split_once('=') {
+                    Some((k, v)) => (k, Some(v)),
+                    None => (o.as_str(), None),
+                };
+                match (key, value) {
+                    ("ro", None) => plan.read_only = true,
+                    ("allow_other", None) => plan.allow_other = true,
+                    ("allow_root", None) => plan.allow_root = true,
+                    ("auto_unmount", None) => plan.auto_unmount = true,
+                    ("default_permissions", None) => plan.default_permissions = true,
+                    ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
+                    ("threads", Some(v)) => {
+                        plan.threads = Some(v.parse().map_err(|_| {
+                            format!("option threads={v}: expected a positive integer")
+                        })?)
+                    }
+                    (k, None) if is_generic_option(k) => {}
+                    (k, _) if k.starts_with("x-") => {}
+                    _ => return Err(format!("unknown mount option {o:?}")),
+                }
+            }
+        }
+        if plan.allow_other && plan.allow_root {
+            return Err("allow_other and allow_root cannot be combined".into());
+        }
+        Ok(plan)
+    }
+}
+
+/// Split a `-o` list on commas, honouring `\,` escapes.
+fn split_options(list: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut chars = list.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.last_mut().map(|s| s.push(n));
+                }
+            }
+            ',' => out.push(String::new()),
+            c => {
+                out.last_mut().map(|s| s.push(c));
+            }
+        }
+    }
+    out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// `zarrfs SOURCE MOUNTPOINT -o …` (as mount.fuse3 and a `mount.zarrfs` link run it) means
+/// `zarrfs mount SOURCE MOUNTPOINT -o …`.
+fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let is_command = ["mount", "unmount", "info", "help"].contains(&first)
+        || first.starts_with('-')
+        || first.is_empty();
+    if !is_command {
+        args.insert(1, OsString::from("mount"));
+    }
+    args
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse_from(normalize_args(std::env::args_os().collect())) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match cli.command {
+        Command::Mount(args) => mount(args),
+        Command::Unmount { mountpoint } => match unmount(&mountpoint) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("zarrfs: cannot unmount {}: {e}", mountpoint.display());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Info { store, path, json } => {
+            let store = LocalStore::new(store);
+            let path = path.unwrap_or_default().trim_matches('/').to_string();
+            match crate::info::collect(&store, &path) {
+                Ok(nodes) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&nodes).unwrap_or_default()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(nodes) => {
+                    print!("{}", crate::info::render(&nodes));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("zarrfs: {}: {e}", store.root().display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(verbose: u8, log_file: Option<&Path>) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "zarrfs=info,warn",
+        1 => "zarrfs=debug,info",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let result = match log_file {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("log file {}: {e}", p.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .try_init()
+        }
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
+    result.map_err(|e| e.to_string())
+}
+
+/// Check what can be checked before forking, so that errors reach the caller's terminal.
+fn preflight(args: &MountArgs) -> Result<(), String> {
+    if !args.store.is_dir() {
+        return Err(format!("store {} is not a directory", args.store.display()));
+    }
+    let store = LocalStore::new(&args.store);
+    let has_node = ["zarr.json", ".zgroup", ".zarray"]
+        .iter()
+        .any(|k| matches!(store.get(k), Ok(Some(_))));
+    if !has_node {
+        return Err(format!(
+            "{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root",
+            args.store.display()
+        ));
+    }
+    if !args.mountpoint.is_dir() {
+        return Err(format!(
+            "mount point {} is not a directory",
+            args.mountpoint.display()
+        ));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(
+            "no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+fn mount(args: MountArgs) -> ExitCode {
+    let plan = match MountPlan::from_args(&args).and_then(|p| preflight(&args).map(|_| p)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("zarrfs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // In the background: fork now, before any thread exists; the parent waits for the child's
+    // word that the mount is live.
+    let ready_pipe = if args.foreground {
+        None
+    } else {
+        match daemonize() {
+            Ok(pipe) => Some(pipe),
+            Err(e) => {
+                eprintln!("zarrfs: cannot start the daemon: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let background = ready_pipe.is_some();
+    // The first report goes to the waiting parent and closes the pipe, which releases it.
+    let ready_pipe = std::cell::Cell::new(ready_pipe);
+    let report = |msg: &str| match ready_pipe.take() {
+        Some(fd) => {
+            let _ = std::fs::File::from(fd).write_all(msg.as_bytes());
+        }
+        None if !msg.is_empty() && msg != "ok" => eprintln!("zarrfs: {msg}"),
+        None => {}
+    };
+    if let Err(e) = init_logging(args.verbose, args.log_file.as_deref()) {
+        report(&e);
+        return ExitCode::FAILURE;
+    }
+    match run_mount(&args, &plan, report, background) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            report(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Fork. The parent waits for the child to report (empty = mounted, text = the error) and
+/// exits with the status, never returning; the child gets the write end of the pipe.
+fn daemonize() -> std::io::Result<OwnedFd> {
+    let mut fds = [0i32; 2];
+    // SAFETY: plain syscalls on fds we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the fds were just created and are ours.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            drop(read_end);
+            // SAFETY: detach from the caller's session and terminal.
+            unsafe { libc::setsid() };
+            Ok(write_end)
+        }
+        _ => {
+            drop(write_end);
+            let mut msg = String::new();
+            let mut f = std::fs::File::from(read_end);
+            let got = f.read_to_string(&mut msg);
+            match (got, msg.as_str()) {
+                (Ok(_), "ok") => std::process::exit(0),
+                (Ok(_), "") => {
+                    eprintln!("zarrfs: the daemon exited before the mount was live");
+                    std::process::exit(1)
+                }
+                (Ok(_), m) => {
+                    eprintln!("zarrfs: {m}");
+                    std::process::exit(1)
+                }
+                (Err(e), _) => {
+                    eprintln!("zarrfs: lost the daemon: {e}");
+                    std::process::exit(1)
+                }
+            }
+        }
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn run_mount(
+    args: &MountArgs,
+    plan: &MountPlan,
+    report: impl Fn(&str),
+    background: bool,
+) -> Result<(), String> {
+    // Block the shutdown signals before any thread starts: every thread inherits the mask and
+    // the main thread alone takes them, with sigtimedwait.
+    let signals = signal_set();
+    // SAFETY: setting this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+
+    let store: Arc<dyn Store> = Arc::new(LocalStore::new(
+        args.store
+            .canonicalize()
+            .map_err(|e| format!("store {}: {e}", args.store.display()))?,
+    ));
+    let mut config = Config {
+        read_only: plan.read_only,
+        ..Config::default()
+    };
+    if let Some(n) = plan.cache_size {
+        config.cache_size = n as usize;
+    }
+    let fs = ZarrFs::new(store, config);
+
+    let mut fuse_config = fuser::Config::default();
+    let mut options = vec![
+        fuser::MountOption::FSName(args.store.display().to_string()),
+        fuser::MountOption::Subtype("zarrfs".into()),
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    if plan.read_only {
+        options.push(fuser::MountOption::RO);
+    }
+    if plan.default_permissions {
+        options.push(fuser::MountOption::DefaultPermissions);
+    }
+    if plan.auto_unmount {
+        options.push(fuser::MountOption::AutoUnmount);
+    }
+    fuse_config.acl = if plan.allow_other || (plan.auto_unmount && !plan.allow_root) {
+        fuser::SessionACL::All
+    } else if plan.allow_root {
+        fuser::SessionACL::RootAndOwner
+    } else {
+        fuser::SessionACL::Owner
+    };
+    fuse_config.mount_options = options;
+    fuse_config.n_threads = Some(plan.threads.map_or(8, NonZeroUsize::get));
+    // SAFETY: geteuid cannot fail. As root /dev/fuse is opened directly, so cloned fds work.
+    fuse_config.clone_fd = unsafe { libc::geteuid() } == 0;
+
+    let session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &fuse_config)
+        .map_err(|e| {
+            format!(
+                "cannot mount {} on {}: {e}",
+                args.store.display(),
+                args.mountpoint.display()
+            )
+        })?;
+    let bg = session
+        .spawn()
+        .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+    tracing::info!(store = %args.store.display(), mountpoint = %args.mountpoint.display(), "mounted");
+    report("ok");
+    if background {
+        detach_stdio(args.log_file.is_some());
+    }
+
+    // Wait for a signal, or for the session to end (an external umount).
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000_000,
+    };
+    loop {
+        if bg.guard.is_finished() {
+            let _ = bg.join();
+            tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted from outside");
+            return Ok(());
+        }
+        // SAFETY: waits on the blocked set; no memory is shared.
+        let sig = unsafe { libc::sigtimedwait(&signals, std::ptr::null_mut(), &timeout) };
+        if sig > 0 {
+            tracing::info!(signal = sig, "shutting down");
+            break;
+        }
+    }
+    if let Err(e) = bg.umount_and_join() {
+        tracing::warn!("unmount failed ({e}); detaching the mount lazily");
+        lazy_unmount(&args.mountpoint);
+    }
+    tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted");
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(())
+}
+
+/// A background daemon must not hold the caller's terminal or pipes open.
+fn detach_stdio(keep_stderr: bool) {
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 onto the standard descriptors.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(null.as_raw_fd(), 1);
+        if !keep_stderr {
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+fn lazy_unmount(mountpoint: &Path) {
+    if let Ok(c) = CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+        // SAFETY: a valid C string.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Unmount: the daemon sees the session end and exits.
+fn unmount(mountpoint: &Path) -> Result<(), String> {
+    let c = CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EPERM) {
+        let status = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(mountpoint)
+            .status()
+            .map_err(|e| format!("fusermount3: {e}"))?;
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!("fusermount3 -u failed ({status})"))
+        };
+    }
+    Err(err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(opts: &[&str]) -> MountArgs {
+        let mut v: Vec<OsString> = ["zarrfs", "mount", "s", "m"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        v.extend(opts.iter().map(OsString::from));
+        match Cli::try_parse_from(v).unwrap().command {
+            Command::Mount(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn options() {
+        let p = MountPlan::from_args(&args(&[
+            "-o",
+            "ro,allow_other,cache_size=2G",
+            "-o",
+            "nodev,nosuid,x-systemd.automount,_netdev",
+        ]))
+        .unwrap();
+        assert!(p.read_only && p.allow_other);
+        assert_eq!(p.cache_size, Some(2 << 30));
+        assert!(
+            MountPlan::from_args(&args(&["-o", "bogus"]))
+                .unwrap_err()
+                .contains("bogus")
+        );
+        assert!(MountPlan::from_args(&args(&["-o", "cache_size=lots"])).is_err());
+        assert_eq!(split_options(r"a,b\,c,,d"), vec!["a", "b,c", "d"]);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        let fstab = normalize_args(
+            ["zarrfs", "/data/x.zarr", "/mnt/x", "-o", "ro"]
+                .iter()
+                .map(OsString::from)
+                .collect(),
+        );
+        assert_eq!(fstab[1], "mount");
+    }
+}

@@ -1,0 +1,366 @@
+//! The filesystem core: what the mount shows and how its files read. It knows nothing of FUSE;
+//! `crate::fuse` translates kernel requests into these calls.
+
+mod raw;
+pub mod tree;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::cache::{ChunkCache, WorkerPool};
+use crate::store::{self, Store};
+use crate::zarr::array::{Array, read_node};
+use crate::zarr::metadata::NodeMetadata;
+use crate::{Error, Result};
+use tree::{NodeKind, Tree};
+
+/// Names of metadata documents shown in node directories, as the store has them.
+pub const METADATA_FILES: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
+pub const DATA: &str = "data";
+pub const PREPEND: &str = "prepend";
+pub const ERROR: &str = "error";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of decoded chunks kept.
+    pub cache_size: usize,
+    pub read_only: bool,
+    /// Decode threads.
+    pub workers: NonZeroUsize,
+    /// Bytes decoded ahead of a sequential reader.
+    pub read_ahead: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cache_size: 1 << 30,
+            read_only: false,
+            workers: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            read_ahead: 16 << 20,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Directory,
+    RegularFile,
+}
+
+/// Attributes of a node, for stat.
+#[derive(Clone, Copy, Debug)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+    pub perm: u16,
+    pub mtime: SystemTime,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub name: String,
+}
+
+/// An array being served: a mount-unique id (for cache keys) and the array.
+pub struct OpenArray {
+    pub id: u64,
+    pub array: Array,
+}
+
+/// What a directory is.
+#[derive(Clone)]
+enum DirState {
+    Group,
+    Array(Arc<OpenArray>),
+    /// A node that cannot be served, and why.
+    Broken(Arc<str>),
+}
+
+/// Per open file: where the last read ended, to spot sequential readers.
+struct Handle {
+    next_offset: AtomicU64,
+}
+
+pub struct ZarrFs {
+    store: Arc<dyn Store>,
+    config: Config,
+    tree: Tree,
+    dirs: Mutex<HashMap<String, DirState>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    next_id: AtomicU64,
+    cache: Arc<ChunkCache>,
+    pool: WorkerPool,
+    mount_time: SystemTime,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ZarrFs {
+    pub fn new(store: Arc<dyn Store>, config: Config) -> ZarrFs {
+        ZarrFs {
+            store,
+            cache: Arc::new(ChunkCache::new(config.cache_size)),
+            pool: WorkerPool::new(config.workers),
+            config,
+            tree: Tree::new(),
+            dirs: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            mount_time: SystemTime::now(),
+        }
+    }
+
+    pub fn cache(&self) -> &ChunkCache {
+        &self.cache
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.config.read_only
+    }
+
+    /// What the directory at `path` is; parsed once and kept.
+    fn dir_state(&self, path: &str) -> Result<DirState> {
+        if let Some(s) = lock(&self.dirs).get(path) {
+            return Ok(s.clone());
+        }
+        let state = match read_node(self.store.as_ref(), path) {
+            Ok(Some(NodeMetadata::Group)) => DirState::Group,
+            Ok(Some(NodeMetadata::Array(meta))) => {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                DirState::Array(Arc::new(OpenArray {
+                    id,
+                    array: Array::new(self.store.clone(), path, *meta),
+                }))
+            }
+            Ok(None) => return Err(Error::NotFound),
+            Err(Error::Io(e)) => return Err(Error::Io(e)),
+            Err(e) => {
+                tracing::warn!(node = %display_path(path), "cannot serve node: {e}");
+                DirState::Broken(Arc::from(format!("{e}\n")))
+            }
+        };
+        lock(&self.dirs).insert(path.to_string(), state.clone());
+        Ok(state)
+    }
+
+    /// Whether `path` holds a node (a metadata document), without parsing it.
+    fn is_node(&self, path: &str) -> Result<bool> {
+        for name in ["zarr.json", ".zarray", ".zgroup"] {
+            if self
+                .store
+                .get_range(
+                    &store::join(path, name),
+                    store::ByteRange::Range { start: 0, len: 0 },
+                )?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn dir_node(&self, ino: u64) -> Result<Arc<tree::Node>> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        if node.kind != NodeKind::Dir {
+            return Err(Error::Invalid("not a directory".into()));
+        }
+        Ok(node)
+    }
+
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        let dir = self.dir_node(parent)?;
+        let state = self.dir_state(&dir.path)?;
+        let kind = match (name, &state) {
+            (DATA, DirState::Array(_)) => NodeKind::Data,
+            (PREPEND, DirState::Array(_)) => NodeKind::Prepend,
+            (ERROR, DirState::Broken(_)) => NodeKind::ErrorFile,
+            (n, _) if METADATA_FILES.contains(&n) => {
+                if self
+                    .store
+                    .get_range(
+                        &store::join(&dir.path, n),
+                        store::ByteRange::Range { start: 0, len: 0 },
+                    )?
+                    .is_none()
+                {
+                    return Err(Error::NotFound);
+                }
+                NodeKind::MetaFile
+            }
+            (n, DirState::Group)
+                if !n.starts_with("__") && self.is_node(&store::join(&dir.path, n))? =>
+            {
+                NodeKind::Dir
+            }
+            _ => return Err(Error::NotFound),
+        };
+        let path = match kind {
+            NodeKind::Dir | NodeKind::MetaFile => store::join(&dir.path, name),
+            _ => dir.path.clone(),
+        };
+        let ino = self.tree.child(parent, name, kind, path);
+        self.getattr(ino)
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        let file = |size: u64, perm: u16| Attr {
+            ino,
+            kind: FileKind::RegularFile,
+            size,
+            perm,
+            mtime: self.mount_time,
+        };
+        Ok(match node.kind {
+            NodeKind::Dir => Attr {
+                ino,
+                kind: FileKind::Directory,
+                size: 0,
+                perm: 0o755,
+                mtime: self.mount_time,
+            },
+            NodeKind::MetaFile => {
+                let bytes = self.store.get(&node.path)?.ok_or(Error::NotFound)?;
+                file(bytes.len() as u64, 0o444)
+            }
+            NodeKind::Data => match self.dir_state(&node.path)? {
+                DirState::Array(a) => file(a.array.meta.byte_len(), 0o444),
+                _ => return Err(Error::NotFound),
+            },
+            NodeKind::Prepend => file(0, 0o200),
+            NodeKind::ErrorFile => match self.dir_state(&node.path)? {
+                DirState::Broken(msg) => file(msg.len() as u64, 0o444),
+                _ => return Err(Error::NotFound),
+            },
+        })
+    }
+
+    /// The entries of a directory (without `.` and `..`).
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let dir = self.dir_node(ino)?;
+        let state = self.dir_state(&dir.path)?;
+        let mut out = Vec::new();
+        let mut push = |name: &str, kind: NodeKind, path: String| {
+            let file_kind = if kind == NodeKind::Dir {
+                FileKind::Directory
+            } else {
+                FileKind::RegularFile
+            };
+            out.push(DirEntry {
+                ino: self.tree.child(ino, name, kind, path),
+                kind: file_kind,
+                name: name.to_string(),
+            });
+        };
+        let listing = self.store.list_dir(&dir.path)?;
+        for e in listing
+            .iter()
+            .filter(|e| !e.is_dir && METADATA_FILES.contains(&e.name.as_str()))
+        {
+            push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
+        }
+        match state {
+            DirState::Array(_) => {
+                push(DATA, NodeKind::Data, dir.path.clone());
+                push(PREPEND, NodeKind::Prepend, dir.path.clone());
+            }
+            DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
+            DirState::Group => {
+                for e in listing
+                    .iter()
+                    .filter(|e| e.is_dir && !e.name.starts_with("__"))
+                {
+                    let path = store::join(&dir.path, &e.name);
+                    if self.is_node(&path)? {
+                        push(&e.name, NodeKind::Dir, path);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Open a file; returns the handle id.
+    pub fn open(&self, ino: u64, write: bool) -> Result<u64> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        if node.kind == NodeKind::Dir {
+            return Err(Error::Invalid("is a directory".into()));
+        }
+        if write {
+            // Writing through the mount is not built yet: every file is read-only for now.
+            return Err(Error::ReadOnly);
+        }
+        if node.kind == NodeKind::Prepend {
+            return Err(Error::Invalid("prepend is write-only".into()));
+        }
+        let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(
+            fh,
+            Arc::new(Handle {
+                next_offset: AtomicU64::new(0),
+            }),
+        );
+        Ok(fh)
+    }
+
+    pub fn release(&self, fh: u64) {
+        lock(&self.handles).remove(&fh);
+    }
+
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        let slice = |bytes: &[u8]| {
+            let start = (offset.min(bytes.len() as u64)) as usize;
+            let end = (start + size as usize).min(bytes.len());
+            bytes[start..end].to_vec()
+        };
+        match node.kind {
+            NodeKind::MetaFile => Ok(slice(&self.store.get(&node.path)?.ok_or(Error::NotFound)?)),
+            NodeKind::ErrorFile => match self.dir_state(&node.path)? {
+                DirState::Broken(msg) => Ok(slice(msg.as_bytes())),
+                _ => Err(Error::NotFound),
+            },
+            NodeKind::Data => {
+                let DirState::Array(array) = self.dir_state(&node.path)? else {
+                    return Err(Error::NotFound);
+                };
+                let handle = lock(&self.handles).get(&fh).cloned();
+                let sequential = handle
+                    .as_ref()
+                    .is_some_and(|h| h.next_offset.load(Ordering::Relaxed) == offset && offset > 0);
+                let data = raw::read(&array, &self.cache, &self.pool, offset, size)?;
+                let end = offset + data.len() as u64;
+                if let Some(h) = handle {
+                    h.next_offset.store(end, Ordering::Relaxed);
+                }
+                if sequential {
+                    raw::read_ahead(
+                        &array,
+                        &self.cache,
+                        &self.pool,
+                        end,
+                        self.config.read_ahead.min(self.cache.capacity() as u64 / 4),
+                    );
+                }
+                Ok(data)
+            }
+            NodeKind::Prepend => Err(Error::Invalid("prepend is write-only".into())),
+            NodeKind::Dir => Err(Error::Invalid("is a directory".into())),
+        }
+    }
+}
+
+/// The node path for logs and messages: `/` for the root.
+pub(crate) fn display_path(path: &str) -> String {
+    format!("/{path}")
+}

@@ -1,0 +1,158 @@
+//! The only code that knows fuser: each kernel request becomes one call on the core
+//! (`crate::fs::ZarrFs`), and the core's result becomes the reply.
+
+use std::ffi::OsStr;
+use std::time::{Duration, UNIX_EPOCH};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, Request,
+};
+
+use crate::Error;
+use crate::fs::{Attr, FileKind, ZarrFs};
+
+/// Metadata is static between our own changes: let the kernel keep it a while.
+const TTL: Duration = Duration::from_secs(1);
+
+pub struct FuseAdapter {
+    fs: ZarrFs,
+    uid: u32,
+    gid: u32,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: ZarrFs) -> FuseAdapter {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        FuseAdapter { fs, uid, gid }
+    }
+
+    fn attr(&self, a: &Attr) -> FileAttr {
+        let (kind, nlink) = match a.kind {
+            FileKind::Directory => (FileType::Directory, 2),
+            FileKind::RegularFile => (FileType::RegularFile, 1),
+        };
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: a.mtime,
+            mtime: a.mtime,
+            ctime: a.mtime,
+            crtime: UNIX_EPOCH,
+            kind,
+            perm: a.perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 1 << 20,
+            flags: 0,
+        }
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_max_write(1 << 20);
+        // Keep cached pages across opens; the kernel drops them when size or mtime changes.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::ENOENT);
+        };
+        match self.fs.lookup(parent.0, name) {
+            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        match self.fs.open(ino.0, write) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match self.fs.readdir(ino.0) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let dots = [
+            (ino.0, FileType::Directory, "."),
+            (ino.0, FileType::Directory, ".."),
+        ];
+        let all = dots.into_iter().chain(entries.iter().map(|e| {
+            let kind = if e.kind == FileKind::Directory {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            };
+            (e.ino, kind, e.name.as_str())
+        }));
+        for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}

@@ -1,0 +1,63 @@
+//! Key/value stores under the format: a local directory, and an in-memory map for tests.
+
+mod local;
+mod memory;
+
+pub use local::LocalStore;
+pub use memory::MemoryStore;
+
+use crate::Result;
+
+/// A byte range of a stored value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteRange {
+    /// `len` bytes from `start`.
+    Range { start: u64, len: u64 },
+    /// The last `n` bytes.
+    Suffix(u64),
+}
+
+/// One entry of a listing: a name directly under the listed prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub is_dir: bool,
+}
+
+/// Keys are `/`-separated paths relative to the store root, never starting with `/`.
+pub trait Store: Send + Sync {
+    /// The whole value, or `None` when the key is absent.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Part of a value, or `None` when the key is absent. A range past the end is an error.
+    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>>;
+    /// Write a value so that readers see either the old or the new one, never a torn one.
+    fn set(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// Remove a key; absent keys are not an error.
+    fn delete(&self, key: &str) -> Result<()>;
+    /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
+    fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
+}
+
+/// The store key of `name` under `prefix`.
+pub fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}/{name}")
+    }
+}
+
+/// Resolve a byte range against a value's length into `start..end`.
+pub(crate) fn resolve_range(key: &str, range: ByteRange, len: u64) -> Result<(u64, u64)> {
+    let (start, end) = match range {
+        ByteRange::Range { start, len: n } => (start, start.saturating_add(n)),
+        ByteRange::Suffix(n) => (len.saturating_sub(n), len),
+    };
+    if end > len || (matches!(range, ByteRange::Suffix(n) if n > len)) {
+        return Err(crate::Error::corrupt(
+            key,
+            format!("range {start}..{end} is past the end ({len} bytes)"),
+        ));
+    }
+    Ok((start, end))
+}

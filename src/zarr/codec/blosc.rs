@@ -1,0 +1,199 @@
+//! `blosc` (bytes→bytes): Blosc1 frames through C-Blosc (`blosc-src`), memcpyed frames included.
+
+use std::ffi::{CString, c_void};
+
+use serde_json::{Value, json};
+
+use super::{BytesToBytesCodec, CodecTraits, corrupt};
+use crate::zarr::dtype::DataType;
+use crate::{Error, Result};
+
+const CNAMES: [&str; 6] = ["lz4", "lz4hc", "blosclz", "zstd", "snappy", "zlib"];
+const BLOSC_MAX_OVERHEAD: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BloscCodec {
+    pub cname: String,
+    pub clevel: i32,
+    /// 0 none, 1 byte shuffle, 2 bit shuffle.
+    pub shuffle: i32,
+    pub typesize: usize,
+    pub blocksize: usize,
+}
+
+impl BloscCodec {
+    fn common(config: &Value, shuffle: i32, typesize: usize) -> Result<BloscCodec> {
+        let cname = config
+            .get("cname")
+            .and_then(Value::as_str)
+            .unwrap_or("lz4")
+            .to_string();
+        if !CNAMES.contains(&cname.as_str()) {
+            return Err(Error::metadata(format!(
+                "blosc cname {cname:?} is not one of {CNAMES:?}"
+            )));
+        }
+        let clevel = config
+            .get("clevel")
+            .and_then(Value::as_i64)
+            .unwrap_or(5)
+            .clamp(0, 9) as i32;
+        let blocksize = config.get("blocksize").and_then(Value::as_u64).unwrap_or(0) as usize;
+        Ok(BloscCodec {
+            cname,
+            clevel,
+            shuffle,
+            typesize: typesize.max(1),
+            blocksize,
+        })
+    }
+
+    pub fn parse_v3(config: &Value, dtype: &DataType) -> Result<BloscCodec> {
+        let shuffle = match config
+            .get("shuffle")
+            .and_then(Value::as_str)
+            .unwrap_or("noshuffle")
+        {
+            "noshuffle" => 0,
+            "shuffle" => 1,
+            "bitshuffle" => 2,
+            other => {
+                return Err(Error::metadata(format!(
+                    "blosc shuffle {other:?} must be noshuffle, shuffle or bitshuffle"
+                )));
+            }
+        };
+        let typesize = config
+            .get("typesize")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .unwrap_or_else(|| dtype.size().unwrap_or(1));
+        BloscCodec::common(config, shuffle, typesize)
+    }
+
+    /// numcodecs: shuffle is an integer (-1 auto), typesize is the dtype's item size.
+    pub fn parse_v2(config: &Value, itemsize: usize) -> Result<BloscCodec> {
+        let shuffle = match config.get("shuffle").and_then(Value::as_i64).unwrap_or(1) {
+            -1 if itemsize == 1 => 2,
+            -1 => 1,
+            s @ 0..=2 => s as i32,
+            other => {
+                return Err(Error::metadata(format!(
+                    "blosc shuffle {other} must be -1, 0, 1 or 2"
+                )));
+            }
+        };
+        BloscCodec::common(config, shuffle, itemsize)
+    }
+}
+
+impl CodecTraits for BloscCodec {
+    fn name(&self) -> &'static str {
+        "blosc"
+    }
+    fn configuration(&self) -> Value {
+        let shuffle = ["noshuffle", "shuffle", "bitshuffle"][self.shuffle.clamp(0, 2) as usize];
+        json!({"typesize": self.typesize, "cname": self.cname, "clevel": self.clevel, "shuffle": shuffle, "blocksize": self.blocksize})
+    }
+}
+
+impl BytesToBytesCodec for BloscCodec {
+    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        let mut nbytes: usize = 0;
+        // SAFETY: validate reads only within `bytes.len()` and reports the decoded size.
+        let valid = unsafe {
+            blosc_src::blosc_cbuffer_validate(
+                bytes.as_ptr() as *const c_void,
+                bytes.len(),
+                &mut nbytes,
+            )
+        };
+        if valid < 0 {
+            return Err(corrupt("blosc: not a valid blosc frame"));
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(nbytes);
+        // SAFETY: the frame was validated against its length; `out` has room for `nbytes`.
+        let n = unsafe {
+            blosc_src::blosc_decompress_ctx(
+                bytes.as_ptr() as *const c_void,
+                out.as_mut_ptr() as *mut c_void,
+                nbytes,
+                1,
+            )
+        };
+        if n < 0 || n as usize != nbytes {
+            return Err(corrupt(format!("blosc: decompression failed ({n})")));
+        }
+        // SAFETY: blosc wrote exactly `n` bytes.
+        unsafe { out.set_len(n as usize) };
+        Ok(out)
+    }
+
+    fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        let cname =
+            CString::new(self.cname.as_str()).map_err(|_| Error::Invalid("blosc cname".into()))?;
+        let cap = bytes.len() + BLOSC_MAX_OVERHEAD;
+        let mut out: Vec<u8> = Vec::with_capacity(cap);
+        // SAFETY: `out` has room for `cap` bytes, the most blosc writes for this input.
+        let n = unsafe {
+            blosc_src::blosc_compress_ctx(
+                self.clevel,
+                self.shuffle,
+                self.typesize,
+                bytes.len(),
+                bytes.as_ptr() as *const c_void,
+                out.as_mut_ptr() as *mut c_void,
+                cap,
+                cname.as_ptr(),
+                self.blocksize,
+                1,
+            )
+        };
+        if n <= 0 {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "blosc: compression failed ({n})"
+            ))));
+        }
+        // SAFETY: blosc wrote exactly `n` bytes.
+        unsafe { out.set_len(n as usize) };
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcpyed_frame_from_the_spec_digest() {
+        // zarr-format.md §4.4: 02 01 33 08 20000000 20000000 30000000 + 32 raw bytes.
+        let mut frame = vec![
+            0x02, 0x01, 0x33, 0x08, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0,
+        ];
+        let raw: Vec<u8> = (0..32).collect();
+        frame.extend(&raw);
+        let c = BloscCodec::parse_v2(
+            &json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}),
+            8,
+        )
+        .unwrap();
+        assert_eq!(c.decode(frame.clone()).unwrap(), raw);
+        frame.truncate(40);
+        assert!(c.decode(frame).is_err());
+    }
+
+    #[test]
+    fn every_compressor_and_shuffle_round_trips() {
+        let data: Vec<u8> = (0..4096u32).flat_map(|i| (i / 3).to_le_bytes()).collect();
+        for cname in CNAMES {
+            for shuffle in ["noshuffle", "shuffle", "bitshuffle"] {
+                let cfg = json!({"typesize": 4, "cname": cname, "clevel": 5, "shuffle": shuffle, "blocksize": 0});
+                let c = BloscCodec::parse_v3(&cfg, &DataType::UInt32).unwrap();
+                let enc = c.encode(data.clone()).unwrap();
+                assert!(enc.len() < data.len(), "{cname} {shuffle} compresses");
+                assert_eq!(c.decode(enc).unwrap(), data, "{cname} {shuffle}");
+            }
+        }
+        assert!(BloscCodec::parse_v3(&json!({"cname": "lzma"}), &DataType::UInt8).is_err());
+    }
+}

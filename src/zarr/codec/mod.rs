@@ -1,0 +1,257 @@
+//! Codecs, one file each, behind three kinds (as the spec and zarrs split them):
+//! array→array (`transpose`), array→bytes (`bytes`, `sharding_indexed`) and bytes→bytes
+//! (compressors, checksums, v2 filters). A `CodecChain` runs a full pipeline.
+
+mod blosc;
+mod bytes;
+mod crc32c;
+mod delta;
+mod gzip;
+mod lz4;
+mod sharding;
+mod transpose;
+mod zlib;
+mod zstd;
+
+pub use self::blosc::BloscCodec;
+pub use self::bytes::BytesCodec;
+pub use self::crc32c::Crc32cCodec;
+pub use self::delta::DeltaCodec;
+pub use self::gzip::GzipCodec;
+pub use self::lz4::Lz4Codec;
+pub use self::sharding::{ShardIndex, ShardingCodec};
+pub use self::transpose::TransposeCodec;
+pub use self::zlib::ZlibCodec;
+pub use self::zstd::ZstdCodec;
+
+use serde_json::Value;
+
+use super::dtype::DataType;
+use crate::{Error, Result};
+
+/// What a codec needs to know of the chunk it encodes: its shape, data type and fill.
+#[derive(Clone, Debug)]
+pub struct ChunkRepr<'a> {
+    pub shape: Vec<u64>,
+    pub dtype: &'a DataType,
+    pub fill: &'a [u8],
+}
+
+impl ChunkRepr<'_> {
+    pub fn num_elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Decoded size in bytes (fixed-size types).
+    pub fn byte_len(&self) -> usize {
+        self.num_elements() as usize * self.dtype.size().unwrap_or(0)
+    }
+}
+
+/// Shared by every codec: how it is named and configured (for `info` and metadata).
+pub trait CodecTraits: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &'static str;
+    fn configuration(&self) -> Value;
+}
+
+pub trait ArrayToArrayCodec: CodecTraits {
+    fn encoded_shape(&self, shape: &[u64]) -> Vec<u64>;
+    /// `encoded` is C order over `encoded_shape(decoded.shape)`; returns C order over `decoded.shape`.
+    fn decode(&self, encoded: Vec<u8>, decoded: &ChunkRepr<'_>) -> Result<Vec<u8>>;
+    fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
+}
+
+pub trait ArrayToBytesCodec: CodecTraits {
+    fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
+    fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
+    /// Encoded size for a decoded size, where it is fixed.
+    fn encoded_size(&self, repr: &ChunkRepr<'_>) -> Option<u64>;
+    /// Sharding exposes its index so that a read can fetch single inner chunks.
+    fn as_sharding(&self) -> Option<&ShardingCodec> {
+        None
+    }
+}
+
+pub trait BytesToBytesCodec: CodecTraits {
+    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>>;
+    fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>>;
+    /// Encoded size for a decoded size, where it is fixed (checksums, not compressors).
+    fn encoded_size(&self, _decoded: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// A decode failure without a key yet; the array adds the key.
+pub(crate) fn corrupt(cause: impl std::fmt::Display) -> Error {
+    Error::corrupt("", cause)
+}
+
+/// A full pipeline: array→array codecs, one array→bytes codec, bytes→bytes codecs.
+#[derive(Debug)]
+pub struct CodecChain {
+    pub array_to_array: Vec<Box<dyn ArrayToArrayCodec>>,
+    pub array_to_bytes: Box<dyn ArrayToBytesCodec>,
+    pub bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>>,
+}
+
+impl CodecChain {
+    /// Parse a v3 `codecs` list for chunks of `chunk_shape` elements of `dtype`.
+    pub fn parse_v3(list: &Value, dtype: &DataType, chunk_shape: &[u64]) -> Result<CodecChain> {
+        let items = list
+            .as_array()
+            .ok_or_else(|| Error::metadata(format!("codecs must be a list, got {list}")))?;
+        let mut a2a: Vec<Box<dyn ArrayToArrayCodec>> = Vec::new();
+        let mut a2b: Option<Box<dyn ArrayToBytesCodec>> = None;
+        let mut b2b: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
+        let mut shape = chunk_shape.to_vec();
+        for item in items {
+            let obj = item
+                .as_object()
+                .ok_or_else(|| Error::metadata(format!("a codec must be an object, got {item}")))?;
+            let name = obj
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Error::metadata(format!("codec without a name: {item}")))?;
+            let empty = Value::Object(Default::default());
+            let config = obj.get("configuration").unwrap_or(&empty);
+            let order_error = |kind: &str| {
+                Error::metadata(format!(
+                    "codec {name} ({kind}) is out of order in the codec list"
+                ))
+            };
+            match name {
+                "transpose" => {
+                    if a2b.is_some() {
+                        return Err(order_error("array→array"));
+                    }
+                    let t = TransposeCodec::parse(config, shape.len())?;
+                    shape = t.encoded_shape(&shape);
+                    a2a.push(Box::new(t));
+                }
+                "bytes" | "sharding_indexed" => {
+                    if a2b.is_some() {
+                        return Err(Error::metadata(
+                            "codecs has more than one array→bytes codec",
+                        ));
+                    }
+                    a2b = Some(if name == "bytes" {
+                        Box::new(BytesCodec::parse(config, dtype)?)
+                    } else {
+                        Box::new(ShardingCodec::parse(config, dtype, &shape)?)
+                    });
+                }
+                _ => {
+                    if a2b.is_none() {
+                        return Err(order_error("bytes→bytes"));
+                    }
+                    b2b.push(match name {
+                        "blosc" => Box::new(BloscCodec::parse_v3(config, dtype)?),
+                        "zstd" => Box::new(ZstdCodec::parse(config)?),
+                        "gzip" => Box::new(GzipCodec::parse(config)?),
+                        "crc32c" => Box::new(Crc32cCodec),
+                        other => {
+                            return Err(Error::metadata(format!("unsupported codec {other:?}")));
+                        }
+                    });
+                }
+            }
+        }
+        let array_to_bytes =
+            a2b.ok_or_else(|| Error::metadata("codecs has no array→bytes codec"))?;
+        Ok(CodecChain {
+            array_to_array: a2a,
+            array_to_bytes,
+            bytes_to_bytes: b2b,
+        })
+    }
+
+    /// The chunk representation each array→array stage produces, first the input.
+    fn reprs<'a>(&self, repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
+        let mut out = vec![repr.clone()];
+        for c in &self.array_to_array {
+            let last = out
+                .last()
+                .map(|r| c.encoded_shape(&r.shape))
+                .unwrap_or_default();
+            out.push(ChunkRepr {
+                shape: last,
+                ..repr.clone()
+            });
+        }
+        out
+    }
+
+    pub fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        let mut bytes = bytes;
+        for c in self.bytes_to_bytes.iter().rev() {
+            bytes = c.decode(bytes)?;
+        }
+        let reprs = self.reprs(repr);
+        let mut data = self
+            .array_to_bytes
+            .decode(bytes, reprs.last().unwrap_or(repr))?;
+        for (i, c) in self.array_to_array.iter().enumerate().rev() {
+            data = c.decode(data, &reprs[i])?;
+        }
+        Ok(data)
+    }
+
+    pub fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        let reprs = self.reprs(repr);
+        let mut data = decoded;
+        for (i, c) in self.array_to_array.iter().enumerate() {
+            data = c.encode(data, &reprs[i])?;
+        }
+        let mut bytes = self
+            .array_to_bytes
+            .encode(data, reprs.last().unwrap_or(repr))?;
+        for c in &self.bytes_to_bytes {
+            bytes = c.encode(bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    pub fn encoded_size(&self, repr: &ChunkRepr<'_>) -> Option<u64> {
+        let reprs = self.reprs(repr);
+        let mut n = self.array_to_bytes.encoded_size(reprs.last()?)?;
+        for c in &self.bytes_to_bytes {
+            n = c.encoded_size(n)?;
+        }
+        Some(n)
+    }
+
+    /// The sharding codec, when a chunk can be read one inner chunk at a time: sharding is the
+    /// array→bytes codec with nothing before or after it.
+    pub fn partial_sharding(&self) -> Option<&ShardingCodec> {
+        if self.array_to_array.is_empty() && self.bytes_to_bytes.is_empty() {
+            self.array_to_bytes.as_sharding()
+        } else {
+            None
+        }
+    }
+
+    /// `[{"name":…, "configuration":…}, …]`, for `info`.
+    pub fn describe(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut push = |c: &dyn CodecTraits| {
+            out.push(serde_json::json!({"name": c.name(), "configuration": c.configuration()}))
+        };
+        self.array_to_array.iter().for_each(|c| push(c.as_ref()));
+        push(self.array_to_bytes.as_ref());
+        self.bytes_to_bytes.iter().for_each(|c| push(c.as_ref()));
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::*;
+
+    /// Encode then decode through `chain` and check the round trip.
+    pub fn round_trip(chain: &CodecChain, repr: &ChunkRepr<'_>, data: &[u8]) -> Vec<u8> {
+        let enc = chain.encode(data.to_vec(), repr).expect("encode");
+        let dec = chain.decode(enc.clone(), repr).expect("decode");
+        assert_eq!(dec, data);
+        enc
+    }
+}

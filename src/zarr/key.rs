@@ -1,0 +1,153 @@
+//! Chunk key encodings: grid coordinates to store keys.
+
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChunkKeyEncoding {
+    /// `c/1/2` (or `c.1.2`); 0-d: `c`.
+    Default { separator: char },
+    /// `1.2` (or `1/2`); 0-d: `0`.
+    V2 { separator: char },
+    /// The `default` key of `coords + offset` (this project's extension, zarr-format.md §3.3).
+    Offset { offset: Vec<i64>, separator: char },
+}
+
+fn separator(config: Option<&Value>, default: char) -> Result<char> {
+    match config.and_then(|c| c.get("separator")) {
+        None => Ok(default),
+        Some(Value::String(s)) if s == "/" => Ok('/'),
+        Some(Value::String(s)) if s == "." => Ok('.'),
+        Some(other) => Err(Error::metadata(format!(
+            "chunk key separator must be \"/\" or \".\", got {other}"
+        ))),
+    }
+}
+
+impl ChunkKeyEncoding {
+    pub fn parse_v3(v: &Value, ndim: usize) -> Result<ChunkKeyEncoding> {
+        let obj = v.as_object().ok_or_else(|| {
+            Error::metadata(format!("chunk_key_encoding must be an object, got {v}"))
+        })?;
+        let config = obj.get("configuration");
+        match obj.get("name").and_then(Value::as_str).unwrap_or_default() {
+            "default" => Ok(ChunkKeyEncoding::Default {
+                separator: separator(config, '/')?,
+            }),
+            "v2" => Ok(ChunkKeyEncoding::V2 {
+                separator: separator(config, '.')?,
+            }),
+            "offset" => {
+                let raw = config
+                    .and_then(|c| c.get("offset"))
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| Error::metadata("offset chunk key encoding needs configuration.offset (one integer per dimension)"))?;
+                let offset: Option<Vec<i64>> = raw.iter().map(Value::as_i64).collect();
+                let offset = offset.ok_or_else(|| {
+                    Error::metadata(format!("chunk key offset {raw:?} must be integers"))
+                })?;
+                if offset.len() != ndim {
+                    return Err(Error::metadata(format!(
+                        "chunk key offset has {} entries, the array {ndim} dimensions",
+                        offset.len()
+                    )));
+                }
+                Ok(ChunkKeyEncoding::Offset {
+                    offset,
+                    separator: separator(config, '/')?,
+                })
+            }
+            other => Err(Error::metadata(format!(
+                "unsupported chunk key encoding {other:?}"
+            ))),
+        }
+    }
+
+    /// The key of the chunk at grid `coords`, relative to the array's prefix.
+    pub fn key(&self, coords: &[u64]) -> String {
+        let mut key = String::with_capacity(2 + coords.len() * 4);
+        match self {
+            ChunkKeyEncoding::Default { separator } => {
+                key.push('c');
+                for c in coords {
+                    key.push(*separator);
+                    key.push_str(&c.to_string());
+                }
+            }
+            ChunkKeyEncoding::Offset { offset, separator } => {
+                key.push('c');
+                for (c, o) in coords.iter().zip(offset) {
+                    key.push(*separator);
+                    key.push_str(&(i128::from(*c) + i128::from(*o)).to_string());
+                }
+            }
+            ChunkKeyEncoding::V2 { separator } => {
+                if coords.is_empty() {
+                    key.push('0');
+                }
+                for (i, c) in coords.iter().enumerate() {
+                    if i > 0 {
+                        key.push(*separator);
+                    }
+                    key.push_str(&c.to_string());
+                }
+            }
+        }
+        key
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            ChunkKeyEncoding::Default { separator } => format!("default \"{separator}\""),
+            ChunkKeyEncoding::V2 { separator } => format!("v2 \"{separator}\""),
+            ChunkKeyEncoding::Offset { offset, separator } => {
+                format!("offset {offset:?} \"{separator}\"")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys() {
+        let d = ChunkKeyEncoding::parse_v3(&json!({"name": "default"}), 3).unwrap();
+        assert_eq!(d.key(&[1, 23, 45]), "c/1/23/45");
+        assert_eq!(d.key(&[]), "c");
+        let dot = ChunkKeyEncoding::parse_v3(
+            &json!({"name": "default", "configuration": {"separator": "."}}),
+            3,
+        )
+        .unwrap();
+        assert_eq!(dot.key(&[1, 23, 45]), "c.1.23.45");
+        let v2 = ChunkKeyEncoding::parse_v3(&json!({"name": "v2"}), 2).unwrap();
+        assert_eq!(v2.key(&[1, 2]), "1.2");
+        assert_eq!(v2.key(&[]), "0");
+        let off = ChunkKeyEncoding::parse_v3(
+            &json!({"name": "offset", "configuration": {"offset": [-2, 0]}}),
+            2,
+        )
+        .unwrap();
+        assert_eq!(off.key(&[0, 0]), "c/-2/0");
+        assert_eq!(off.key(&[3, 0]), "c/1/0");
+        assert!(
+            ChunkKeyEncoding::parse_v3(
+                &json!({"name": "offset", "configuration": {"offset": [0]}}),
+                2
+            )
+            .is_err()
+        );
+        assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "suffix"}), 2).is_err());
+        assert!(
+            ChunkKeyEncoding::parse_v3(
+                &json!({"name": "default", "configuration": {"separator": "-"}}),
+                1
+            )
+            .is_err()
+        );
+    }
+}

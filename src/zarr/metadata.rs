@@ -1,0 +1,376 @@
+//! Array and group metadata, v3 (`zarr.json`) and v2 (`.zarray`, `.zgroup`), into one model.
+
+use serde_json::{Map, Value, json};
+
+use super::codec::{
+    BloscCodec, BytesCodec, BytesToBytesCodec, CodecChain, DeltaCodec, GzipCodec, Lz4Codec,
+    TransposeCodec, ZlibCodec, ZstdCodec,
+};
+use super::dtype::DataType;
+use super::grid::{ChunkGrid, parse_shape};
+use super::key::ChunkKeyEncoding;
+use crate::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZarrFormat {
+    V2,
+    V3,
+}
+
+#[derive(Debug)]
+pub struct ArrayMetadata {
+    pub format: ZarrFormat,
+    pub shape: Vec<u64>,
+    pub dtype: DataType,
+    pub grid: ChunkGrid,
+    pub key_encoding: ChunkKeyEncoding,
+    /// One element of fill, little-endian.
+    pub fill: Vec<u8>,
+    pub codecs: CodecChain,
+    pub dimension_names: Option<Vec<Option<String>>>,
+}
+
+/// What a node's metadata says it is.
+#[derive(Debug)]
+pub enum NodeMetadata {
+    Group,
+    Array(Box<ArrayMetadata>),
+}
+
+const V3_ARRAY_FIELDS: [&str; 11] = [
+    "zarr_format",
+    "node_type",
+    "shape",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "fill_value",
+    "codecs",
+    "attributes",
+    "storage_transformers",
+    "dimension_names",
+];
+const V3_GROUP_FIELDS: [&str; 4] = [
+    "zarr_format",
+    "node_type",
+    "attributes",
+    "consolidated_metadata",
+];
+
+/// Refuse unknown fields unless they say `"must_understand": false`.
+fn check_fields(doc: &Map<String, Value>, known: &[&str]) -> Result<()> {
+    for (k, v) in doc {
+        if known.contains(&k.as_str()) {
+            continue;
+        }
+        if v.get("must_understand").and_then(Value::as_bool) == Some(false) {
+            continue;
+        }
+        return Err(Error::metadata(format!(
+            "unsupported metadata field {k:?} (it must be understood)"
+        )));
+    }
+    Ok(())
+}
+
+fn field<'a>(doc: &'a Map<String, Value>, name: &str) -> Result<&'a Value> {
+    doc.get(name)
+        .ok_or_else(|| Error::metadata(format!("metadata has no {name:?}")))
+}
+
+pub fn parse_json(bytes: &[u8], what: &str) -> Result<Value> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::metadata(format!("{what} is not valid JSON: {e}")))
+}
+
+/// Parse a v3 `zarr.json`.
+pub fn parse_v3(doc: &Value) -> Result<NodeMetadata> {
+    let doc = doc
+        .as_object()
+        .ok_or_else(|| Error::metadata("zarr.json is not a JSON object"))?;
+    match doc.get("zarr_format") {
+        Some(v) if v.as_u64() == Some(3) => {}
+        other => {
+            return Err(Error::metadata(format!(
+                "zarr.json has zarr_format {}, expected 3",
+                other.unwrap_or(&Value::Null)
+            )));
+        }
+    }
+    match field(doc, "node_type")?.as_str() {
+        Some("group") => {
+            check_fields(doc, &V3_GROUP_FIELDS)?;
+            Ok(NodeMetadata::Group)
+        }
+        Some("array") => {
+            check_fields(doc, &V3_ARRAY_FIELDS)?;
+            Ok(NodeMetadata::Array(Box::new(parse_v3_array(doc)?)))
+        }
+        _ => Err(Error::metadata(format!(
+            "zarr.json has node_type {}, expected \"array\" or \"group\"",
+            doc["node_type"]
+        ))),
+    }
+}
+
+fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
+    let shape = parse_shape(field(doc, "shape")?, "shape")?;
+    let ndim = shape.len();
+    let dtype = DataType::parse_v3(field(doc, "data_type")?)?;
+    if dtype.is_variable() {
+        return Err(Error::Unsupported(format!(
+            "variable-length {} arrays are not served as files yet",
+            dtype.name()
+        )));
+    }
+    if let Some(st) = doc.get("storage_transformers")
+        && st.as_array().is_none_or(|a| !a.is_empty())
+    {
+        return Err(Error::metadata(format!(
+            "storage transformers are not supported: {st}"
+        )));
+    }
+    let dimension_names = match doc.get("dimension_names") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) if a.len() == ndim => {
+            Some(a.iter().map(|x| x.as_str().map(str::to_string)).collect())
+        }
+        Some(other) => {
+            return Err(Error::metadata(format!(
+                "dimension_names {other} must list one name (or null) per dimension"
+            )));
+        }
+    };
+    let grid = ChunkGrid::parse_v3(field(doc, "chunk_grid")?, ndim)?;
+    let key_encoding = ChunkKeyEncoding::parse_v3(field(doc, "chunk_key_encoding")?, ndim)?;
+    let fill = dtype.parse_fill(field(doc, "fill_value")?)?;
+    let chunk_shape = grid.chunk_shape(&vec![0; ndim]);
+    let codecs = CodecChain::parse_v3(field(doc, "codecs")?, &dtype, &chunk_shape)?;
+    Ok(ArrayMetadata {
+        format: ZarrFormat::V3,
+        shape,
+        dtype,
+        grid,
+        key_encoding,
+        fill,
+        codecs,
+        dimension_names,
+    })
+}
+
+/// Parse a v2 `.zarray`.
+pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
+    let doc = doc
+        .as_object()
+        .ok_or_else(|| Error::metadata(".zarray is not a JSON object"))?;
+    if field(doc, "zarr_format")?.as_u64() != Some(2) {
+        return Err(Error::metadata(format!(
+            ".zarray has zarr_format {}, expected 2",
+            doc["zarr_format"]
+        )));
+    }
+    let shape = parse_shape(field(doc, "shape")?, "shape")?;
+    let ndim = shape.len();
+    let chunks = parse_shape(field(doc, "chunks")?, "chunks")?;
+    let filters: Vec<Value> = match doc.get("filters") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(other) => {
+            return Err(Error::metadata(format!(
+                "filters must be a list or null, got {other}"
+            )));
+        }
+    };
+    let filter_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
+    let first_filter = filters.first().and_then(filter_id);
+    let (dtype, big_endian) = DataType::parse_v2(field(doc, "dtype")?, first_filter.as_deref())?;
+    if dtype.is_variable() {
+        return Err(Error::Unsupported(format!(
+            "variable-length {} arrays are not served as files yet",
+            dtype.name()
+        )));
+    }
+    let item = dtype.size().unwrap_or(1);
+    let grid = ChunkGrid::regular(chunks, ndim)?;
+    let separator = match doc.get("dimension_separator").and_then(Value::as_str) {
+        None | Some(".") => '.',
+        Some("/") => '/',
+        Some(other) => {
+            return Err(Error::metadata(format!(
+                "dimension_separator {other:?} must be \".\" or \"/\""
+            )));
+        }
+    };
+    let fill = dtype.parse_fill(doc.get("fill_value").unwrap_or(&Value::Null))?;
+    let mut array_to_array: Vec<Box<dyn super::codec::ArrayToArrayCodec>> = Vec::new();
+    match doc.get("order").and_then(Value::as_str) {
+        Some("C") | None => {}
+        Some("F") => {
+            if ndim > 1 {
+                array_to_array.push(Box::new(TransposeCodec::new(
+                    (0..ndim).rev().collect(),
+                    ndim,
+                )?));
+            }
+        }
+        Some(other) => {
+            return Err(Error::metadata(format!(
+                "order {other:?} must be \"C\" or \"F\""
+            )));
+        }
+    }
+    let mut bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
+    for f in &filters {
+        match filter_id(f).as_deref() {
+            Some("delta") => bytes_to_bytes.push(Box::new(DeltaCodec::parse_v2(f)?)),
+            Some(other) => return Err(Error::metadata(format!("unsupported v2 filter {other:?}"))),
+            None => return Err(Error::metadata(format!("v2 filter without an id: {f}"))),
+        }
+    }
+    match doc.get("compressor") {
+        None | Some(Value::Null) => {}
+        Some(c) => bytes_to_bytes.push(match filter_id(c).as_deref() {
+            Some("blosc") => Box::new(BloscCodec::parse_v2(c, item)?),
+            Some("zstd") => Box::new(ZstdCodec::parse(c)?),
+            Some("zlib") => Box::new(ZlibCodec::parse(c)?),
+            Some("gzip") => Box::new(GzipCodec::parse(c)?),
+            Some("lz4") => Box::new(Lz4Codec::parse(c)?),
+            other => {
+                return Err(Error::metadata(format!(
+                    "unsupported v2 compressor {}",
+                    other.unwrap_or("(no id)")
+                )));
+            }
+        }),
+    }
+    let endian = if big_endian {
+        json!({"endian": "big"})
+    } else {
+        json!({"endian": "little"})
+    };
+    let codecs = CodecChain {
+        array_to_array,
+        array_to_bytes: Box::new(BytesCodec::parse(&endian, &dtype)?),
+        bytes_to_bytes,
+    };
+    Ok(ArrayMetadata {
+        format: ZarrFormat::V2,
+        shape,
+        dtype,
+        grid,
+        key_encoding: ChunkKeyEncoding::V2 { separator },
+        fill,
+        codecs,
+        dimension_names: None,
+    })
+}
+
+/// Parse a v2 `.zgroup`.
+pub fn parse_v2_group(doc: &Value) -> Result<NodeMetadata> {
+    if doc.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+        return Err(Error::metadata(".zgroup does not say zarr_format 2"));
+    }
+    Ok(NodeMetadata::Group)
+}
+
+impl ArrayMetadata {
+    pub fn item_size(&self) -> usize {
+        self.dtype.size().unwrap_or(0)
+    }
+
+    /// Bytes in the flat file.
+    pub fn byte_len(&self) -> u64 {
+        self.shape.iter().product::<u64>() * self.item_size() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v3(extra: Value) -> Value {
+        let mut doc = json!({
+            "shape": [5, 4], "data_type": "int16",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": -1,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 0, "checksum": false}}],
+            "attributes": {"units": "m"}, "dimension_names": ["y", null],
+            "zarr_format": 3, "node_type": "array", "storage_transformers": []
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            doc[k] = v.clone();
+        }
+        doc
+    }
+
+    fn array(doc: &Value) -> Result<ArrayMetadata> {
+        match parse_v3(doc)? {
+            NodeMetadata::Array(a) => Ok(*a),
+            NodeMetadata::Group => panic!("group"),
+        }
+    }
+
+    #[test]
+    fn zarr_python_document() {
+        let a = array(&v3(json!({}))).unwrap();
+        assert_eq!(a.shape, vec![5, 4]);
+        assert_eq!(a.fill, (-1i16).to_le_bytes());
+        assert_eq!(a.byte_len(), 40);
+        assert_eq!(a.dimension_names, Some(vec![Some("y".into()), None]));
+        assert_eq!(a.key_encoding.key(&[1, 0]), "c/1/0");
+    }
+
+    #[test]
+    fn tensorstore_document() {
+        let doc = parse_json(br#"{"chunk_grid":{"configuration":{"chunk_shape":[2,3]},"name":"regular"},"chunk_key_encoding":{"name":"default"},"codecs":[{"configuration":{"endian":"little"},"name":"bytes"}],"data_type":"int16","fill_value":0,"node_type":"array","shape":[5,4],"zarr_format":3}"#, "t").unwrap();
+        assert!(array(&doc).is_ok());
+    }
+
+    #[test]
+    fn refusals_name_what_they_refuse() {
+        let msg = |doc: Value| array(&doc).unwrap_err().to_string();
+        assert!(msg(v3(json!({"fancy": {"x": 1}}))).contains("fancy"));
+        assert!(array(&v3(json!({"fancy": {"must_understand": false}}))).is_ok());
+        assert!(
+            msg(v3(json!({"storage_transformers": [{"name": "x"}]})))
+                .contains("storage transformers")
+        );
+        assert!(msg(v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lzma"}]}))).contains("lzma"));
+        assert!(msg(v3(json!({"codecs": ["bytes"]}))).contains("object"));
+        assert!(msg(v3(json!({"chunk_grid": {"name": "hexagonal"}}))).contains("hexagonal"));
+        assert!(msg(v3(json!({"data_type": "float128"}))).contains("float128"));
+        assert!(msg(v3(json!({"dimension_names": ["y"]}))).contains("dimension_names"));
+        assert!(msg(v3(json!({"zarr_format": 2}))).contains("zarr_format"));
+        assert!(msg(v3(json!({"fill_value": "0x01"}))).contains("fill_value"));
+        assert!(msg(v3(json!({"codecs": [{"name": "zstd"}]}))).contains("zstd"));
+        let vlen =
+            v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8"}]}));
+        assert!(matches!(array(&vlen), Err(Error::Unsupported(_))));
+        let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
+        assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group)));
+    }
+
+    #[test]
+    fn v2_document() {
+        let doc = json!({"shape": [3, 5], "chunks": [2, 2], "dtype": ">f8", "fill_value": "NaN", "order": "F", "filters": [{"id": "delta", "dtype": ">f8"}],
+            "dimension_separator": "/", "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}, "zarr_format": 2});
+        let a = parse_v2_array(&doc).unwrap();
+        assert_eq!(a.fill, f64::NAN.to_le_bytes());
+        assert_eq!(a.key_encoding.key(&[1, 2]), "1/2");
+        assert_eq!(a.codecs.array_to_array.len(), 1);
+        assert_eq!(a.codecs.bytes_to_bytes.len(), 2);
+        let mut bad = doc.clone();
+        bad["compressor"] = json!({"id": "bz2"});
+        assert!(
+            parse_v2_array(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("bz2")
+        );
+        let mut obj = doc;
+        obj["dtype"] = json!("|O");
+        obj["filters"] = json!([{"id": "vlen-utf8"}]);
+        assert!(matches!(parse_v2_array(&obj), Err(Error::Unsupported(_))));
+    }
+}

@@ -1,0 +1,10 @@
+//! The Zarr format: metadata (v2 and v3 into one model), data types and fill values, chunk
+//! grids, chunk key encodings, codecs, and the array. No caching, no files, no FUSE.
+
+pub mod array;
+pub mod codec;
+pub mod dtype;
+pub mod grid;
+pub mod key;
+pub mod metadata;
+pub mod region;
