@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Write the test fixtures: small stores by zarr-python 3.4 and tensorstore, and the bytes each
+array's `data` file must show (C order, little-endian).
+
+    scripts/make-fixtures.py            # rewrites tests/fixtures/ and demo/weather.zarr
+
+Output:
+  tests/fixtures/<store>.zarr/...           the stores
+  tests/fixtures/expected/<store>/<path>.bin  expected bytes of each array
+  tests/fixtures/expected.json              {"<store>/<path>": {"bin": ..., "shape": ..., "dtype": ...,
+                                             "bad_ranges": [[start, end], ...]}}  (damaged arrays only)
+"""
+import json
+import os
+import shutil
+import sys
+
+import numcodecs
+import numpy as np
+import tensorstore as ts
+import zarr
+from zarr.codecs import (BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec,
+                         TransposeCodec, ZstdCodec)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures")
+EXPECTED = {}
+RNG = np.random.default_rng(20261130)
+
+
+def flat_bytes(a):
+    """What `data` shows: C order, each element little-endian."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return a.tobytes()
+
+
+def record(store, path, arr, bad_ranges=None):
+    """Record the expected bytes of the array at store/path, read back with zarr-python."""
+    data = arr[...] if arr.ndim else np.asarray(arr[()])
+    rel = os.path.join("expected", store, path + ".bin")
+    full = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    raw = bytearray(flat_bytes(data))
+    for start, end in bad_ranges or []:
+        raw[start:end] = bytes(end - start)
+    with open(full, "wb") as f:
+        f.write(raw)
+    entry = {"bin": rel, "shape": list(data.shape), "dtype": str(data.dtype)}
+    if bad_ranges:
+        entry["bad_ranges"] = bad_ranges
+    EXPECTED[f"{store}/{path}"] = entry
+
+
+def sample(shape, dtype):
+    """Distinct, non-trivial values of any supported dtype."""
+    n = int(np.prod(shape)) if shape else 1
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        v = RNG.integers(0, 2, n).astype(bool)
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        v = RNG.integers(max(info.min, -10**6), min(info.max, 10**6), n, endpoint=True).astype(dt)
+        v[0] = info.max
+    elif dt.kind == "f":
+        v = (RNG.standard_normal(n) * 100).astype(dt)
+    elif dt.kind == "c":
+        v = (RNG.standard_normal(n) + 1j * RNG.standard_normal(n)).astype(dt)
+    elif dt.kind in "mM":
+        v = RNG.integers(-10**9, 10**9, n).astype("i8").view(dt)
+    elif dt.kind == "U":
+        words = ["", "a", "héllo", "ÿ€𝄞", "zarr", "x y"]
+        v = np.array([words[i % len(words)][: dt.itemsize // 4] for i in range(n)], dtype=dt)
+    elif dt.kind == "S":
+        v = np.array([bytes([97 + i % 26]) * (i % (dt.itemsize + 1)) for i in range(n)], dtype=dt)
+    elif dt.kind == "V":
+        v = np.frombuffer(RNG.integers(0, 256, n * dt.itemsize, dtype=np.uint8).tobytes(), dtype=dt)
+    else:
+        raise ValueError(dtype)
+    return v.reshape(shape)
+
+
+def write_partial(arr, values, skip_chunk=True):
+    """Write every chunk but (optionally) the first one along axis 0 of the second row band, so
+    missing chunks read as fill."""
+    if arr.ndim == 0:
+        arr[()] = values
+        return
+    arr[...] = values
+    if skip_chunk and arr.shape[0] > arr.chunks[0]:
+        c0 = arr.chunks[0]
+        # Writing fill over a whole chunk makes zarr-python delete it: a missing chunk.
+        region = tuple([slice(c0, 2 * c0)] + [slice(0, min(arr.chunks[i], arr.shape[i])) for i in range(1, arr.ndim)])
+        arr[region] = arr.fill_value
+
+
+def zarr_python_v3(name):
+    path = os.path.join(OUT, name)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    plain = dict(compressors=None)
+
+    dtypes = root.create_group("dtypes")
+    for dt, fill in [("bool", True), ("int8", -3), ("int16", -1), ("int32", 7), ("int64", -9), ("uint8", 5),
+                     ("uint16", 6), ("uint32", 7), ("uint64", 2**64 - 1), ("float16", 1.5), ("float32", -2.25),
+                     ("float64", 1e300), ("complex64", 1 + 2j), ("complex128", -1j), ("datetime64[s]", None),
+                     ("timedelta64[ms]", 3), ("<U5", "ab"), ("S4", b"xy"), ("V3", None)]:
+        name_ = dt.replace("[", "_").replace("]", "").replace("<", "")
+        kw = {} if fill is None else {"fill_value": fill}
+        a = dtypes.create_array(name_, shape=(7, 5), chunks=(3, 2), dtype=dt, **kw)
+        write_partial(a, sample((7, 5), dt))
+        record(name, f"dtypes/{name_}", a)
+
+    codecs = root.create_group("codecs")
+    variants = {
+        "bytes_big": dict(serializer=BytesCodec(endian="big"), **plain),
+        "transpose": dict(filters=[TransposeCodec(order=(1, 0, 2))], **plain),
+        "transpose_zstd": dict(filters=[TransposeCodec(order=(2, 0, 1))], compressors=[ZstdCodec(level=3)]),
+        "zstd_checksum": dict(compressors=[ZstdCodec(level=5, checksum=True)]),
+        "gzip": dict(compressors=[GzipCodec(level=6)]),
+        "crc32c": dict(compressors=[Crc32cCodec()]),
+        "gzip_crc32c": dict(compressors=[GzipCodec(level=1), Crc32cCodec()]),
+    }
+    # numcodecs ships C-Blosc without snappy; the unit tests cover it.
+    for cname in ["lz4", "lz4hc", "blosclz", "zstd", "zlib"]:
+        for shuffle in ["noshuffle", "shuffle", "bitshuffle"]:
+            variants[f"blosc_{cname}_{shuffle}"] = dict(compressors=[BloscCodec(cname=cname, clevel=5, shuffle=shuffle)])
+    for vname, kw in variants.items():
+        a = codecs.create_array(vname, shape=(9, 6, 4), chunks=(4, 3, 4), dtype="int32", fill_value=-5, **kw)
+        write_partial(a, sample((9, 6, 4), "int32"))
+        record(name, f"codecs/{vname}", a)
+    # Tiny chunks make blosc store memcpyed frames.
+    a = codecs.create_array("blosc_tiny", shape=(10,), chunks=(3,), dtype="uint16",
+                            compressors=[BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")])
+    a[...] = np.arange(10, dtype="uint16")
+    record(name, "codecs/blosc_tiny", a)
+
+    sharded = root.create_group("sharded")
+    a = sharded.create_array("end", shape=(10, 9), chunks=(2, 3), shards=(4, 6), dtype="float32", fill_value=-1.0)
+    a[...] = sample((10, 9), "float32")
+    a[0:2, 0:3] = -1.0       # an empty inner chunk
+    a[4:8, 0:6] = -1.0       # a whole missing shard
+    record(name, "sharded/end", a)
+    a = sharded.create_array("start", shape=(10, 9), chunks=(4, 6), dtype="uint16", fill_value=3, compressors=None,
+                             serializer=ShardingCodec(chunk_shape=(2, 3), codecs=[BytesCodec(), ZstdCodec()],
+                                                      index_location="start"))
+    a[...] = sample((10, 9), "uint16")
+    a[2:4, 3:6] = 3
+    record(name, "sharded/start", a)
+    a = sharded.create_array("transposed_inner", shape=(8, 8), chunks=(4, 4), dtype="int16", compressors=None,
+                             serializer=ShardingCodec(chunk_shape=(2, 2), codecs=[TransposeCodec(order=(1, 0)), BytesCodec(endian="big"), GzipCodec()]))
+    a[...] = sample((8, 8), "int16")
+    record(name, "sharded/transposed_inner", a)
+
+    shapes = root.create_group("shapes")
+    a = shapes.create_array("d0", shape=(), dtype="float64", fill_value=0.0)
+    a[()] = 3.25
+    record(name, "shapes/d0", a)
+    a = shapes.create_array("d0_missing", shape=(), dtype="int32", fill_value=42)
+    record(name, "shapes/d0_missing", a)
+    a = shapes.create_array("d1", shape=(17,), chunks=(5,), dtype="uint8", fill_value=9)
+    write_partial(a, sample((17,), "uint8"))
+    record(name, "shapes/d1", a)
+    a = shapes.create_array("d3", shape=(5, 6, 7), chunks=(2, 4, 3), dtype="float64")
+    write_partial(a, sample((5, 6, 7), "float64"))
+    record(name, "shapes/d3", a)
+    a = shapes.create_array("d5", shape=(3, 2, 4, 3, 5), chunks=(2, 1, 3, 2, 2), dtype="int16", fill_value=-2)
+    write_partial(a, sample((3, 2, 4, 3, 5), "int16"))
+    record(name, "shapes/d5", a)
+    a = shapes.create_array("empty_axis", shape=(0, 4), chunks=(2, 2), dtype="int32")
+    record(name, "shapes/empty_axis", a)
+    a = shapes.create_array("never_written", shape=(4, 3), chunks=(2, 2), dtype="int32", fill_value=11)
+    record(name, "shapes/never_written", a)
+
+    keys = root.create_group("keys")
+    for kname, cke in [("dot", {"name": "default", "separator": "."}), ("v2_dot", {"name": "v2", "separator": "."}),
+                       ("v2_slash", {"name": "v2", "separator": "/"})]:
+        a = keys.create_array(kname, shape=(5, 4), chunks=(2, 3), dtype="int64", chunk_key_encoding=cke, fill_value=1)
+        write_partial(a, sample((5, 4), "int64"))
+        record(name, f"keys/{kname}", a)
+
+    fills = root.create_group("fills")
+    a = fills.create_array("nan", shape=(6, 5), chunks=(4, 2), dtype="float32", fill_value=np.nan)
+    a[0:3, 0:3] = sample((3, 3), "float32")
+    record(name, "fills/nan", a)
+    a = fills.create_array("neg_inf", shape=(6,), chunks=(4,), dtype="float64", fill_value=-np.inf)
+    a[0:2] = [1.0, 2.0]
+    record(name, "fills/neg_inf", a)
+    a = fills.create_array("complex_nan", shape=(3,), chunks=(2,), dtype="complex128", fill_value=complex(np.nan, -np.inf))
+    a[0] = 1 + 1j
+    record(name, "fills/complex_nan", a)
+
+    g1 = root.create_group("g1")
+    deep = g1.create_group("g2").create_group("g3")
+    a = deep.create_array("arr", shape=(3, 3), chunks=(2, 2), dtype="int8", fill_value=-1)
+    a[...] = np.arange(9, dtype="int8").reshape(3, 3)
+    record(name, "g1/g2/g3/arr", a)
+    g1.create_group("empty_group")
+    # Things in the store that are not nodes.
+    os.makedirs(os.path.join(path, "not_a_node", "c"), exist_ok=True)
+    with open(os.path.join(path, "notes.txt"), "w") as f:
+        f.write("not a node\n")
+
+
+def zarr_python_v2(name):
+    path = os.path.join(OUT, name)
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    variants = {
+        "blosc_lz4": dict(compressors=numcodecs.Blosc(cname="lz4", clevel=5, shuffle=1)),
+        "blosc_zstd_bitshuffle": dict(compressors=numcodecs.Blosc(cname="zstd", clevel=3, shuffle=2)),
+        "blosc_auto": dict(compressors=numcodecs.Blosc(cname="blosclz", clevel=5, shuffle=-1)),
+        "zstd": dict(compressors=numcodecs.Zstd(level=1)),
+        "zlib": dict(compressors=numcodecs.Zlib(level=1)),
+        "gzip": dict(compressors=numcodecs.GZip(level=5)),
+        "lz4": dict(compressors=numcodecs.LZ4(acceleration=1)),
+        "none": dict(compressors=None),
+        "delta": dict(filters=[numcodecs.Delta(dtype="<i4")], compressors=numcodecs.Zlib(level=1)),
+        "order_f": dict(order="F", compressors=numcodecs.Zstd(level=1)),
+        "order_f_delta": dict(order="F", filters=[numcodecs.Delta(dtype="<i4", astype="<i4")], compressors=None),
+        "slash": dict(chunk_key_encoding={"name": "v2", "separator": "/"}, compressors=numcodecs.Zstd(level=1)),
+    }
+    for vname, kw in variants.items():
+        a = root.create_array(vname, shape=(7, 5, 3), chunks=(3, 2, 2), dtype="int32", fill_value=-4, **kw)
+        write_partial(a, sample((7, 5, 3), "int32"))
+        record(name, vname, a)
+    for dt, fill in [(">i4", 1), (">f8", np.nan), ("<U3", "q"), ("|S3", b"z"), ("<M8[ns]", None), ("|b1", False),
+                     ("<c8", 0), ("<f2", -0.5), ("|V2", None)]:
+        vname = "dt_" + dt.replace("[", "_").replace("]", "").replace("<", "le_").replace(">", "be_").replace("|", "")
+        kw = {} if fill is None else {"fill_value": fill}
+        a = root.create_array(vname, shape=(5, 4), chunks=(2, 3), dtype=dt, compressors=numcodecs.Zstd(level=1), **kw)
+        write_partial(a, sample((5, 4), dt))
+        record(name, vname, a)
+    a = root.create_array("scalar", shape=(), dtype="<i8", fill_value=0)
+    a[()] = -77
+    record(name, "scalar", a)
+    sub = root.create_group("sub")
+    a = sub.create_array("nan_fill", shape=(6,), chunks=(4,), dtype="<f4", fill_value=np.nan)
+    a[0:2] = [1.5, -2.5]
+    record(name, "sub/nan_fill", a)
+
+
+def tensorstore_v3(name):
+    path = os.path.join(OUT, name)
+    zarr.open_group(path, mode="w", zarr_format=3)
+    def create(sub, metadata, values, region=None):
+        t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(path, sub)},
+                     "metadata": metadata, "create": True, "delete_existing": True}).result()
+        if region is None:
+            t.write(values).result()
+        else:
+            t[region].write(values).result()
+        record(name, sub, zarr.open_array(os.path.join(path, sub), mode="r"))
+    sharding = lambda loc, codecs: {"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [2, 2], "codecs": codecs,
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": loc}}
+    base = lambda shape, chunks, dt, fill, codecs: {"shape": shape, "data_type": dt, "fill_value": fill,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}}, "codecs": codecs}
+    v = sample((6, 8), "uint8")
+    create("sharded_end", base([6, 8], [4, 4], "uint8", 0, [sharding("end", [{"name": "bytes"}])]), v[:4, :6], np.s_[0:4, 0:6])
+    v = sample((6, 8), "int32")
+    create("sharded_start_zstd", base([6, 8], [4, 4], "int32", -7,
+           [sharding("start", [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}])]),
+           v[1:6, 2:7], np.s_[1:6, 2:7])
+    v = sample((5, 4), "int16")
+    create("plain", base([5, 4], [2, 3], "int16", -7, [{"name": "bytes", "configuration": {"endian": "little"}}]), v[:3], np.s_[0:3])
+    v = sample((5, 4), "float64")
+    create("blosc_transpose", base([5, 4], [2, 3], "float64", 0.5, [{"name": "transpose", "configuration": {"order": [1, 0]}},
+           {"name": "bytes", "configuration": {"endian": "big"}},
+           {"name": "blosc", "configuration": {"cname": "zstd", "clevel": 3, "shuffle": "shuffle", "typesize": 8, "blocksize": 0}}]), v)
+
+
+def tensorstore_v2(name):
+    path = os.path.join(OUT, name)
+    zarr.open_group(path, mode="w", zarr_format=2)
+    def create(sub, metadata, values, region):
+        t = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": os.path.join(path, sub)},
+                     "metadata": metadata, "create": True, "delete_existing": True}).result()
+        t[region].write(values).result()
+        record(name, sub, zarr.open_array(os.path.join(path, sub), mode="r"))
+    create("zlib_f", {"shape": [5, 7], "chunks": [2, 3], "dtype": "<i4", "order": "F", "fill_value": 3,
+                      "compressor": {"id": "zlib", "level": 1}}, sample((5, 6), "int32"), np.s_[0:5, 0:6])
+    create("blosc_be", {"shape": [6], "chunks": [4], "dtype": ">f8", "fill_value": "NaN",
+                        "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}}, sample((4,), "float64"), np.s_[0:4])
+    create("slash", {"shape": [4, 4], "chunks": [2, 2], "dtype": "<u2", "dimension_separator": "/", "fill_value": 0,
+                     "compressor": None}, sample((2, 4), "uint16"), np.s_[2:4, :])
+
+
+def damaged(name):
+    """A store with damage: reads touching it must fail with EIO, everything else must read."""
+    path = os.path.join(OUT, name)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    a = root.create_array("good", shape=(4,), chunks=(2,), dtype="int32")
+    a[...] = [1, 2, 3, 4]
+    record(name, "good", a)
+    # The kernel reads whole pages, so damage is laid out in chunks of one page (4 KiB) each.
+    # chunk c/1 garbage, c/2 truncated: bytes 4096..12288 unreadable.
+    a = root.create_array("corrupt", shape=(8192,), chunks=(1024,), dtype="int32", compressors=[ZstdCodec(level=1)])
+    a[...] = np.arange(1, 8193, dtype="int32")
+    record(name, "corrupt", a, bad_ranges=[[4096, 8192], [8192, 12288]])
+    with open(os.path.join(path, "corrupt", "c", "1"), "wb") as f:
+        f.write(b"this is not a zstd frame")
+    c2 = os.path.join(path, "corrupt", "c", "2")
+    with open(c2, "rb") as f:
+        data = f.read()
+    with open(c2, "wb") as f:
+        f.write(data[: len(data) // 2])
+    # Uncompressed chunk of the wrong size.
+    a = root.create_array("wrong_size", shape=(4096,), chunks=(2048,), dtype="int16", compressors=None)
+    a[...] = np.arange(4096, dtype="int16")
+    record(name, "wrong_size", a, bad_ranges=[[0, 4096]])
+    with open(os.path.join(path, "wrong_size", "c", "0"), "ab") as f:
+        f.write(b"\x00")
+    # A shard whose index checksum fails; the other shard is fine.
+    a = root.create_array("bad_index", shape=(16384,), chunks=(4096,), shards=(8192,), dtype="uint8", compressors=None)
+    a[...] = np.arange(16384, dtype="int64").astype("uint8")
+    record(name, "bad_index", a, bad_ranges=[[0, 8192]])
+    s0 = os.path.join(path, "bad_index", "c", "0")
+    with open(s0, "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 0xFF]))
+    # Broken metadata of several kinds.
+    def node(sub, text):
+        os.makedirs(os.path.join(path, sub), exist_ok=True)
+        with open(os.path.join(path, sub, "zarr.json"), "w") as f:
+            f.write(text)
+    node("bad_json", '{"zarr_format": 3, "node_type": ')
+    good = json.load(open(os.path.join(path, "good", "zarr.json")))
+    node("unknown_codec", json.dumps(dict(good, codecs=good["codecs"] + [{"name": "lzma42"}])))
+    node("must_understand", json.dumps(dict(good, fancy_extension={"x": 1})))
+    node("ignorable_field", json.dumps(dict(good, note={"must_understand": False, "x": 1})))
+    shutil.copytree(os.path.join(path, "good", "c"), os.path.join(path, "ignorable_field", "c"))
+    record(name, "ignorable_field", zarr.open_array(os.path.join(path, "good"), mode="r"))
+    s = root.create_array("strings", shape=(3,), chunks=(2,), dtype=str)
+    s[...] = ["a", "b", "c"]
+
+
+def demo():
+    """The README's demo store."""
+    path = os.path.join(ROOT, "demo", "weather.zarr")
+    root = zarr.open_group(path, mode="w", zarr_format=3, attributes={"title": "zarrfs demo"})
+    t = root.create_array("temp", shape=(24, 4, 6), chunks=(6, 2, 3), dtype="float32", fill_value=np.nan,
+                          dimension_names=["hour", "lat", "lon"], attributes={"units": "degC"})
+    hours = np.arange(24, dtype="float32")[:, None, None]
+    t[...] = 10 + 8 * np.sin(hours / 24 * 2 * np.pi) + np.zeros((24, 4, 6), dtype="float32")
+    s = root.create_group("surface")
+    p = s.create_array("pressure", shape=(4, 6), chunks=(2, 6), dtype="int16", fill_value=-1)
+    p[...] = (1013 + np.arange(24).reshape(4, 6)).astype("int16")
+
+
+def main():
+    if os.path.exists(OUT):
+        shutil.rmtree(OUT)
+    os.makedirs(OUT)
+    zarr_python_v3("v3.zarr")
+    zarr_python_v2("v2.zarr")
+    tensorstore_v3("tensorstore_v3.zarr")
+    tensorstore_v2("tensorstore_v2.zarr")
+    damaged("damaged.zarr")
+    with open(os.path.join(OUT, "expected.json"), "w") as f:
+        json.dump(EXPECTED, f, indent=1, sort_keys=True)
+    demo()
+    print(f"{len(EXPECTED)} arrays written under {OUT}")
+
+
+if __name__ == "__main__":
+    main()

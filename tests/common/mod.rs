@@ -1,0 +1,187 @@
+//! Shared by the mount tests: fixtures, and a mount of the real binary on a temporary directory
+//! that is unmounted when the guard drops, panics included.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_zarrfs")
+}
+
+/// `expected.json`: per `store/path`, the expected bytes and the byte ranges that must fail.
+pub struct Expected {
+    pub store: String,
+    pub path: String,
+    pub bytes: Vec<u8>,
+    pub bad_ranges: Vec<(usize, usize)>,
+}
+
+pub fn expected() -> Vec<Expected> {
+    let text = std::fs::read_to_string(fixtures().join("expected.json"))
+        .expect("tests/fixtures/expected.json (run scripts/make-fixtures.py)");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("expected.json parses");
+    let mut out = Vec::new();
+    for (key, entry) in doc.as_object().expect("object") {
+        let (store, path) = key.split_once('/').expect("store/path");
+        let bytes = std::fs::read(fixtures().join(entry["bin"].as_str().expect("bin")))
+            .expect("expected bytes");
+        let bad_ranges = entry
+            .get("bad_ranges")
+            .and_then(|r| r.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|p| {
+                        (
+                            p[0].as_u64().unwrap() as usize,
+                            p[1].as_u64().unwrap() as usize,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Expected {
+            store: store.to_string(),
+            path: path.to_string(),
+            bytes,
+            bad_ranges,
+        });
+    }
+    out
+}
+
+pub fn is_mounted(path: &Path) -> bool {
+    let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let want = canon.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        })
+        .unwrap_or(false)
+}
+
+fn force_unmount(path: &Path) {
+    if is_mounted(path) {
+        let _ = Command::new("umount").arg("-l").arg(path).status();
+    }
+}
+
+/// A foreground daemon serving `store` on a fresh temporary mount point.
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    pub mountpoint: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mount {
+    pub fn new(store: &Path, extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mountpoint = dir.path().join("mnt");
+        std::fs::create_dir(&mountpoint).expect("mount point");
+        let log = dir.path().join("zarrfs.log");
+        let child = Command::new(bin())
+            .arg("mount")
+            .arg("-f")
+            .arg(store)
+            .arg(&mountpoint)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start zarrfs");
+        let mut m = Mount {
+            dir,
+            mountpoint,
+            log,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(&m.mountpoint) {
+            if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("zarrfs exited before mounting ({status}): {}", m.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mount did not come up: {}",
+                m.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mountpoint.join(rel)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM the daemon and wait: returns its exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                force_unmount(&self.mountpoint);
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                force_unmount(&self.mountpoint);
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.stop();
+        force_unmount(&self.mountpoint);
+    }
+}
+
+/// `dd if=PATH bs=BS` as a subprocess; its stdout, or its stderr as the error.
+pub fn dd(path: &Path, bs: &str) -> Result<Vec<u8>, String> {
+    let out = Command::new("dd")
+        .arg(format!("if={}", path.display()))
+        .arg(format!("bs={bs}"))
+        .arg("status=none")
+        .output()
+        .expect("run dd");
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A small deterministic generator (no extra crate for tests that need only a few numbers).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}

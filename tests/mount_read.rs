@@ -1,0 +1,270 @@
+//! Reads through real mounts of the fixture stores, compared with what zarr-python reads.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use common::{Lcg, Mount, dd, expected, fixtures};
+
+fn mount_store(store: &str) -> Mount {
+    Mount::new(&fixtures().join(store), &[])
+}
+
+fn healthy(store: &str) -> Vec<common::Expected> {
+    expected()
+        .into_iter()
+        .filter(|e| e.store == store && e.bad_ranges.is_empty())
+        .collect()
+}
+
+fn check_store_with_std_fs(store: &str) {
+    let m = mount_store(store);
+    let arrays = healthy(store);
+    assert!(!arrays.is_empty());
+    for e in &arrays {
+        let data = m.path(&e.path).join("data");
+        let len = std::fs::metadata(&data)
+            .unwrap_or_else(|err| panic!("{store}/{}: {err}", e.path))
+            .len();
+        assert_eq!(len as usize, e.bytes.len(), "{store}/{} size", e.path);
+        let got = std::fs::read(&data)
+            .unwrap_or_else(|err| panic!("{store}/{}: {err}\n{}", e.path, m.log_text()));
+        assert!(
+            got == e.bytes,
+            "{store}/{}: bytes differ from zarr-python's",
+            e.path
+        );
+    }
+}
+
+#[test]
+fn zarr_python_v3_arrays_read_back() {
+    check_store_with_std_fs("v3.zarr");
+}
+
+#[test]
+fn zarr_python_v2_arrays_read_back() {
+    check_store_with_std_fs("v2.zarr");
+}
+
+#[test]
+fn tensorstore_arrays_read_back() {
+    check_store_with_std_fs("tensorstore_v3.zarr");
+    check_store_with_std_fs("tensorstore_v2.zarr");
+}
+
+#[test]
+fn dd_with_any_block_size_reads_the_same_bytes() {
+    for store in ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr"] {
+        let m = mount_store(store);
+        for e in healthy(store) {
+            let data = m.path(&e.path).join("data");
+            for bs in ["1", "7", "4k", "1M"] {
+                let got = dd(&data, bs)
+                    .unwrap_or_else(|err| panic!("dd bs={bs} {store}/{}: {err}", e.path));
+                assert!(got == e.bytes, "dd bs={bs} {store}/{} differs", e.path);
+            }
+        }
+    }
+}
+
+#[test]
+fn random_preads_match() {
+    let mut rng = Lcg(7);
+    for store in ["v3.zarr", "v2.zarr"] {
+        let m = mount_store(store);
+        for e in healthy(store) {
+            let f = std::fs::File::open(m.path(&e.path).join("data")).expect("open data");
+            let n = e.bytes.len() as u64;
+            for _ in 0..40 {
+                let off = rng.below(n + 8);
+                let len = rng.below(n / 2 + 16) as usize;
+                let mut buf = vec![0xAAu8; len];
+                let got = f.read_at(&mut buf, off).expect("pread");
+                let want = &e.bytes[(off.min(n) as usize)
+                    ..((off as usize + len).min(n as usize)).max(off.min(n) as usize)];
+                assert_eq!(&buf[..got], want, "{store}/{} pread({off}, {len})", e.path);
+            }
+        }
+    }
+}
+
+#[test]
+fn mmap_reads_match() {
+    let m = mount_store("v3.zarr");
+    for e in healthy("v3.zarr")
+        .into_iter()
+        .filter(|e| !e.bytes.is_empty())
+    {
+        let f = std::fs::File::open(m.path(&e.path).join("data")).expect("open data");
+        // SAFETY: the file is not changed while mapped.
+        let map = unsafe { memmap2::Mmap::map(&f) }.expect("mmap");
+        assert!(map[..] == e.bytes[..], "mmap of {} differs", e.path);
+    }
+}
+
+fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(root.join(rel)).expect("readdir") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().into_string().expect("utf-8 name");
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if entry.file_type().expect("type").is_dir() {
+            out.insert(format!("{child}/"));
+            walk(root, &child, out);
+        } else {
+            out.insert(child);
+        }
+    }
+}
+
+#[test]
+fn tree_is_exactly_the_contract() {
+    let m = mount_store("v3.zarr");
+    let mut seen = BTreeSet::new();
+    walk(&m.mountpoint, "", &mut seen);
+    // Arrays: a directory with zarr.json, data and prepend; every ancestor a group with zarr.json.
+    let mut want = BTreeSet::from([
+        "zarr.json".to_string(),
+        "g1/".into(),
+        "g1/zarr.json".into(),
+        "g1/empty_group/".into(),
+        "g1/empty_group/zarr.json".into(),
+    ]);
+    for e in expected().into_iter().filter(|e| e.store == "v3.zarr") {
+        for f in ["zarr.json", "data", "prepend"] {
+            want.insert(format!("{}/{f}", e.path));
+        }
+        let mut prefix = String::new();
+        for part in e.path.split('/') {
+            prefix = if prefix.is_empty() {
+                part.to_string()
+            } else {
+                format!("{prefix}/{part}")
+            };
+            want.insert(format!("{prefix}/"));
+            if prefix != e.path {
+                want.insert(format!("{prefix}/zarr.json"));
+            }
+        }
+    }
+    assert_eq!(seen, want);
+    let meta = std::fs::metadata(m.path("shapes/d1/prepend")).expect("prepend");
+    assert_eq!(
+        (
+            meta.len(),
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777
+        ),
+        (0, 0o200)
+    );
+    assert_eq!(
+        std::fs::read(m.path("shapes/d1/zarr.json")).unwrap(),
+        std::fs::read(fixtures().join("v3.zarr/shapes/d1/zarr.json")).unwrap()
+    );
+    assert!(std::fs::metadata(m.path("notes.txt")).is_err());
+    assert!(std::fs::metadata(m.path("shapes/d1/c")).is_err());
+}
+
+#[test]
+fn v2_tree_shows_its_documents() {
+    let m = mount_store("v2.zarr");
+    let mut seen = BTreeSet::new();
+    walk(&m.mountpoint, "sub", &mut seen);
+    let want: BTreeSet<String> = [
+        "sub/.zattrs",
+        "sub/.zgroup",
+        "sub/nan_fill/",
+        "sub/nan_fill/.zarray",
+        "sub/nan_fill/.zattrs",
+        "sub/nan_fill/data",
+        "sub/nan_fill/prepend",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn damaged_store_fails_only_where_it_must() {
+    let m = mount_store("damaged.zarr");
+    for e in expected().into_iter().filter(|e| e.store == "damaged.zarr") {
+        let f = std::fs::File::open(m.path(&e.path).join("data")).expect("open data");
+        // The kernel reads whole pages: a read fails when its page holds damage.
+        const PAGE: usize = 4096;
+        for off in (0..e.bytes.len()).step_by(512) {
+            let mut buf = vec![0u8; 8];
+            let page = off / PAGE * PAGE..(off / PAGE + 1) * PAGE;
+            let bad = e
+                .bad_ranges
+                .iter()
+                .any(|&(s, end)| s < page.end && end > page.start);
+            match f.read_at(&mut buf, off as u64) {
+                Ok(n) if !bad => {
+                    assert_eq!(&buf[..n], &e.bytes[off..off + n], "{} at {off}", e.path)
+                }
+                Err(err) if bad => {
+                    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{} at {off}", e.path)
+                }
+                other => panic!("{} at {off}: bad={bad} got {other:?}", e.path),
+            }
+        }
+    }
+    // A whole read across damage fails; the log names the array, the key and the cause.
+    assert_eq!(
+        std::fs::read(m.path("corrupt/data"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EIO)
+    );
+    let log = m.log_text();
+    assert!(
+        log.contains("/corrupt") && log.contains("corrupt/c/1") && log.contains("zstd"),
+        "log: {log}"
+    );
+    // Nodes that cannot be served show their metadata and an error file, and no data.
+    for (node, reason) in [
+        ("bad_json", "not valid JSON"),
+        ("unknown_codec", "lzma42"),
+        ("must_understand", "fancy_extension"),
+        ("strings", "variable-length"),
+    ] {
+        let msg = std::fs::read_to_string(m.path(node).join("error"))
+            .unwrap_or_else(|e| panic!("{node}/error: {e}"));
+        assert!(msg.contains(reason), "{node}: {msg}");
+        assert!(m.path(node).join("zarr.json").exists());
+        assert!(!m.path(node).join("data").exists());
+    }
+    // The rest of the mount works.
+    assert_eq!(
+        std::fs::read(m.path("good/data")).unwrap(),
+        [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+    );
+}
+
+#[test]
+fn sigterm_unmounts_cleanly() {
+    let mut m = mount_store("v3.zarr");
+    assert!(std::fs::read(m.path("shapes/d1/data")).is_ok());
+    let status = m.stop().expect("daemon exits on SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    assert!(!common::is_mounted(&m.mountpoint));
+}
+
+#[test]
+fn writes_are_refused_for_now() {
+    let m = mount_store("v3.zarr");
+    let err = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("shapes/d1/data"))
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+}
