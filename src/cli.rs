@@ -131,7 +131,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("size {s:?} is not a number with an optional K/M/G/T unit"))?;
-    if !(n >= 0.0) {
+    if n.is_nan() || n < 0.0 {
         return Err(format!("size {s:?} must not be negative"));
     }
     Ok((n * mult as f64) as u64)
@@ -183,13 +183,15 @@ fn split_options(list: &str) -> Vec<String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                if let Some(n) = chars.next() {
-                    out.last_mut().map(|s| s.push(n));
+                if let (Some(n), Some(s)) = (chars.next(), out.last_mut()) {
+                    s.push(n);
                 }
             }
             ',' => out.push(String::new()),
             c => {
-                out.last_mut().map(|s| s.push(c));
+                if let Some(s) = out.last_mut() {
+                    s.push(c);
+                }
             }
         }
     }
@@ -277,7 +279,7 @@ fn init_logging(verbose: u8, log_file: Option<&Path>) -> Result<(), String> {
                 .with_writer(std::sync::Mutex::new(f))
                 .try_init()
         }
-        None => builder.with_writer(std::io::stderr).try_init(),
+        None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).try_init(),
     };
     result.map_err(|e| e.to_string())
 }

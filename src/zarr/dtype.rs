@@ -122,7 +122,7 @@ impl DataType {
             "bytes" | "variable_length_bytes" | "binary" => DataType::Bytes,
             r if r.starts_with('r') && r[1..].parse::<usize>().is_ok() => {
                 let bits: usize = r[1..].parse().unwrap_or(0);
-                if bits == 0 || bits % 8 != 0 {
+                if bits == 0 || !bits.is_multiple_of(8) {
                     return Err(Error::metadata(format!(
                         "raw bits type {r}: the bit count must be a positive multiple of 8"
                     )));

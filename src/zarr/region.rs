@@ -90,21 +90,20 @@ fn coalesce(extent: &[u64], a: &Strided, b: &Strided) -> (Vec<u64>, Vec<u64>, Ve
     let mut ext: Vec<u64> = Vec::with_capacity(extent.len());
     let mut sa: Vec<u64> = Vec::new();
     let mut sb: Vec<u64> = Vec::new();
-    for k in 0..extent.len() {
+    for ((&e, &stride_a), &stride_b) in extent.iter().zip(&a.strides).zip(&b.strides) {
         if let (Some(&last_ext), Some(&la), Some(&lb)) = (ext.last(), sa.last(), sb.last())
-            && a.strides[k] * extent[k] == la
-            && b.strides[k] * extent[k] == lb
-            && last_ext > 0
+            && stride_a * e == la
+            && stride_b * e == lb
         {
             let n = ext.len() - 1;
-            ext[n] = last_ext * extent[k];
-            sa[n] = a.strides[k];
-            sb[n] = b.strides[k];
+            ext[n] = last_ext * e;
+            sa[n] = stride_a;
+            sb[n] = stride_b;
             continue;
         }
-        ext.push(extent[k]);
-        sa.push(a.strides[k]);
-        sb.push(b.strides[k]);
+        ext.push(e);
+        sa.push(stride_a);
+        sb.push(stride_b);
     }
     (ext, sa, sb)
 }

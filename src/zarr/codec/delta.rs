@@ -117,7 +117,7 @@ impl DeltaCodec {
         decode: bool,
     ) -> Result<Vec<u8>> {
         let (fs, ts) = (from.0.size().unwrap_or(1), to.0.size().unwrap_or(1));
-        if bytes.len() % fs != 0 {
+        if !bytes.len().is_multiple_of(fs) {
             return Err(corrupt(format!(
                 "delta: {} bytes is not a whole number of {fs}-byte elements",
                 bytes.len()
