@@ -279,7 +279,10 @@ fn init_logging(verbose: u8, log_file: Option<&Path>) -> Result<(), String> {
                 .with_writer(std::sync::Mutex::new(f))
                 .try_init()
         }
-        None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).try_init(),
+        None => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .try_init(),
     };
     result.map_err(|e| e.to_string())
 }

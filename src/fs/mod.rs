@@ -83,10 +83,18 @@ enum DirState {
     Broken(Arc<str>),
 }
 
-/// Per open file: where the last read ended, to spot sequential readers.
+/// Per open file: how far reads and read-ahead have gone, to spot sequential readers.
+#[derive(Default)]
 struct Handle {
-    next_offset: AtomicU64,
+    /// The furthest end of a read.
+    furthest: AtomicU64,
+    /// Where read-ahead has been started up to.
+    ahead: AtomicU64,
 }
+
+/// The kernel splits a sequential read into requests that several threads serve out of order:
+/// a read this close to the furthest one so far still counts as sequential.
+const SEQUENTIAL_SLACK: u64 = 8 << 20;
 
 pub struct ZarrFs {
     store: Arc<dyn Store>,
@@ -304,13 +312,28 @@ impl ZarrFs {
             return Err(Error::Invalid("prepend is write-only".into()));
         }
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(
-            fh,
-            Arc::new(Handle {
-                next_offset: AtomicU64::new(0),
-            }),
-        );
+        lock(&self.handles).insert(fh, Arc::new(Handle::default()));
         Ok(fh)
+    }
+
+    /// For a sequential reader, start decoding the window after this read on the pool, so
+    /// that decoding runs ahead of the reader.
+    fn read_ahead(&self, array: &Arc<OpenArray>, h: &Handle, offset: u64, size: u32) {
+        let end = offset + u64::from(size);
+        let furthest = h.furthest.fetch_max(end, Ordering::Relaxed);
+        let sequential = offset > 0
+            && offset <= furthest.saturating_add(SEQUENTIAL_SLACK)
+            && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
+        let window = self.config.read_ahead.min(self.cache.capacity() as u64 / 4);
+        if !sequential || window == 0 {
+            return;
+        }
+        let from = h.ahead.load(Ordering::Relaxed).max(end);
+        let to = end + window;
+        // Extend in steps of a quarter window, not on every request.
+        if to >= from + window / 4 && h.ahead.fetch_max(to, Ordering::Relaxed) < to {
+            raw::read_ahead(array, &self.cache, &self.pool, from, to - from);
+        }
     }
 
     pub fn release(&self, fh: u64) {
@@ -334,25 +357,10 @@ impl ZarrFs {
                 let DirState::Array(array) = self.dir_state(&node.path)? else {
                     return Err(Error::NotFound);
                 };
-                let handle = lock(&self.handles).get(&fh).cloned();
-                let sequential = handle
-                    .as_ref()
-                    .is_some_and(|h| h.next_offset.load(Ordering::Relaxed) == offset && offset > 0);
-                let data = raw::read(&array, &self.cache, &self.pool, offset, size)?;
-                let end = offset + data.len() as u64;
-                if let Some(h) = handle {
-                    h.next_offset.store(end, Ordering::Relaxed);
+                if let Some(h) = lock(&self.handles).get(&fh).cloned() {
+                    self.read_ahead(&array, &h, offset, size);
                 }
-                if sequential {
-                    raw::read_ahead(
-                        &array,
-                        &self.cache,
-                        &self.pool,
-                        end,
-                        self.config.read_ahead.min(self.cache.capacity() as u64 / 4),
-                    );
-                }
-                Ok(data)
+                raw::read(&array, &self.cache, &self.pool, offset, size)
             }
             NodeKind::Prepend => Err(Error::Invalid("prepend is write-only".into())),
             NodeKind::Dir => Err(Error::Invalid("is a directory".into())),

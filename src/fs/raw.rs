@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{OpenArray, display_path};
+use crate::Result;
 use crate::cache::{CacheKey, Cached, ChunkCache, WorkerPool};
 use crate::zarr::array::ReadUnits;
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box};
-use crate::{Error, Result};
 
 /// The read units a flat element range touches, each with the boxes of the range inside it.
 fn units_of(grid: &ChunkGrid, shape: &[u64], range: FlatRange) -> Vec<(Vec<u64>, Vec<Region>)> {
@@ -111,33 +111,28 @@ fn load_unit(array: &OpenArray, cache: &ChunkCache, coords: &[u64]) -> Result<Ar
     result
 }
 
-/// Fetch several units, in parallel on the pool when there are several to load.
+/// Have a worker load a unit into the cache, unless it is there or on its way.
+fn warm(array: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coords: Vec<u64>) {
+    if !cache.is_present_or_loading(&unit_key(array, &coords)) {
+        let (array, cache) = (array.clone(), cache.clone());
+        pool.submit(move || {
+            let _ = load_unit(&array, &cache, &coords);
+        });
+    }
+}
+
+/// Fetch several units in parallel: the workers start on all but the first, and this thread
+/// loads them in order, joining loads already under way and doing those not yet started.
 fn load_units(
     array: &Arc<OpenArray>,
     cache: &Arc<ChunkCache>,
     pool: &WorkerPool,
     units: &[Vec<u64>],
 ) -> Vec<Result<Arc<Cached>>> {
-    if units.len() <= 1 {
-        return units.iter().map(|c| load_unit(array, cache, c)).collect();
+    for coords in units.iter().skip(1) {
+        warm(array, cache, pool, coords.clone());
     }
-    let (tx, rx) = crossbeam_channel::bounded(units.len());
-    for (i, coords) in units.iter().enumerate() {
-        let (array, cache, coords, tx) = (array.clone(), cache.clone(), coords.clone(), tx.clone());
-        pool.submit(move || {
-            let _ = tx.send((i, load_unit(&array, &cache, &coords)));
-        });
-    }
-    drop(tx);
-    let mut out: Vec<Option<Result<Arc<Cached>>>> = (0..units.len()).map(|_| None).collect();
-    for (i, r) in rx.iter() {
-        out[i] = Some(r);
-    }
-    out.into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| Err(Error::Io(std::io::Error::other("a decode worker stopped"))))
-        })
-        .collect()
+    units.iter().map(|c| load_unit(array, cache, c)).collect()
 }
 
 /// Bytes `offset .. offset + size` of the array's flat file (short at the end of the file).
@@ -218,12 +213,6 @@ pub fn read_ahead(
         end: (offset + len).min(total).div_ceil(item),
     };
     for (coords, _) in units_of(&array.array.unit_grid(), &meta.shape, range) {
-        if cache.is_present_or_loading(&unit_key(array, &coords)) {
-            continue;
-        }
-        let (array, cache) = (array.clone(), cache.clone());
-        pool.submit(move || {
-            let _ = load_unit(&array, &cache, &coords);
-        });
+        warm(array, cache, pool, coords);
     }
 }

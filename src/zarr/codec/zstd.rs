@@ -7,6 +7,9 @@ use serde_json::{Value, json};
 use super::{BytesToBytesCodec, CodecTraits, corrupt};
 use crate::{Error, Result};
 
+/// Larger declared sizes are not trusted for one allocation up front.
+const MAX_ONE_SHOT: u64 = 1 << 32;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZstdCodec {
     pub level: i32,
@@ -46,7 +49,15 @@ impl CodecTraits for ZstdCodec {
 
 impl BytesToBytesCodec for ZstdCodec {
     fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        // Streaming decode handles frames without a content size and verifies checksums.
+        // With a content size, decode straight into a buffer of that size (no copies); without
+        // one (or for several frames), stream. Both verify checksums.
+        if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(&bytes)
+            && n <= MAX_ONE_SHOT
+            && let Ok(out) = zstd::bulk::decompress(&bytes, n as usize)
+            && out.len() as u64 == n
+        {
+            return Ok(out);
+        }
         zstd::stream::decode_all(&bytes[..]).map_err(|e| corrupt(format!("zstd: {e}")))
     }
 
