@@ -86,11 +86,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl ChunkCache {
     pub fn new(capacity: usize) -> ChunkCache {
         ChunkCache {
-            state: Mutex::new(State {
-                lru: LruCache::unbounded(),
-                bytes: 0,
-                inflight: HashMap::new(),
-            }),
+            state: Mutex::new(State { lru: LruCache::unbounded(), bytes: 0, inflight: HashMap::new() }),
             capacity,
             stats: CacheStats::default(),
         }
@@ -106,6 +102,39 @@ impl ChunkCache {
         s.lru.contains(key) || s.inflight.contains_key(key)
     }
 
+    /// The cached value of `key`, if any (not counted as a hit or miss).
+    pub fn peek(&self, key: &CacheKey) -> Option<Arc<Cached>> {
+        lock(&self.state).lru.peek(key).cloned()
+    }
+
+    /// Put a value in (after a write-back, so the next read needs no decode).
+    pub fn insert(&self, key: CacheKey, value: Cached) {
+        let mut s = lock(&self.state);
+        let value = Arc::new(value);
+        s.bytes += value.cost();
+        if let Some(old) = s.lru.put(key, value) {
+            s.bytes -= old.cost();
+        }
+        self.evict(&mut s);
+    }
+
+    /// Forget a key (its stored value changed).
+    pub fn remove(&self, key: &CacheKey) {
+        let mut s = lock(&self.state);
+        if let Some(old) = s.lru.pop(key) {
+            s.bytes -= old.cost();
+        }
+    }
+
+    fn evict(&self, s: &mut State) {
+        while s.bytes > self.capacity && s.lru.len() > 1 {
+            match s.lru.pop_lru() {
+                Some((_, old)) => s.bytes -= old.cost(),
+                None => break,
+            }
+        }
+    }
+
     /// Bytes currently held.
     pub fn bytes(&self) -> usize {
         lock(&self.state).bytes
@@ -113,11 +142,7 @@ impl ChunkCache {
 
     /// The cached value of `key`, or the result of `load`, which runs at most once at a time
     /// per key. Errors are not cached.
-    pub fn get_or_load(
-        &self,
-        key: &CacheKey,
-        load: impl FnOnce() -> Result<Cached>,
-    ) -> Result<Arc<Cached>> {
+    pub fn get_or_load(&self, key: &CacheKey, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
         let pending = {
             let mut s = lock(&self.state);
             if let Some(v) = s.lru.get(key) {
@@ -150,20 +175,13 @@ impl ChunkCache {
             let mut s = lock(&self.state);
             if let Ok(v) = &result {
                 if let Cached::Chunk(c) = v.as_ref() {
-                    self.stats
-                        .decoded_bytes
-                        .fetch_add(c.len() as u64, Ordering::Relaxed);
+                    self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
                 }
                 s.bytes += v.cost();
                 if let Some(old) = s.lru.put(key.clone(), v.clone()) {
                     s.bytes -= old.cost();
                 }
-                while s.bytes > self.capacity && s.lru.len() > 1 {
-                    match s.lru.pop_lru() {
-                        Some((_, old)) => s.bytes -= old.cost(),
-                        None => break,
-                    }
-                }
+                self.evict(&mut s);
             } else {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -189,13 +207,11 @@ impl WorkerPool {
         let (tx, rx) = unbounded::<Job>();
         for i in 0..threads.get() {
             let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("zarrfs-worker-{i}"))
-                .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        job();
-                    }
-                });
+            let spawned = std::thread::Builder::new().name(format!("zarrfs-worker-{i}")).spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            });
             if let Err(e) = spawned {
                 tracing::error!("cannot start worker thread {i}: {e}");
             }
@@ -217,20 +233,14 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn key(i: u64) -> CacheKey {
-        CacheKey {
-            array: 1,
-            is_index: false,
-            coords: vec![i].into(),
-        }
+        CacheKey { array: 1, is_index: false, coords: vec![i].into() }
     }
 
     #[test]
     fn evicts_by_bytes_and_loads_once() {
         let cache = ChunkCache::new(1000);
         for i in 0..10 {
-            cache
-                .get_or_load(&key(i), || Ok(Cached::Chunk(vec![0; 300])))
-                .unwrap();
+            cache.get_or_load(&key(i), || Ok(Cached::Chunk(vec![0; 300]))).unwrap();
         }
         assert!(cache.bytes() <= 1000);
         let loads = AtomicUsize::new(0);
@@ -277,11 +287,7 @@ mod tests {
     #[test]
     fn errors_are_not_cached() {
         let cache = ChunkCache::new(1 << 20);
-        assert!(
-            cache
-                .get_or_load(&key(1), || Err(crate::Error::corrupt("k", "bad")))
-                .is_err()
-        );
+        assert!(cache.get_or_load(&key(1), || Err(crate::Error::corrupt("k", "bad"))).is_err());
         assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
         assert_eq!(cache.stats.errors.load(Ordering::Relaxed), 1);
     }

@@ -17,11 +17,7 @@ use crate::fuse::FuseAdapter;
 use crate::store::{LocalStore, Store};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "zarrfs",
-    version,
-    about = "Mount a Zarr store as a directory tree in which every array is one flat raw file"
-)]
+#[command(name = "zarrfs", version, about = "Mount a Zarr store as a directory tree in which every array is one flat raw file")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -110,10 +106,7 @@ fn is_generic_option(o: &str) -> bool {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m = match c.to_ascii_uppercase() {
@@ -127,10 +120,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         }
         _ => (t, 1),
     };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("size {s:?} is not a number with an optional K/M/G/T unit"))?;
+    let n: f64 = num.trim().parse().map_err(|_| format!("size {s:?} is not a number with an optional K/M/G/T unit"))?;
     if n.is_nan() || n < 0.0 {
         return Err(format!("size {s:?} must not be negative"));
     }
@@ -139,12 +129,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 impl MountPlan {
     fn from_args(args: &MountArgs) -> Result<MountPlan, String> {
-        let mut plan = MountPlan {
-            read_only: args.read_only,
-            cache_size: args.cache_size,
-            threads: args.threads,
-            ..Default::default()
-        };
+        let mut plan = MountPlan { read_only: args.read_only, cache_size: args.cache_size, threads: args.threads, ..Default::default() };
         for list in &args.options {
             for o in split_options(list) {
                 let (key, value) = match o.split_once('=') {
@@ -159,9 +144,7 @@ impl MountPlan {
                     ("default_permissions", None) => plan.default_permissions = true,
                     ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
                     ("threads", Some(v)) => {
-                        plan.threads = Some(v.parse().map_err(|_| {
-                            format!("option threads={v}: expected a positive integer")
-                        })?)
+                        plan.threads = Some(v.parse().map_err(|_| format!("option threads={v}: expected a positive integer"))?)
                     }
                     (k, None) if is_generic_option(k) => {}
                     (k, _) if k.starts_with("x-") => {}
@@ -202,9 +185,7 @@ fn split_options(list: &str) -> Vec<String> {
 /// `zarrfs mount SOURCE MOUNTPOINT -o …`.
 fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-    let is_command = ["mount", "unmount", "info", "help"].contains(&first)
-        || first.starts_with('-')
-        || first.is_empty();
+    let is_command = ["mount", "unmount", "info", "help"].contains(&first) || first.starts_with('-') || first.is_empty();
     if !is_command {
         args.insert(1, OsString::from("mount"));
     }
@@ -216,11 +197,7 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
     match cli.command {
@@ -237,10 +214,7 @@ pub fn main() -> ExitCode {
             let path = path.unwrap_or_default().trim_matches('/').to_string();
             match crate::info::collect(&store, &path) {
                 Ok(nodes) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&nodes).unwrap_or_default()
-                    );
+                    println!("{}", serde_json::to_string_pretty(&nodes).unwrap_or_default());
                     ExitCode::SUCCESS
                 }
                 Ok(nodes) => {
@@ -259,30 +233,18 @@ pub fn main() -> ExitCode {
 fn init_logging(verbose: u8, log_file: Option<&Path>) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
-        0 => "zarrfs=info,warn",
-        1 => "zarrfs=debug,info",
+        0 => "zarrfs=info,fuser=error,warn",
+        1 => "zarrfs=debug,fuser=warn,info",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let result = match log_file {
         Some(p) => {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| format!("log file {}: {e}", p.display()))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(f))
-                .try_init()
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("log file {}: {e}", p.display()))?;
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init()
         }
-        None => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .try_init(),
+        None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).try_init(),
     };
     result.map_err(|e| e.to_string())
 }
@@ -293,26 +255,15 @@ fn preflight(args: &MountArgs) -> Result<(), String> {
         return Err(format!("store {} is not a directory", args.store.display()));
     }
     let store = LocalStore::new(&args.store);
-    let has_node = ["zarr.json", ".zgroup", ".zarray"]
-        .iter()
-        .any(|k| matches!(store.get(k), Ok(Some(_))));
+    let has_node = ["zarr.json", ".zgroup", ".zarray"].iter().any(|k| matches!(store.get(k), Ok(Some(_))));
     if !has_node {
-        return Err(format!(
-            "{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root",
-            args.store.display()
-        ));
+        return Err(format!("{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root", args.store.display()));
     }
     if !args.mountpoint.is_dir() {
-        return Err(format!(
-            "mount point {} is not a directory",
-            args.mountpoint.display()
-        ));
+        return Err(format!("mount point {} is not a directory", args.mountpoint.display()));
     }
     if !Path::new("/dev/fuse").exists() {
-        return Err(
-            "no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available"
-                .into(),
-        );
+        return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());
     }
     Ok(())
 }
@@ -371,8 +322,7 @@ fn daemonize() -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: the fds were just created and are ours.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: no other thread exists yet in this process.
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
@@ -418,31 +368,20 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
-fn run_mount(
-    args: &MountArgs,
-    plan: &MountPlan,
-    report: impl Fn(&str),
-    background: bool,
-) -> Result<(), String> {
+fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), background: bool) -> Result<(), String> {
     // Block the shutdown signals before any thread starts: every thread inherits the mask and
     // the main thread alone takes them, with sigtimedwait.
     let signals = signal_set();
     // SAFETY: setting this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
 
-    let store: Arc<dyn Store> = Arc::new(LocalStore::new(
-        args.store
-            .canonicalize()
-            .map_err(|e| format!("store {}: {e}", args.store.display()))?,
-    ));
-    let mut config = Config {
-        read_only: plan.read_only,
-        ..Config::default()
-    };
+    let store: Arc<dyn Store> =
+        Arc::new(LocalStore::new(args.store.canonicalize().map_err(|e| format!("store {}: {e}", args.store.display()))?));
+    let mut config = Config { read_only: plan.read_only, ..Config::default() };
     if let Some(n) = plan.cache_size {
         config.cache_size = n as usize;
     }
-    let fs = ZarrFs::new(store, config);
+    let fs = Arc::new(ZarrFs::new(store, config));
 
     let mut fuse_config = fuser::Config::default();
     let mut options = vec![
@@ -473,17 +412,9 @@ fn run_mount(
     // SAFETY: geteuid cannot fail. As root /dev/fuse is opened directly, so cloned fds work.
     fuse_config.clone_fd = unsafe { libc::geteuid() } == 0;
 
-    let session = fuser::Session::new(FuseAdapter::new(fs), &args.mountpoint, &fuse_config)
-        .map_err(|e| {
-            format!(
-                "cannot mount {} on {}: {e}",
-                args.store.display(),
-                args.mountpoint.display()
-            )
-        })?;
-    let bg = session
-        .spawn()
-        .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+    let session = fuser::Session::new(FuseAdapter::new(fs.clone()), &args.mountpoint, &fuse_config)
+        .map_err(|e| format!("cannot mount {} on {}: {e}", args.store.display(), args.mountpoint.display()))?;
+    let bg = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
     tracing::info!(store = %args.store.display(), mountpoint = %args.mountpoint.display(), "mounted");
     report("ok");
     if background {
@@ -491,13 +422,13 @@ fn run_mount(
     }
 
     // Wait for a signal, or for the session to end (an external umount).
-    let timeout = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 200_000_000,
-    };
+    let timeout = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
     loop {
         if bg.guard.is_finished() {
             let _ = bg.join();
+            if let Err(e) = fs.flush_all() {
+                tracing::error!("some changes could not be stored: {e}");
+            }
             tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted from outside");
             return Ok(());
         }
@@ -512,6 +443,10 @@ fn run_mount(
         tracing::warn!("unmount failed ({e}); detaching the mount lazily");
         lazy_unmount(&args.mountpoint);
     }
+    // The session's end flushes too; this catches a mount that had to be detached while busy.
+    if let Err(e) = fs.flush_all() {
+        tracing::error!("some changes could not be stored: {e}");
+    }
     tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted");
     std::thread::sleep(Duration::from_millis(10));
     Ok(())
@@ -519,11 +454,7 @@ fn run_mount(
 
 /// A background daemon must not hold the caller's terminal or pipes open.
 fn detach_stdio(keep_stderr: bool) {
-    let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    else {
+    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else {
         return;
     };
     use std::os::fd::AsRawFd;
@@ -553,16 +484,9 @@ fn unmount(mountpoint: &Path) -> Result<(), String> {
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EPERM) {
-        let status = std::process::Command::new("fusermount3")
-            .arg("-u")
-            .arg(mountpoint)
-            .status()
-            .map_err(|e| format!("fusermount3: {e}"))?;
-        return if status.success() {
-            Ok(())
-        } else {
-            Err(format!("fusermount3 -u failed ({status})"))
-        };
+        let status =
+            std::process::Command::new("fusermount3").arg("-u").arg(mountpoint).status().map_err(|e| format!("fusermount3: {e}"))?;
+        return if status.success() { Ok(()) } else { Err(format!("fusermount3 -u failed ({status})")) };
     }
     Err(err.to_string())
 }
@@ -572,10 +496,7 @@ mod tests {
     use super::*;
 
     fn args(opts: &[&str]) -> MountArgs {
-        let mut v: Vec<OsString> = ["zarrfs", "mount", "s", "m"]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let mut v: Vec<OsString> = ["zarrfs", "mount", "s", "m"].iter().map(OsString::from).collect();
         v.extend(opts.iter().map(OsString::from));
         match Cli::try_parse_from(v).unwrap().command {
             Command::Mount(a) => a,
@@ -585,31 +506,17 @@ mod tests {
 
     #[test]
     fn options() {
-        let p = MountPlan::from_args(&args(&[
-            "-o",
-            "ro,allow_other,cache_size=2G",
-            "-o",
-            "nodev,nosuid,x-systemd.automount,_netdev",
-        ]))
-        .unwrap();
+        let p =
+            MountPlan::from_args(&args(&["-o", "ro,allow_other,cache_size=2G", "-o", "nodev,nosuid,x-systemd.automount,_netdev"])).unwrap();
         assert!(p.read_only && p.allow_other);
         assert_eq!(p.cache_size, Some(2 << 30));
-        assert!(
-            MountPlan::from_args(&args(&["-o", "bogus"]))
-                .unwrap_err()
-                .contains("bogus")
-        );
+        assert!(MountPlan::from_args(&args(&["-o", "bogus"])).unwrap_err().contains("bogus"));
         assert!(MountPlan::from_args(&args(&["-o", "cache_size=lots"])).is_err());
         assert_eq!(split_options(r"a,b\,c,,d"), vec!["a", "b,c", "d"]);
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
         assert_eq!(parse_size("4096").unwrap(), 4096);
-        let fstab = normalize_args(
-            ["zarrfs", "/data/x.zarr", "/mnt/x", "-o", "ro"]
-                .iter()
-                .map(OsString::from)
-                .collect(),
-        );
+        let fstab = normalize_args(["zarrfs", "/data/x.zarr", "/mnt/x", "-o", "ro"].iter().map(OsString::from).collect());
         assert_eq!(fstab[1], "mount");
     }
 }

@@ -8,8 +8,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// No such node or file.
     NotFound,
-    /// The mount (or the file) is read-only.
+    /// The mount is read-only.
     ReadOnly,
+    /// This file cannot be changed through the mount.
+    NotPermitted(String),
     /// A request this mount cannot serve (an operation, not the data, is the problem).
     Unsupported(String),
     /// A bad argument: a size, an offset, an option.
@@ -27,6 +29,7 @@ impl Error {
         match self {
             Error::NotFound => libc::ENOENT,
             Error::ReadOnly => libc::EROFS,
+            Error::NotPermitted(_) => libc::EPERM,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::Invalid(_) => libc::EINVAL,
             Error::Metadata(_) | Error::Corrupt { .. } => libc::EIO,
@@ -39,19 +42,13 @@ impl Error {
     }
 
     pub fn corrupt(key: impl Into<String>, cause: impl fmt::Display) -> Error {
-        Error::Corrupt {
-            key: key.into(),
-            cause: cause.to_string(),
-        }
+        Error::Corrupt { key: key.into(), cause: cause.to_string() }
     }
 
     /// Attach the chunk key to a decoding failure that did not know it.
     pub fn in_key(self, key: &str) -> Error {
         match self {
-            Error::Corrupt { key: k, cause } if k.is_empty() => Error::Corrupt {
-                key: key.to_string(),
-                cause,
-            },
+            Error::Corrupt { key: k, cause } if k.is_empty() => Error::Corrupt { key: key.to_string(), cause },
             other => other,
         }
     }
@@ -62,6 +59,7 @@ impl fmt::Display for Error {
         match self {
             Error::NotFound => write!(f, "not found"),
             Error::ReadOnly => write!(f, "read-only"),
+            Error::NotPermitted(m) => write!(f, "not permitted: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Invalid(m) => write!(f, "invalid: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),

@@ -4,10 +4,13 @@
 use std::ffi::OsStr;
 use std::time::{Duration, UNIX_EPOCH};
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, Request,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
@@ -17,13 +20,13 @@ use crate::fs::{Attr, FileKind, ZarrFs};
 const TTL: Duration = Duration::from_secs(1);
 
 pub struct FuseAdapter {
-    fs: ZarrFs,
+    fs: Arc<ZarrFs>,
     uid: u32,
     gid: u32,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: ZarrFs) -> FuseAdapter {
+    pub fn new(fs: Arc<ZarrFs>) -> FuseAdapter {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         FuseAdapter { fs, uid, gid }
@@ -68,6 +71,12 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.flush_all() {
+            tracing::error!("unmount: some changes could not be stored: {e}");
+        }
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
@@ -110,6 +119,76 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // Only the size means something here; times and modes are not kept.
+        let result = match size {
+            Some(size) => self.fs.truncate(ino.0, size),
+            None => self.fs.getattr(ino.0),
+        };
+        match result {
+            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        match self.fs.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.fs.fsync(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    // No extended attributes: ENOSYS tells the kernel not to ask again.
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
     fn release(
         &self,
         _req: &Request,
@@ -124,28 +203,14 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let entries = match self.fs.readdir(ino.0) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };
-        let dots = [
-            (ino.0, FileType::Directory, "."),
-            (ino.0, FileType::Directory, ".."),
-        ];
+        let dots = [(ino.0, FileType::Directory, "."), (ino.0, FileType::Directory, "..")];
         let all = dots.into_iter().chain(entries.iter().map(|e| {
-            let kind = if e.kind == FileKind::Directory {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            };
+            let kind = if e.kind == FileKind::Directory { FileType::Directory } else { FileType::RegularFile };
             (e.ino, kind, e.name.as_str())
         }));
         for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {

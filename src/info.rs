@@ -39,9 +39,7 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
 pub fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
     let node = read_node(store, path);
     if matches!(node, Ok(None)) && path.is_empty() {
-        return Err(Error::metadata(
-            "not a Zarr store: no zarr.json, .zgroup or .zarray at its root",
-        ));
+        return Err(Error::metadata("not a Zarr store: no zarr.json, .zgroup or .zarray at its root"));
     }
     let is_group = matches!(node, Ok(Some(NodeMetadata::Group)));
     let mut out = vec![describe(path, &node)];
@@ -70,17 +68,7 @@ pub fn render(nodes: &[Value]) -> String {
             _ => {
                 let codecs: Vec<String> = n["codecs"]
                     .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|c| {
-                                format!(
-                                    "{}{}",
-                                    c["name"].as_str().unwrap_or("?"),
-                                    c["configuration"]
-                                )
-                            })
-                            .collect()
-                    })
+                    .map(|a| a.iter().map(|c| format!("{}{}", c["name"].as_str().unwrap_or("?"), c["configuration"])).collect())
                     .unwrap_or_default();
                 s.push_str(&format!(
                     "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({} bytes)\n",

@@ -45,25 +45,22 @@ impl Store for CountingStore {
     fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
         self.inner.list_dir(prefix)
     }
+    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
+        self.inner.sync(keys)
+    }
 }
 
 fn open_data(fs: &ZarrFs, path: &str) -> (u64, u64) {
     let mut ino = 1;
     for part in path.split('/') {
-        ino = fs
-            .lookup(ino, part)
-            .unwrap_or_else(|e| panic!("{path}: {e}"))
-            .ino;
+        ino = fs.lookup(ino, part).unwrap_or_else(|e| panic!("{path}: {e}")).ino;
     }
     let ino = fs.lookup(ino, "data").expect("data").ino;
     (ino, fs.open(ino, false).expect("open"))
 }
 
 fn setup() -> (Arc<CountingStore>, ZarrFs) {
-    let store = Arc::new(CountingStore {
-        inner: LocalStore::new(common::fixtures().join("v3.zarr")),
-        log: Mutex::new(Vec::new()),
-    });
+    let store = Arc::new(CountingStore { inner: LocalStore::new(common::fixtures().join("v3.zarr")), log: Mutex::new(Vec::new()) });
     let fs = ZarrFs::new(store.clone(), Config::default());
     (store, fs)
 }
@@ -72,46 +69,24 @@ fn setup() -> (Arc<CountingStore>, ZarrFs) {
 fn one_element_of_a_shard_reads_its_index_and_one_inner_chunk() {
     let (store, fs) = setup();
     let (ino, fh) = open_data(&fs, "sharded/end");
-    let expected = common::expected()
-        .into_iter()
-        .find(|e| e.store == "v3.zarr" && e.path == "sharded/end")
-        .unwrap()
-        .bytes;
+    let expected = common::expected().into_iter().find(|e| e.store == "v3.zarr" && e.path == "sharded/end").unwrap().bytes;
     // float32 (10, 9), shards (4, 6), inner chunks (2, 3): element (2, 4) is inner chunk (1, 1) of shard (0, 0).
     let at = |row: u64, col: u64| (row * 9 + col) * 4;
-    assert_eq!(
-        fs.read(ino, fh, at(2, 4), 4).unwrap(),
-        &expected[at(2, 4) as usize..at(2, 4) as usize + 4]
-    );
+    assert_eq!(fs.read(ino, fh, at(2, 4), 4).unwrap(), &expected[at(2, 4) as usize..at(2, 4) as usize + 4]);
     let log = store.take();
     assert_eq!(log.len(), 2, "{log:?}");
-    assert!(
-        log[0].starts_with("range sharded/end/c/0/0 Suffix(68)"),
-        "{log:?}"
-    );
-    assert!(
-        log[1].starts_with("range sharded/end/c/0/0 Range"),
-        "{log:?}"
-    );
+    assert!(log[0].starts_with("range sharded/end/c/0/0 Suffix(68)"), "{log:?}");
+    assert!(log[1].starts_with("range sharded/end/c/0/0 Range"), "{log:?}");
     // The same inner chunk again: nothing is read.
-    assert_eq!(
-        fs.read(ino, fh, at(3, 5), 4).unwrap(),
-        &expected[at(3, 5) as usize..at(3, 5) as usize + 4]
-    );
+    assert_eq!(fs.read(ino, fh, at(3, 5), 4).unwrap(), &expected[at(3, 5) as usize..at(3, 5) as usize + 4]);
     assert_eq!(store.take(), Vec::<String>::new());
     // Another inner chunk of the same shard: its bytes only, the index is cached.
     fs.read(ino, fh, at(3, 0), 4).unwrap();
     let log = store.take();
     assert_eq!(log.len(), 1, "{log:?}");
-    assert!(
-        log[0].starts_with("range sharded/end/c/0/0 Range"),
-        "{log:?}"
-    );
+    assert!(log[0].starts_with("range sharded/end/c/0/0 Range"), "{log:?}");
     // An absent shard: one index probe, then fill.
-    assert_eq!(
-        fs.read(ino, fh, at(5, 0), 4).unwrap(),
-        (-1f32).to_le_bytes()
-    );
+    assert_eq!(fs.read(ino, fh, at(5, 0), 4).unwrap(), (-1f32).to_le_bytes());
     assert_eq!(store.take().len(), 1);
 }
 
@@ -124,11 +99,5 @@ fn a_read_decodes_only_the_chunks_it_touches() {
     assert_eq!(store.take(), vec!["get shapes/d3/c/0/0/0".to_string()]);
     fs.read(ino, fh, 8, 8).unwrap();
     assert!(store.take().is_empty(), "cached chunk is not read again");
-    assert_eq!(
-        fs.cache()
-            .stats
-            .misses
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(fs.cache().stats.misses.load(std::sync::atomic::Ordering::Relaxed), 1);
 }

@@ -13,10 +13,7 @@ fn mount_store(store: &str) -> Mount {
 }
 
 fn healthy(store: &str) -> Vec<common::Expected> {
-    expected()
-        .into_iter()
-        .filter(|e| e.store == store && e.bad_ranges.is_empty())
-        .collect()
+    expected().into_iter().filter(|e| e.store == store && e.bad_ranges.is_empty()).collect()
 }
 
 fn check_store_with_std_fs(store: &str) {
@@ -25,17 +22,10 @@ fn check_store_with_std_fs(store: &str) {
     assert!(!arrays.is_empty());
     for e in &arrays {
         let data = m.path(&e.path).join("data");
-        let len = std::fs::metadata(&data)
-            .unwrap_or_else(|err| panic!("{store}/{}: {err}", e.path))
-            .len();
+        let len = std::fs::metadata(&data).unwrap_or_else(|err| panic!("{store}/{}: {err}", e.path)).len();
         assert_eq!(len as usize, e.bytes.len(), "{store}/{} size", e.path);
-        let got = std::fs::read(&data)
-            .unwrap_or_else(|err| panic!("{store}/{}: {err}\n{}", e.path, m.log_text()));
-        assert!(
-            got == e.bytes,
-            "{store}/{}: bytes differ from zarr-python's",
-            e.path
-        );
+        let got = std::fs::read(&data).unwrap_or_else(|err| panic!("{store}/{}: {err}\n{}", e.path, m.log_text()));
+        assert!(got == e.bytes, "{store}/{}: bytes differ from zarr-python's", e.path);
     }
 }
 
@@ -62,8 +52,7 @@ fn dd_with_any_block_size_reads_the_same_bytes() {
         for e in healthy(store) {
             let data = m.path(&e.path).join("data");
             for bs in ["1", "7", "4k", "1M"] {
-                let got = dd(&data, bs)
-                    .unwrap_or_else(|err| panic!("dd bs={bs} {store}/{}: {err}", e.path));
+                let got = dd(&data, bs).unwrap_or_else(|err| panic!("dd bs={bs} {store}/{}: {err}", e.path));
                 assert!(got == e.bytes, "dd bs={bs} {store}/{} differs", e.path);
             }
         }
@@ -83,8 +72,7 @@ fn random_preads_match() {
                 let len = rng.below(n / 2 + 16) as usize;
                 let mut buf = vec![0xAAu8; len];
                 let got = f.read_at(&mut buf, off).expect("pread");
-                let want = &e.bytes[(off.min(n) as usize)
-                    ..((off as usize + len).min(n as usize)).max(off.min(n) as usize)];
+                let want = &e.bytes[(off.min(n) as usize)..((off as usize + len).min(n as usize)).max(off.min(n) as usize)];
                 assert_eq!(&buf[..got], want, "{store}/{} pread({off}, {len})", e.path);
             }
         }
@@ -94,10 +82,7 @@ fn random_preads_match() {
 #[test]
 fn mmap_reads_match() {
     let m = mount_store("v3.zarr");
-    for e in healthy("v3.zarr")
-        .into_iter()
-        .filter(|e| !e.bytes.is_empty())
-    {
+    for e in healthy("v3.zarr").into_iter().filter(|e| !e.bytes.is_empty()) {
         let f = std::fs::File::open(m.path(&e.path).join("data")).expect("open data");
         // SAFETY: the file is not changed while mapped.
         let map = unsafe { memmap2::Mmap::map(&f) }.expect("mmap");
@@ -109,11 +94,7 @@ fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(root.join(rel)).expect("readdir") {
         let entry = entry.expect("entry");
         let name = entry.file_name().into_string().expect("utf-8 name");
-        let child = if rel.is_empty() {
-            name
-        } else {
-            format!("{rel}/{name}")
-        };
+        let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
         if entry.file_type().expect("type").is_dir() {
             out.insert(format!("{child}/"));
             walk(root, &child, out);
@@ -142,11 +123,7 @@ fn tree_is_exactly_the_contract() {
         }
         let mut prefix = String::new();
         for part in e.path.split('/') {
-            prefix = if prefix.is_empty() {
-                part.to_string()
-            } else {
-                format!("{prefix}/{part}")
-            };
+            prefix = if prefix.is_empty() { part.to_string() } else { format!("{prefix}/{part}") };
             want.insert(format!("{prefix}/"));
             if prefix != e.path {
                 want.insert(format!("{prefix}/zarr.json"));
@@ -155,13 +132,7 @@ fn tree_is_exactly_the_contract() {
     }
     assert_eq!(seen, want);
     let meta = std::fs::metadata(m.path("shapes/d1/prepend")).expect("prepend");
-    assert_eq!(
-        (
-            meta.len(),
-            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777
-        ),
-        (0, 0o200)
-    );
+    assert_eq!((meta.len(), std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777), (0, 0o200));
     assert_eq!(
         std::fs::read(m.path("shapes/d1/zarr.json")).unwrap(),
         std::fs::read(fixtures().join("v3.zarr/shapes/d1/zarr.json")).unwrap()
@@ -200,10 +171,7 @@ fn damaged_store_fails_only_where_it_must() {
         for off in (0..e.bytes.len()).step_by(512) {
             let mut buf = vec![0u8; 8];
             let page = off / PAGE * PAGE..(off / PAGE + 1) * PAGE;
-            let bad = e
-                .bad_ranges
-                .iter()
-                .any(|&(s, end)| s < page.end && end > page.start);
+            let bad = e.bad_ranges.iter().any(|&(s, end)| s < page.end && end > page.start);
             match f.read_at(&mut buf, off as u64) {
                 Ok(n) if !bad => {
                     assert_eq!(&buf[..n], &e.bytes[off..off + n], "{} at {off}", e.path)
@@ -216,17 +184,9 @@ fn damaged_store_fails_only_where_it_must() {
         }
     }
     // A whole read across damage fails; the log names the array, the key and the cause.
-    assert_eq!(
-        std::fs::read(m.path("corrupt/data"))
-            .unwrap_err()
-            .raw_os_error(),
-        Some(libc::EIO)
-    );
+    assert_eq!(std::fs::read(m.path("corrupt/data")).unwrap_err().raw_os_error(), Some(libc::EIO));
     let log = m.log_text();
-    assert!(
-        log.contains("/corrupt") && log.contains("corrupt/c/1") && log.contains("zstd"),
-        "log: {log}"
-    );
+    assert!(log.contains("/corrupt") && log.contains("corrupt/c/1") && log.contains("zstd"), "log: {log}");
     // Nodes that cannot be served show their metadata and an error file, and no data.
     for (node, reason) in [
         ("bad_json", "not valid JSON"),
@@ -234,20 +194,13 @@ fn damaged_store_fails_only_where_it_must() {
         ("must_understand", "fancy_extension"),
         ("strings", "variable-length"),
     ] {
-        let msg = std::fs::read_to_string(m.path(node).join("error"))
-            .unwrap_or_else(|e| panic!("{node}/error: {e}"));
+        let msg = std::fs::read_to_string(m.path(node).join("error")).unwrap_or_else(|e| panic!("{node}/error: {e}"));
         assert!(msg.contains(reason), "{node}: {msg}");
         assert!(m.path(node).join("zarr.json").exists());
         assert!(!m.path(node).join("data").exists());
     }
     // The rest of the mount works.
-    assert_eq!(
-        std::fs::read(m.path("good/data")).unwrap(),
-        [1i32, 2, 3, 4]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect::<Vec<u8>>()
-    );
+    assert_eq!(std::fs::read(m.path("good/data")).unwrap(), [1i32, 2, 3, 4].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
 }
 
 #[test]
@@ -260,11 +213,10 @@ fn sigterm_unmounts_cleanly() {
 }
 
 #[test]
-fn writes_are_refused_for_now() {
-    let m = mount_store("v3.zarr");
-    let err = std::fs::OpenOptions::new()
-        .write(true)
-        .open(m.path("shapes/d1/data"))
-        .unwrap_err();
+fn read_only_mounts_refuse_writes() {
+    let m = Mount::new(&fixtures().join("v3.zarr"), &["--read-only"]);
+    let err = std::fs::OpenOptions::new().write(true).open(m.path("shapes/d1/data")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let meta = std::fs::metadata(m.path("shapes/d1/data")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o444);
 }

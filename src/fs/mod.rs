@@ -1,12 +1,16 @@
 //! The filesystem core: what the mount shows and how its files read. It knows nothing of FUSE;
 //! `crate::fuse` translates kernel requests into these calls.
 
+mod open;
 mod raw;
 pub mod tree;
+mod writeback;
+
+pub use open::OpenArray;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -32,6 +36,8 @@ pub struct Config {
     pub workers: NonZeroUsize,
     /// Bytes decoded ahead of a sequential reader.
     pub read_ahead: u64,
+    /// Bytes of changed chunks held before the array written to is flushed.
+    pub dirty_limit: usize,
 }
 
 impl Default for Config {
@@ -41,6 +47,7 @@ impl Default for Config {
             read_only: false,
             workers: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
             read_ahead: 16 << 20,
+            dirty_limit: 256 << 20,
         }
     }
 }
@@ -68,12 +75,6 @@ pub struct DirEntry {
     pub name: String,
 }
 
-/// An array being served: a mount-unique id (for cache keys) and the array.
-pub struct OpenArray {
-    pub id: u64,
-    pub array: Array,
-}
-
 /// What a directory is.
 #[derive(Clone)]
 enum DirState {
@@ -83,14 +84,22 @@ enum DirState {
     Broken(Arc<str>),
 }
 
-/// Per open file: how far reads and read-ahead have gone, to spot sequential readers.
+/// Per open file: its array (for `data`), and how far reads and read-ahead have gone, to spot
+/// sequential readers.
 #[derive(Default)]
 struct Handle {
+    array: Option<Arc<OpenArray>>,
     /// The furthest end of a read.
     furthest: AtomicU64,
     /// Where read-ahead has been started up to.
     ahead: AtomicU64,
+    /// Bytes read in a row near the furthest point.
+    streak: AtomicU64,
 }
+
+/// Read-ahead starts once a reader has read this much sequentially: scattered small reads
+/// decode only what they touch.
+const MIN_STREAK: u64 = 1 << 20;
 
 /// The kernel splits a sequential read into requests that several threads serve out of order:
 /// a read this close to the furthest one so far still counts as sequential.
@@ -106,6 +115,8 @@ pub struct ZarrFs {
     cache: Arc<ChunkCache>,
     pool: WorkerPool,
     mount_time: SystemTime,
+    /// Bytes of changed chunks held, all arrays together.
+    dirty_bytes: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -124,6 +135,7 @@ impl ZarrFs {
             handles: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             mount_time: SystemTime::now(),
+            dirty_bytes: AtomicI64::new(0),
         }
     }
 
@@ -144,10 +156,7 @@ impl ZarrFs {
             Ok(Some(NodeMetadata::Group)) => DirState::Group,
             Ok(Some(NodeMetadata::Array(meta))) => {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                DirState::Array(Arc::new(OpenArray {
-                    id,
-                    array: Array::new(self.store.clone(), path, *meta),
-                }))
+                DirState::Array(Arc::new(OpenArray::new(id, Array::new(self.store.clone(), path, *meta))))
             }
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Io(e)) => return Err(Error::Io(e)),
@@ -163,14 +172,7 @@ impl ZarrFs {
     /// Whether `path` holds a node (a metadata document), without parsing it.
     fn is_node(&self, path: &str) -> Result<bool> {
         for name in ["zarr.json", ".zarray", ".zgroup"] {
-            if self
-                .store
-                .get_range(
-                    &store::join(path, name),
-                    store::ByteRange::Range { start: 0, len: 0 },
-                )?
-                .is_some()
-            {
+            if self.store.get_range(&store::join(path, name), store::ByteRange::Range { start: 0, len: 0 })?.is_some() {
                 return Ok(true);
             }
         }
@@ -193,23 +195,12 @@ impl ZarrFs {
             (PREPEND, DirState::Array(_)) => NodeKind::Prepend,
             (ERROR, DirState::Broken(_)) => NodeKind::ErrorFile,
             (n, _) if METADATA_FILES.contains(&n) => {
-                if self
-                    .store
-                    .get_range(
-                        &store::join(&dir.path, n),
-                        store::ByteRange::Range { start: 0, len: 0 },
-                    )?
-                    .is_none()
-                {
+                if self.store.get_range(&store::join(&dir.path, n), store::ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
                 }
                 NodeKind::MetaFile
             }
-            (n, DirState::Group)
-                if !n.starts_with("__") && self.is_node(&store::join(&dir.path, n))? =>
-            {
-                NodeKind::Dir
-            }
+            (n, DirState::Group) if !n.starts_with("__") && self.is_node(&store::join(&dir.path, n))? => NodeKind::Dir,
             _ => return Err(Error::NotFound),
         };
         let path = match kind {
@@ -222,27 +213,15 @@ impl ZarrFs {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        let file = |size: u64, perm: u16| Attr {
-            ino,
-            kind: FileKind::RegularFile,
-            size,
-            perm,
-            mtime: self.mount_time,
-        };
+        let file = |size: u64, perm: u16| Attr { ino, kind: FileKind::RegularFile, size, perm, mtime: self.mount_time };
         Ok(match node.kind {
-            NodeKind::Dir => Attr {
-                ino,
-                kind: FileKind::Directory,
-                size: 0,
-                perm: 0o755,
-                mtime: self.mount_time,
-            },
+            NodeKind::Dir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o755, mtime: self.mount_time },
             NodeKind::MetaFile => {
                 let bytes = self.store.get(&node.path)?.ok_or(Error::NotFound)?;
                 file(bytes.len() as u64, 0o444)
             }
             NodeKind::Data => match self.dir_state(&node.path)? {
-                DirState::Array(a) => file(a.array.meta.byte_len(), 0o444),
+                DirState::Array(a) => file(a.array().meta.byte_len(), if self.config.read_only { 0o444 } else { 0o644 }),
                 _ => return Err(Error::NotFound),
             },
             NodeKind::Prepend => file(0, 0o200),
@@ -259,22 +238,11 @@ impl ZarrFs {
         let state = self.dir_state(&dir.path)?;
         let mut out = Vec::new();
         let mut push = |name: &str, kind: NodeKind, path: String| {
-            let file_kind = if kind == NodeKind::Dir {
-                FileKind::Directory
-            } else {
-                FileKind::RegularFile
-            };
-            out.push(DirEntry {
-                ino: self.tree.child(ino, name, kind, path),
-                kind: file_kind,
-                name: name.to_string(),
-            });
+            let file_kind = if kind == NodeKind::Dir { FileKind::Directory } else { FileKind::RegularFile };
+            out.push(DirEntry { ino: self.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
         };
         let listing = self.store.list_dir(&dir.path)?;
-        for e in listing
-            .iter()
-            .filter(|e| !e.is_dir && METADATA_FILES.contains(&e.name.as_str()))
-        {
+        for e in listing.iter().filter(|e| !e.is_dir && METADATA_FILES.contains(&e.name.as_str())) {
             push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
         }
         match state {
@@ -284,10 +252,7 @@ impl ZarrFs {
             }
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
             DirState::Group => {
-                for e in listing
-                    .iter()
-                    .filter(|e| e.is_dir && !e.name.starts_with("__"))
-                {
+                for e in listing.iter().filter(|e| e.is_dir && !e.name.starts_with("__")) {
                     let path = store::join(&dir.path, &e.name);
                     if self.is_node(&path)? {
                         push(&e.name, NodeKind::Dir, path);
@@ -304,16 +269,114 @@ impl ZarrFs {
         if node.kind == NodeKind::Dir {
             return Err(Error::Invalid("is a directory".into()));
         }
-        if write {
-            // Writing through the mount is not built yet: every file is read-only for now.
+        if write && self.config.read_only {
             return Err(Error::ReadOnly);
         }
-        if node.kind == NodeKind::Prepend {
-            return Err(Error::Invalid("prepend is write-only".into()));
+        match (node.kind, write) {
+            (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
+            (NodeKind::Prepend, true) => return Err(Error::Unsupported("prepending is not built yet".into())),
+            (NodeKind::MetaFile | NodeKind::ErrorFile, true) => {
+                return Err(Error::NotPermitted("metadata documents are read-only through the mount".into()));
+            }
+            _ => {}
         }
+        let array = match node.kind {
+            NodeKind::Data => Some(self.data_array(&node.path)?),
+            _ => None,
+        };
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(Handle::default()));
+        lock(&self.handles).insert(fh, Arc::new(Handle { array, ..Handle::default() }));
         Ok(fh)
+    }
+
+    fn data_array(&self, path: &str) -> Result<Arc<OpenArray>> {
+        match self.dir_state(path)? {
+            DirState::Array(a) => Ok(a),
+            _ => Err(Error::NotFound),
+        }
+    }
+
+    fn handle(&self, fh: u64) -> Option<Arc<Handle>> {
+        lock(&self.handles).get(&fh).cloned()
+    }
+
+    /// Write to `data`. Over the dirty limit, the array is flushed before returning.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        if self.config.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if node.kind != NodeKind::Data {
+            return Err(Error::NotPermitted("only data is written to".into()));
+        }
+        let array = self.data_array(&node.path)?;
+        let added = raw::write(&array, &self.cache, &self.pool, offset, data)?;
+        let total = self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed) + added as i64;
+        if total > self.config.dirty_limit as i64 {
+            self.flush_array(&array)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Set the size of `data` (a whole number of rows).
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<Attr> {
+        let node = self.tree.get(ino).ok_or(Error::NotFound)?;
+        if self.config.read_only {
+            return Err(Error::ReadOnly);
+        }
+        match node.kind {
+            NodeKind::Data => {
+                let array = self.data_array(&node.path)?;
+                let added = raw::truncate(&array, &self.cache, size)?;
+                self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
+            }
+            // Opening `prepend` for writing truncates it: it is always empty.
+            NodeKind::Prepend if size == 0 => {}
+            _ => return Err(Error::NotPermitted("only data can change size".into())),
+        }
+        self.getattr(ino)
+    }
+
+    fn flush_array(&self, array: &Arc<OpenArray>) -> Result<()> {
+        let (added, result) = writeback::flush(array, &self.cache, &self.pool);
+        self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
+        result
+    }
+
+    /// close(): store what was written to this file's array; the first error is returned.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        match self.handle(fh).and_then(|h| h.array.clone()) {
+            Some(array) if array.is_dirty() => self.flush_array(&array),
+            _ => Ok(()),
+        }
+    }
+
+    /// fsync(): flush, then make the written files and their directories durable.
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        let Some(array) = self.handle(fh).and_then(|h| h.array.clone()) else { return Ok(()) };
+        self.flush_array(&array)?;
+        writeback::sync(&array, self.store.as_ref())
+    }
+
+    /// Store everything still dirty (unmount).
+    pub fn flush_all(&self) -> Result<()> {
+        let arrays: Vec<Arc<OpenArray>> = lock(&self.dirs)
+            .values()
+            .filter_map(|d| match d {
+                DirState::Array(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut first = Ok(());
+        for a in arrays.iter().filter(|a| a.is_dirty()) {
+            if let Err(e) = self.flush_array(a).and_then(|_| writeback::sync(a, self.store.as_ref())) {
+                tracing::error!(array = %display_path(&a.array().path), "flush at unmount failed: {e}");
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
     }
 
     /// For a sequential reader, start decoding the window after this read on the pool, so
@@ -321,11 +384,14 @@ impl ZarrFs {
     fn read_ahead(&self, array: &Arc<OpenArray>, h: &Handle, offset: u64, size: u32) {
         let end = offset + u64::from(size);
         let furthest = h.furthest.fetch_max(end, Ordering::Relaxed);
-        let sequential = offset > 0
-            && offset <= furthest.saturating_add(SEQUENTIAL_SLACK)
-            && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
+        let sequential =
+            offset > 0 && offset <= furthest.saturating_add(SEQUENTIAL_SLACK) && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
         let window = self.config.read_ahead.min(self.cache.capacity() as u64 / 4);
-        if !sequential || window == 0 {
+        if !sequential {
+            h.streak.store(0, Ordering::Relaxed);
+            return;
+        }
+        if h.streak.fetch_add(u64::from(size), Ordering::Relaxed) + u64::from(size) < MIN_STREAK || window == 0 {
             return;
         }
         let from = h.ahead.load(Ordering::Relaxed).max(end);
@@ -336,8 +402,16 @@ impl ZarrFs {
         }
     }
 
+    /// The last close of a file: what is still dirty (written through mmap after the last
+    /// close, or left by a failed flush) is stored; errors can only be logged here.
     pub fn release(&self, fh: u64) {
-        lock(&self.handles).remove(&fh);
+        let handle = lock(&self.handles).remove(&fh);
+        if let Some(array) = handle.and_then(|h| h.array.clone())
+            && array.is_dirty()
+            && let Err(e) = self.flush_array(&array)
+        {
+            tracing::error!(array = %display_path(&array.array().path), "write-back at release failed: {e}");
+        }
     }
 
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
@@ -354,10 +428,8 @@ impl ZarrFs {
                 _ => Err(Error::NotFound),
             },
             NodeKind::Data => {
-                let DirState::Array(array) = self.dir_state(&node.path)? else {
-                    return Err(Error::NotFound);
-                };
-                if let Some(h) = lock(&self.handles).get(&fh).cloned() {
+                let array = self.data_array(&node.path)?;
+                if let Some(h) = self.handle(fh) {
                     self.read_ahead(&array, &h, offset, size);
                 }
                 raw::read(&array, &self.cache, &self.pool, offset, size)

@@ -41,38 +41,18 @@ pub struct Tree {
 impl Tree {
     pub fn new() -> Tree {
         let mut maps = Maps::default();
-        maps.nodes.insert(
-            ROOT,
-            Arc::new(Node {
-                kind: NodeKind::Dir,
-                path: String::new(),
-                parent: ROOT,
-            }),
-        );
-        Tree {
-            maps: RwLock::new(maps),
-        }
+        maps.nodes.insert(ROOT, Arc::new(Node { kind: NodeKind::Dir, path: String::new(), parent: ROOT }));
+        Tree { maps: RwLock::new(maps) }
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.maps
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .nodes
-            .get(&ino)
-            .cloned()
+        self.maps.read().unwrap_or_else(|p| p.into_inner()).nodes.get(&ino).cloned()
     }
 
     /// The inode of `name` under `parent`, created on first sight.
     pub fn child(&self, parent: u64, name: &str, kind: NodeKind, path: String) -> u64 {
         let key = (parent, name.to_string());
-        if let Some(&ino) = self
-            .maps
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_name
-            .get(&key)
-        {
+        if let Some(&ino) = self.maps.read().unwrap_or_else(|p| p.into_inner()).by_name.get(&key) {
             return ino;
         }
         let mut maps = self.maps.write().unwrap_or_else(|p| p.into_inner());
@@ -80,8 +60,7 @@ impl Tree {
             return ino;
         }
         let ino = maps.nodes.len() as u64 + 1;
-        maps.nodes
-            .insert(ino, Arc::new(Node { kind, path, parent }));
+        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent }));
         maps.by_name.insert(key, ino);
         ino
     }

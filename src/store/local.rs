@@ -15,10 +15,7 @@ pub struct LocalStore {
 
 impl LocalStore {
     pub fn new(root: impl Into<PathBuf>) -> LocalStore {
-        LocalStore {
-            root: root.into(),
-            temp_counter: AtomicU64::new(0),
-        }
+        LocalStore { root: root.into(), temp_counter: AtomicU64::new(0) }
     }
 
     pub fn root(&self) -> &Path {
@@ -26,20 +23,14 @@ impl LocalStore {
     }
 
     fn path(&self, key: &str) -> PathBuf {
-        if key.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(key)
-        }
+        if key.is_empty() { self.root.clone() } else { self.root.join(key) }
     }
 }
 
 fn absent_as_none<T>(r: std::io::Result<T>) -> Result<Option<T>> {
     match r {
         Ok(v) => Ok(Some(v)),
-        Err(e) if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => {
-            Ok(None)
-        }
+        Err(e) if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -69,10 +60,7 @@ impl Store for LocalStore {
         let path = self.path(key);
         let dir = path.parent().unwrap_or(&self.root);
         fs::create_dir_all(dir)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         // A temporary name in the same directory, then a rename: readers never see a torn value.
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id()));
@@ -91,6 +79,29 @@ impl Store for LocalStore {
         }
     }
 
+    fn sync(&self, keys: &[String]) -> Result<()> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for key in keys {
+            let path = self.path(key);
+            match File::open(&path) {
+                Ok(f) => f.sync_all()?,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(dir) = path.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        for dir in dirs {
+            match File::open(&dir) {
+                Ok(f) => f.sync_all()?,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let Some(read) = absent_as_none(fs::read_dir(self.path(prefix)))? else {
             return Ok(Vec::new());
@@ -102,8 +113,7 @@ impl Store for LocalStore {
                 continue;
             };
             let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
-                || (entry.file_type().map(|t| t.is_symlink()).unwrap_or(false)
-                    && entry.path().is_dir());
+                || (entry.file_type().map(|t| t.is_symlink()).unwrap_or(false) && entry.path().is_dir());
             out.push(Entry { name, is_dir });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -49,13 +49,13 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn sync(&self, _keys: &[String]) -> Result<()> {
+        Ok(())
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let map = self.lock();
-        let lead = if prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{prefix}/")
-        };
+        let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
         let mut out: Vec<Entry> = Vec::new();
         for key in map.keys().filter(|k| k.starts_with(&lead)) {
             let rest = &key[lead.len()..];
@@ -66,10 +66,7 @@ impl Store for MemoryStore {
             if out.last().is_some_and(|e| e.name == name) {
                 continue;
             }
-            out.push(Entry {
-                name: name.to_string(),
-                is_dir,
-            });
+            out.push(Entry { name: name.to_string(), is_dir });
         }
         Ok(out)
     }

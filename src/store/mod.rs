@@ -36,15 +36,13 @@ pub trait Store: Send + Sync {
     fn delete(&self, key: &str) -> Result<()>;
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
+    /// Make the given keys (written or deleted) durable: their data and their directories.
+    fn sync(&self, keys: &[String]) -> Result<()>;
 }
 
 /// The store key of `name` under `prefix`.
 pub fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}/{name}")
-    }
+    if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") }
 }
 
 /// Resolve a byte range against a value's length into `start..end`.
@@ -54,10 +52,7 @@ pub(crate) fn resolve_range(key: &str, range: ByteRange, len: u64) -> Result<(u6
         ByteRange::Suffix(n) => (len.saturating_sub(n), len),
     };
     if end > len || (matches!(range, ByteRange::Suffix(n) if n > len)) {
-        return Err(crate::Error::corrupt(
-            key,
-            format!("range {start}..{end} is past the end ({len} bytes)"),
-        ));
+        return Err(crate::Error::corrupt(key, format!("range {start}..{end} is past the end ({len} bytes)")));
     }
     Ok((start, end))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::dtype::{DataType, NumericKind};
 use super::grid::ChunkGrid;
-use super::metadata::{self, ArrayMetadata, NodeMetadata};
+use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
 use crate::store::{self, ByteRange, Store};
 use crate::{Error, Result};
 
@@ -20,10 +20,7 @@ pub struct Array {
 /// The cells reads are cached by: whole chunks, or the inner chunks of shards.
 pub enum ReadUnits<'a> {
     Chunks,
-    InnerChunks {
-        sharding: &'a ShardingCodec,
-        per_shard: Vec<u64>,
-    },
+    InnerChunks { sharding: &'a ShardingCodec, per_shard: Vec<u64> },
 }
 
 /// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`. `None` when it is no node.
@@ -32,9 +29,7 @@ pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> 
         return metadata::parse_v3(&metadata::parse_json(&bytes, "zarr.json")?).map(Some);
     }
     if let Some(bytes) = store.get(&store::join(path, ".zarray"))? {
-        return Ok(Some(NodeMetadata::Array(Box::new(
-            metadata::parse_v2_array(&metadata::parse_json(&bytes, ".zarray")?)?,
-        ))));
+        return Ok(Some(NodeMetadata::Array(Box::new(metadata::parse_v2_array(&metadata::parse_json(&bytes, ".zarray")?)?))));
     }
     if let Some(bytes) = store.get(&store::join(path, ".zgroup"))? {
         return metadata::parse_v2_group(&metadata::parse_json(&bytes, ".zgroup")?).map(Some);
@@ -44,19 +39,13 @@ pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> 
 
 impl Array {
     pub fn new(store: Arc<dyn Store>, path: &str, meta: ArrayMetadata) -> Array {
-        Array {
-            path: path.to_string(),
-            meta,
-            store,
-        }
+        Array { path: path.to_string(), meta, store }
     }
 
     pub fn open(store: Arc<dyn Store>, path: &str) -> Result<Array> {
         match read_node(store.as_ref(), path)? {
             Some(NodeMetadata::Array(meta)) => Ok(Array::new(store, path, *meta)),
-            Some(NodeMetadata::Group) => Err(Error::metadata(format!(
-                "{path:?} is a group, not an array"
-            ))),
+            Some(NodeMetadata::Group) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
             None => Err(Error::NotFound),
         }
     }
@@ -66,22 +55,14 @@ impl Array {
     }
 
     pub fn chunk_repr(&self, coords: &[u64]) -> ChunkRepr<'_> {
-        ChunkRepr {
-            shape: self.meta.grid.chunk_shape(coords),
-            dtype: &self.meta.dtype,
-            fill: &self.meta.fill,
-        }
+        ChunkRepr { shape: self.meta.grid.chunk_shape(coords), dtype: &self.meta.dtype, fill: &self.meta.fill }
     }
 
     pub fn read_units(&self) -> ReadUnits<'_> {
         match self.meta.codecs.partial_sharding() {
             Some(sharding) => {
-                let per_shard = sharding
-                    .per_shard(&self.meta.grid.chunk_shape(&vec![0; self.meta.shape.len()]));
-                ReadUnits::InnerChunks {
-                    sharding,
-                    per_shard,
-                }
+                let per_shard = sharding.per_shard(&self.meta.grid.chunk_shape(&vec![0; self.meta.shape.len()]));
+                ReadUnits::InnerChunks { sharding, per_shard }
             }
             None => ReadUnits::Chunks,
         }
@@ -91,9 +72,7 @@ impl Array {
     pub fn unit_grid(&self) -> ChunkGrid {
         match self.read_units() {
             ReadUnits::Chunks => self.meta.grid.clone(),
-            ReadUnits::InnerChunks { sharding, .. } => ChunkGrid::Regular {
-                chunk_shape: sharding.inner_shape.clone(),
-            },
+            ReadUnits::InnerChunks { sharding, .. } => ChunkGrid::Regular { chunk_shape: sharding.inner_shape.clone() },
         }
     }
 
@@ -103,33 +82,18 @@ impl Array {
         let Some(bytes) = self.store.get(&key)? else {
             return Ok(None);
         };
-        self.meta
-            .codecs
-            .decode(bytes, &self.chunk_repr(coords))
-            .map(Some)
-            .map_err(|e| e.in_key(&key))
+        self.meta.codecs.decode(bytes, &self.chunk_repr(coords)).map(Some).map_err(|e| e.in_key(&key))
     }
 
     /// The index of the shard at `shard`, or `None` when the shard is absent.
-    pub fn retrieve_shard_index(
-        &self,
-        sharding: &ShardingCodec,
-        shard: &[u64],
-    ) -> Result<Option<ShardIndex>> {
+    pub fn retrieve_shard_index(&self, sharding: &ShardingCodec, shard: &[u64]) -> Result<Option<ShardIndex>> {
         let key = self.chunk_key(shard);
         let shape = self.meta.grid.chunk_shape(shard);
         let range = sharding.index_range(&shape)?;
-        let Some(bytes) = self
-            .store
-            .get_range(&key, range)
-            .map_err(|e| e.in_key(&key))?
-        else {
+        let Some(bytes) = self.store.get_range(&key, range).map_err(|e| e.in_key(&key))? else {
             return Ok(None);
         };
-        sharding
-            .decode_index(bytes, &shape)
-            .map(Some)
-            .map_err(|e| e.in_key(&key))
+        sharding.decode_index(bytes, &shape).map(Some).map_err(|e| e.in_key(&key))
     }
 
     /// Inner chunk number `inner` (C order) of a shard, or `None` when it is empty.
@@ -145,16 +109,108 @@ impl Array {
         };
         let key = self.chunk_key(shard);
         let what = || format!("{key} (inner chunk {inner})");
-        let bytes = self
-            .store
-            .get_range(&key, ByteRange::Range { start, len })
-            .map_err(|e| e.in_key(&what()))?;
+        let bytes = self.store.get_range(&key, ByteRange::Range { start, len }).map_err(|e| e.in_key(&what()))?;
         let bytes = bytes.ok_or_else(|| Error::corrupt(what(), "the shard disappeared"))?;
-        sharding
-            .decode_inner(bytes, &self.chunk_repr(shard))
-            .map(Some)
-            .map_err(|e| e.in_key(&what()))
+        sharding.decode_inner(bytes, &self.chunk_repr(shard)).map(Some).map_err(|e| e.in_key(&what()))
     }
+}
+
+/// The keys an array write touched.
+#[derive(Debug, Default)]
+pub struct Touched {
+    pub keys: Vec<String>,
+}
+
+impl Array {
+    /// Whether every element of a decoded chunk equals the fill value (NaN equals NaN).
+    pub fn is_fill(&self, decoded: &[u8]) -> bool {
+        let fill = &self.meta.fill;
+        if fill.iter().all(|&b| b == fill[0]) && decoded.iter().all(|&b| b == fill[0]) {
+            return true;
+        }
+        decoded.chunks_exact(fill.len()).all(|e| same_element(e, fill, &self.meta.dtype))
+    }
+
+    /// Store a decoded chunk: encoded under its key, or its key deleted when it is all fill
+    /// (as zarr-python's default `write_empty_chunks=False` does). Returns the key.
+    pub fn store_chunk(&self, coords: &[u64], decoded: Vec<u8>) -> Result<String> {
+        let key = self.chunk_key(coords);
+        if self.is_fill(&decoded) {
+            self.store.delete(&key)?;
+        } else {
+            let bytes = self.meta.codecs.encode(decoded, &self.chunk_repr(coords))?;
+            self.store.set(&key, &bytes)?;
+        }
+        Ok(key)
+    }
+
+    pub fn delete_chunk(&self, coords: &[u64]) -> Result<String> {
+        let key = self.chunk_key(coords);
+        self.store.delete(&key)?;
+        Ok(key)
+    }
+
+    /// The same array with another shape (metadata only; nothing is stored).
+    pub fn with_shape(&self, shape: &[u64]) -> Result<Array> {
+        Ok(Array::new(self.store.clone(), &self.path, self.meta.with_shape(shape)?))
+    }
+
+    /// Write the metadata document, and the consolidated metadata of every ancestor group that
+    /// lists this array, so that readers preferring consolidated metadata see the new shape.
+    pub fn store_metadata(&self) -> Result<Touched> {
+        let mut touched = Touched::default();
+        let key = store::join(&self.path, self.meta.document_name());
+        let old = self.store.get(&key)?;
+        self.store.set(&key, &metadata::render_like(old.as_deref(), &self.meta.document))?;
+        touched.keys.push(key);
+        let parts: Vec<&str> = if self.path.is_empty() { Vec::new() } else { self.path.split('/').collect() };
+        for depth in (0..parts.len()).rev() {
+            let group = parts[..depth].join("/");
+            let rel = parts[depth..].join("/");
+            let (doc_key, entry) = match self.meta.format {
+                ZarrFormat::V3 => (store::join(&group, "zarr.json"), rel),
+                ZarrFormat::V2 => (store::join(&group, ".zmetadata"), format!("{rel}/.zarray")),
+            };
+            let Some(bytes) = self.store.get(&doc_key)? else { continue };
+            let Ok(mut doc) = metadata::parse_json(&bytes, &doc_key) else { continue };
+            let changed = match self.meta.format {
+                ZarrFormat::V3 => {
+                    doc.get_mut("consolidated_metadata").is_some_and(|cm| replace_consolidated(cm, &entry, &self.meta.document))
+                }
+                ZarrFormat::V2 => match doc.get_mut("metadata").and_then(|m| m.get_mut(&entry)) {
+                    Some(slot) => {
+                        *slot = self.meta.document.clone();
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if changed {
+                self.store.set(&doc_key, &metadata::render_like(Some(&bytes), &doc))?;
+                touched.keys.push(doc_key);
+            }
+        }
+        Ok(touched)
+    }
+}
+
+/// Replace the entry `rel` of a v3 `consolidated_metadata` object, and of those nested in the
+/// entries of groups between. Returns whether anything changed.
+fn replace_consolidated(cm: &mut serde_json::Value, rel: &str, doc: &serde_json::Value) -> bool {
+    let Some(entries) = cm.get_mut("metadata").and_then(|m| m.as_object_mut()) else { return false };
+    let mut changed = false;
+    if let Some(slot) = entries.get_mut(rel) {
+        *slot = doc.clone();
+        changed = true;
+    }
+    for (k, v) in entries.iter_mut() {
+        if let Some(rest) = rel.strip_prefix(k.as_str()).and_then(|r| r.strip_prefix('/'))
+            && let Some(inner) = v.get_mut("consolidated_metadata")
+        {
+            changed |= replace_consolidated(inner, rest, doc);
+        }
+    }
+    changed
 }
 
 /// Element equality for "is this fill": bitwise, except that any NaN equals any NaN.
@@ -172,8 +228,7 @@ pub fn same_element(a: &[u8], b: &[u8], dtype: &DataType) -> bool {
         DataType::Float16 | DataType::Float32 | DataType::Float64 => is_nan(a) && is_nan(b),
         DataType::Complex64 | DataType::Complex128 => {
             let h = a.len() / 2;
-            (a[..h] == b[..h] || (is_nan(&a[..h]) && is_nan(&b[..h])))
-                && (a[h..] == b[h..] || (is_nan(&a[h..]) && is_nan(&b[h..])))
+            (a[..h] == b[..h] || (is_nan(&a[..h]) && is_nan(&b[..h]))) && (a[h..] == b[h..] || (is_nan(&a[h..]) && is_nan(&b[h..])))
         }
         _ => dtype.numeric_kind() == Some(NumericKind::Float) && is_nan(a) && is_nan(b),
     }

@@ -53,16 +53,11 @@ impl DataType {
         let (name, config) = match v {
             Value::String(s) => (s.as_str(), None),
             Value::Object(o) => {
-                let name = o
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Error::metadata("data_type object without a name"))?;
+                let name = o.get("name").and_then(Value::as_str).ok_or_else(|| Error::metadata("data_type object without a name"))?;
                 (name, o.get("configuration"))
             }
             _ => {
-                return Err(Error::metadata(format!(
-                    "data_type must be a string or an object, got {v}"
-                )));
+                return Err(Error::metadata(format!("data_type must be a string or an object, got {v}")));
             }
         };
         let length_bytes = || -> Result<usize> {
@@ -71,24 +66,13 @@ impl DataType {
                 .and_then(Value::as_u64)
                 .filter(|&n| n > 0)
                 .map(|n| n as usize)
-                .ok_or_else(|| {
-                    Error::metadata(format!("data type {name} needs configuration.length_bytes"))
-                })
+                .ok_or_else(|| Error::metadata(format!("data type {name} needs configuration.length_bytes")))
         };
         let unit = || -> Result<String> {
-            let c = config.ok_or_else(|| {
-                Error::metadata(format!("data type {name} needs a configuration"))
-            })?;
-            let unit = c
-                .get("unit")
-                .and_then(Value::as_str)
-                .ok_or_else(|| Error::metadata(format!("data type {name} needs a unit")))?;
+            let c = config.ok_or_else(|| Error::metadata(format!("data type {name} needs a configuration")))?;
+            let unit = c.get("unit").and_then(Value::as_str).ok_or_else(|| Error::metadata(format!("data type {name} needs a unit")))?;
             let scale = c.get("scale_factor").and_then(Value::as_u64).unwrap_or(1);
-            Ok(if scale == 1 {
-                unit.to_string()
-            } else {
-                format!("{scale}{unit}")
-            })
+            Ok(if scale == 1 { unit.to_string() } else { format!("{scale}{unit}") })
         };
         Ok(match name {
             "bool" => DataType::Bool,
@@ -108,9 +92,7 @@ impl DataType {
             "fixed_length_utf32" => {
                 let n = length_bytes()?;
                 if n % 4 != 0 {
-                    return Err(Error::metadata(format!(
-                        "fixed_length_utf32 length_bytes {n} is not a multiple of 4"
-                    )));
+                    return Err(Error::metadata(format!("fixed_length_utf32 length_bytes {n} is not a multiple of 4")));
                 }
                 DataType::FixedUtf32(n)
             }
@@ -123,9 +105,7 @@ impl DataType {
             r if r.starts_with('r') && r[1..].parse::<usize>().is_ok() => {
                 let bits: usize = r[1..].parse().unwrap_or(0);
                 if bits == 0 || !bits.is_multiple_of(8) {
-                    return Err(Error::metadata(format!(
-                        "raw bits type {r}: the bit count must be a positive multiple of 8"
-                    )));
+                    return Err(Error::metadata(format!("raw bits type {r}: the bit count must be a positive multiple of 8")));
                 }
                 DataType::RawBits(bits / 8)
             }
@@ -156,11 +136,7 @@ impl DataType {
             Some(i) if rest.ends_with(']') => (&rest[..i], Some(&rest[i + 1..rest.len() - 1])),
             _ => (rest, None),
         };
-        let size: usize = if kind == 'O' {
-            0
-        } else {
-            size_str.parse().map_err(|_| bad())?
-        };
+        let size: usize = if kind == 'O' { 0 } else { size_str.parse().map_err(|_| bad())? };
         let dt = match (kind, size) {
             ('b', 1) => DataType::Bool,
             ('i', 1) => DataType::Int8,
@@ -185,9 +161,7 @@ impl DataType {
                 Some("vlen-utf8") => DataType::String,
                 Some("vlen-bytes") => DataType::Bytes,
                 Some(f) => {
-                    return Err(Error::metadata(format!(
-                        "object dtype with filter {f:?} is not supported"
-                    )));
+                    return Err(Error::metadata(format!("object dtype with filter {f:?} is not supported")));
                 }
                 None => return Err(Error::metadata("object dtype without a vlen filter")),
             },
@@ -205,10 +179,7 @@ impl DataType {
             DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Complex64 => 8,
             DataType::DateTime64(_) | DataType::TimeDelta64(_) => 8,
             DataType::Complex128 => 16,
-            DataType::RawBits(n)
-            | DataType::FixedUtf32(n)
-            | DataType::NullTerminatedBytes(n)
-            | DataType::RawBytes(n) => *n,
+            DataType::RawBits(n) | DataType::FixedUtf32(n) | DataType::NullTerminatedBytes(n) | DataType::RawBytes(n) => *n,
             DataType::String | DataType::Bytes => return None,
         })
     }
@@ -231,15 +202,9 @@ impl DataType {
 
     pub fn numeric_kind(&self) -> Option<NumericKind> {
         match self {
-            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
-                Some(NumericKind::Signed)
-            }
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => Some(NumericKind::Signed),
             DataType::DateTime64(_) | DataType::TimeDelta64(_) => Some(NumericKind::Signed),
-            DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64
-            | DataType::Bool => Some(NumericKind::Unsigned),
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 | DataType::Bool => Some(NumericKind::Unsigned),
             DataType::Float32 | DataType::Float64 => Some(NumericKind::Float),
             _ => None,
         }
@@ -315,9 +280,7 @@ impl DataType {
                 Value::String(s) if s == "NaT" => i64::MIN.to_le_bytes().to_vec(),
                 _ => int(i64::MIN.into(), i64::MAX.into(), 8)?,
             },
-            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-                float_fill(v, self.size().unwrap_or(8)).ok_or_else(bad)?
-            }
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => float_fill(v, self.size().unwrap_or(8)).ok_or_else(bad)?,
             DataType::Complex64 | DataType::Complex128 => {
                 let half = self.size().unwrap_or(16) / 2;
                 let parts = v.as_array().filter(|a| a.len() == 2).ok_or_else(bad)?;
@@ -327,10 +290,7 @@ impl DataType {
             }
             DataType::RawBits(n) => {
                 let a = v.as_array().ok_or_else(bad)?;
-                let bytes: Option<Vec<u8>> = a
-                    .iter()
-                    .map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8))
-                    .collect();
+                let bytes: Option<Vec<u8>> = a.iter().map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8)).collect();
                 let bytes = bytes.ok_or_else(bad)?;
                 if bytes.len() != *n {
                     return Err(bad());
@@ -348,14 +308,10 @@ impl DataType {
             }
             DataType::NullTerminatedBytes(n) | DataType::RawBytes(n) => {
                 let mut out = match v {
-                    Value::String(s) => base64::engine::general_purpose::STANDARD
-                        .decode(s)
-                        .map_err(|_| bad())?,
-                    Value::Array(a) => a
-                        .iter()
-                        .map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8))
-                        .collect::<Option<Vec<u8>>>()
-                        .ok_or_else(bad)?,
+                    Value::String(s) => base64::engine::general_purpose::STANDARD.decode(s).map_err(|_| bad())?,
+                    Value::Array(a) => {
+                        a.iter().map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8)).collect::<Option<Vec<u8>>>().ok_or_else(bad)?
+                    }
                     _ => return Err(bad()),
                 };
                 if out.len() > *n {
@@ -366,14 +322,10 @@ impl DataType {
             }
             DataType::String => v.as_str().ok_or_else(bad)?.as_bytes().to_vec(),
             DataType::Bytes => match v {
-                Value::String(s) => base64::engine::general_purpose::STANDARD
-                    .decode(s)
-                    .map_err(|_| bad())?,
-                Value::Array(a) => a
-                    .iter()
-                    .map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8))
-                    .collect::<Option<Vec<u8>>>()
-                    .ok_or_else(bad)?,
+                Value::String(s) => base64::engine::general_purpose::STANDARD.decode(s).map_err(|_| bad())?,
+                Value::Array(a) => {
+                    a.iter().map(|x| x.as_u64().filter(|&b| b < 256).map(|b| b as u8)).collect::<Option<Vec<u8>>>().ok_or_else(bad)?
+                }
                 _ => return Err(bad()),
             },
         })
@@ -421,122 +373,52 @@ mod tests {
 
     #[test]
     fn float_fills() {
-        assert_eq!(
-            DataType::Float32.parse_fill(&json!("NaN")).unwrap(),
-            0x7fc00000u32.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float32.parse_fill(&json!("0x7fc00001")).unwrap(),
-            0x7fc00001u32.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float64.parse_fill(&json!("-Infinity")).unwrap(),
-            f64::NEG_INFINITY.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float64.parse_fill(&json!(1)).unwrap(),
-            1f64.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float64.parse_fill(&json!("1.5")).unwrap(),
-            1.5f64.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float16.parse_fill(&json!(1.5)).unwrap(),
-            0x3e00u16.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::Float16.parse_fill(&json!("0x7e00")).unwrap(),
-            0x7e00u16.to_le_bytes()
-        );
-        let c = DataType::Complex64
-            .parse_fill(&json!(["NaN", "-Infinity"]))
-            .unwrap();
+        assert_eq!(DataType::Float32.parse_fill(&json!("NaN")).unwrap(), 0x7fc00000u32.to_le_bytes());
+        assert_eq!(DataType::Float32.parse_fill(&json!("0x7fc00001")).unwrap(), 0x7fc00001u32.to_le_bytes());
+        assert_eq!(DataType::Float64.parse_fill(&json!("-Infinity")).unwrap(), f64::NEG_INFINITY.to_le_bytes());
+        assert_eq!(DataType::Float64.parse_fill(&json!(1)).unwrap(), 1f64.to_le_bytes());
+        assert_eq!(DataType::Float64.parse_fill(&json!("1.5")).unwrap(), 1.5f64.to_le_bytes());
+        assert_eq!(DataType::Float16.parse_fill(&json!(1.5)).unwrap(), 0x3e00u16.to_le_bytes());
+        assert_eq!(DataType::Float16.parse_fill(&json!("0x7e00")).unwrap(), 0x7e00u16.to_le_bytes());
+        let c = DataType::Complex64.parse_fill(&json!(["NaN", "-Infinity"])).unwrap();
         assert_eq!(&c[..4], &0x7fc00000u32.to_le_bytes());
         assert_eq!(&c[4..], &f32::NEG_INFINITY.to_le_bytes());
     }
 
     #[test]
     fn other_fills() {
-        assert_eq!(
-            DataType::Int16.parse_fill(&json!(-1)).unwrap(),
-            [0xff, 0xff]
-        );
+        assert_eq!(DataType::Int16.parse_fill(&json!(-1)).unwrap(), [0xff, 0xff]);
         assert!(DataType::Int8.parse_fill(&json!(200)).is_err());
         assert!(DataType::Int32.parse_fill(&json!("0x01")).is_err());
-        assert_eq!(
-            DataType::UInt64.parse_fill(&json!(u64::MAX)).unwrap(),
-            [0xff; 8]
-        );
+        assert_eq!(DataType::UInt64.parse_fill(&json!(u64::MAX)).unwrap(), [0xff; 8]);
         assert_eq!(DataType::Bool.parse_fill(&json!(true)).unwrap(), [1]);
         assert_eq!(DataType::Bool.parse_fill(&json!(0)).unwrap(), [0]);
         let nat = DataType::DateTime64("s".into());
-        assert_eq!(
-            nat.parse_fill(&json!("NaT")).unwrap(),
-            i64::MIN.to_le_bytes()
-        );
-        assert_eq!(
-            nat.parse_fill(&json!(-9223372036854775808i64)).unwrap(),
-            i64::MIN.to_le_bytes()
-        );
-        assert_eq!(
-            DataType::FixedUtf32(8).parse_fill(&json!("ab")).unwrap(),
-            [b'a', 0, 0, 0, b'b', 0, 0, 0]
-        );
-        assert_eq!(
-            DataType::NullTerminatedBytes(4)
-                .parse_fill(&json!("YWIA"))
-                .unwrap(),
-            [b'a', b'b', 0, 0]
-        );
-        assert_eq!(
-            DataType::RawBits(2).parse_fill(&json!([1, 2])).unwrap(),
-            [1, 2]
-        );
+        assert_eq!(nat.parse_fill(&json!("NaT")).unwrap(), i64::MIN.to_le_bytes());
+        assert_eq!(nat.parse_fill(&json!(-9223372036854775808i64)).unwrap(), i64::MIN.to_le_bytes());
+        assert_eq!(DataType::FixedUtf32(8).parse_fill(&json!("ab")).unwrap(), [b'a', 0, 0, 0, b'b', 0, 0, 0]);
+        assert_eq!(DataType::NullTerminatedBytes(4).parse_fill(&json!("YWIA")).unwrap(), [b'a', b'b', 0, 0]);
+        assert_eq!(DataType::RawBits(2).parse_fill(&json!([1, 2])).unwrap(), [1, 2]);
         assert_eq!(DataType::Int32.parse_fill(&Value::Null).unwrap(), [0; 4]);
     }
 
     #[test]
     fn v2_dtypes() {
-        assert_eq!(
-            DataType::parse_v2(&json!(">i4"), None).unwrap(),
-            (DataType::Int32, true)
-        );
-        assert_eq!(
-            DataType::parse_v2(&json!("<U3"), None).unwrap(),
-            (DataType::FixedUtf32(12), false)
-        );
-        assert_eq!(
-            DataType::parse_v2(&json!("<M8[ns]"), None).unwrap().0,
-            DataType::DateTime64("ns".into())
-        );
-        assert_eq!(
-            DataType::parse_v2(&json!("|O"), Some("vlen-utf8"))
-                .unwrap()
-                .0,
-            DataType::String
-        );
+        assert_eq!(DataType::parse_v2(&json!(">i4"), None).unwrap(), (DataType::Int32, true));
+        assert_eq!(DataType::parse_v2(&json!("<U3"), None).unwrap(), (DataType::FixedUtf32(12), false));
+        assert_eq!(DataType::parse_v2(&json!("<M8[ns]"), None).unwrap().0, DataType::DateTime64("ns".into()));
+        assert_eq!(DataType::parse_v2(&json!("|O"), Some("vlen-utf8")).unwrap().0, DataType::String);
         assert!(DataType::parse_v2(&json!([["a", "<i4"]]), None).is_err());
         assert!(DataType::parse_v2(&json!("<q8"), None).is_err());
     }
 
     #[test]
     fn v3_dtypes() {
-        assert_eq!(
-            DataType::parse_v3(&json!("r16")).unwrap(),
-            DataType::RawBits(2)
-        );
+        assert_eq!(DataType::parse_v3(&json!("r16")).unwrap(), DataType::RawBits(2));
         assert!(DataType::parse_v3(&json!("r12")).is_err());
         assert!(DataType::parse_v3(&json!("float128")).is_err());
-        let dt =
-            json!({"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 1}});
-        assert_eq!(
-            DataType::parse_v3(&dt).unwrap(),
-            DataType::DateTime64("s".into())
-        );
-        assert_eq!(
-            DataType::parse_v3(&json!("variable_length_bytes")).unwrap(),
-            DataType::Bytes
-        );
+        let dt = json!({"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 1}});
+        assert_eq!(DataType::parse_v3(&dt).unwrap(), DataType::DateTime64("s".into()));
+        assert_eq!(DataType::parse_v3(&json!("variable_length_bytes")).unwrap(), DataType::Bytes);
     }
 }

@@ -12,18 +12,14 @@ pub enum ChunkGrid {
 
 impl ChunkGrid {
     pub fn parse_v3(v: &Value, ndim: usize) -> Result<ChunkGrid> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| Error::metadata(format!("chunk_grid must be an object, got {v}")))?;
+        let obj = v.as_object().ok_or_else(|| Error::metadata(format!("chunk_grid must be an object, got {v}")))?;
         let name = obj.get("name").and_then(Value::as_str).unwrap_or_default();
         match name {
             "regular" => {
                 let shape = obj
                     .get("configuration")
                     .and_then(|c| c.get("chunk_shape"))
-                    .ok_or_else(|| {
-                        Error::metadata("regular chunk_grid without configuration.chunk_shape")
-                    })?;
+                    .ok_or_else(|| Error::metadata("regular chunk_grid without configuration.chunk_shape"))?;
                 ChunkGrid::regular(parse_shape(shape, "chunk_shape")?, ndim)
             }
             other => Err(Error::metadata(format!("unsupported chunk grid {other:?}"))),
@@ -32,15 +28,10 @@ impl ChunkGrid {
 
     pub fn regular(chunk_shape: Vec<u64>, ndim: usize) -> Result<ChunkGrid> {
         if chunk_shape.len() != ndim {
-            return Err(Error::metadata(format!(
-                "chunk_shape {chunk_shape:?} has {} dimensions, the array {ndim}",
-                chunk_shape.len()
-            )));
+            return Err(Error::metadata(format!("chunk_shape {chunk_shape:?} has {} dimensions, the array {ndim}", chunk_shape.len())));
         }
         if chunk_shape.contains(&0) {
-            return Err(Error::metadata(format!(
-                "chunk_shape {chunk_shape:?} has a zero edge"
-            )));
+            return Err(Error::metadata(format!("chunk_shape {chunk_shape:?} has a zero edge")));
         }
         Ok(ChunkGrid::Regular { chunk_shape })
     }
@@ -53,20 +44,13 @@ impl ChunkGrid {
 
     /// Number of chunks along each axis for an array of `shape`.
     pub fn grid_shape(&self, shape: &[u64]) -> Vec<u64> {
-        (0..shape.len())
-            .map(|axis| {
-                self.chunk_of(axis, shape[axis]).0
-                    + u64::from(!self.starts_chunk(axis, shape[axis]))
-            })
-            .collect()
+        (0..shape.len()).map(|axis| self.chunk_of(axis, shape[axis]).0 + u64::from(!self.starts_chunk(axis, shape[axis]))).collect()
     }
 
     /// The chunk along `axis` holding element `index`, and the element's position inside it.
     pub fn chunk_of(&self, axis: usize, index: u64) -> (u64, u64) {
         match self {
-            ChunkGrid::Regular { chunk_shape } => {
-                (index / chunk_shape[axis], index % chunk_shape[axis])
-            }
+            ChunkGrid::Regular { chunk_shape } => (index / chunk_shape[axis], index % chunk_shape[axis]),
         }
     }
 
@@ -90,11 +74,7 @@ impl ChunkGrid {
 
     /// The declared shape of the chunk at `coords`.
     pub fn chunk_shape(&self, coords: &[u64]) -> Vec<u64> {
-        coords
-            .iter()
-            .enumerate()
-            .map(|(axis, &c)| self.chunk_len(axis, c))
-            .collect()
+        coords.iter().enumerate().map(|(axis, &c)| self.chunk_len(axis, c)).collect()
     }
 
     /// For JSON and `info`.
@@ -106,17 +86,9 @@ impl ChunkGrid {
 }
 
 pub fn parse_shape(v: &Value, what: &str) -> Result<Vec<u64>> {
-    let a = v
-        .as_array()
-        .ok_or_else(|| Error::metadata(format!("{what} must be a list of integers, got {v}")))?;
+    let a = v.as_array().ok_or_else(|| Error::metadata(format!("{what} must be a list of integers, got {v}")))?;
     a.iter()
-        .map(|x| {
-            x.as_u64().ok_or_else(|| {
-                Error::metadata(format!(
-                    "{what} must be a list of non-negative integers, got {v}"
-                ))
-            })
-        })
+        .map(|x| x.as_u64().ok_or_else(|| Error::metadata(format!("{what} must be a list of non-negative integers, got {v}"))))
         .collect()
 }
 
@@ -134,9 +106,6 @@ mod tests {
         assert_eq!(g.chunk_shape(&[2, 1]), vec![2, 3]);
         assert!(ChunkGrid::regular(vec![0, 1], 2).is_err());
         assert!(ChunkGrid::regular(vec![1], 2).is_err());
-        assert_eq!(
-            ChunkGrid::regular(vec![], 0).unwrap().grid_shape(&[]),
-            Vec::<u64>::new()
-        );
+        assert_eq!(ChunkGrid::regular(vec![], 0).unwrap().grid_shape(&[]), Vec::<u64>::new());
     }
 }

@@ -19,48 +19,30 @@ fn separator(config: Option<&Value>, default: char) -> Result<char> {
         None => Ok(default),
         Some(Value::String(s)) if s == "/" => Ok('/'),
         Some(Value::String(s)) if s == "." => Ok('.'),
-        Some(other) => Err(Error::metadata(format!(
-            "chunk key separator must be \"/\" or \".\", got {other}"
-        ))),
+        Some(other) => Err(Error::metadata(format!("chunk key separator must be \"/\" or \".\", got {other}"))),
     }
 }
 
 impl ChunkKeyEncoding {
     pub fn parse_v3(v: &Value, ndim: usize) -> Result<ChunkKeyEncoding> {
-        let obj = v.as_object().ok_or_else(|| {
-            Error::metadata(format!("chunk_key_encoding must be an object, got {v}"))
-        })?;
+        let obj = v.as_object().ok_or_else(|| Error::metadata(format!("chunk_key_encoding must be an object, got {v}")))?;
         let config = obj.get("configuration");
         match obj.get("name").and_then(Value::as_str).unwrap_or_default() {
-            "default" => Ok(ChunkKeyEncoding::Default {
-                separator: separator(config, '/')?,
-            }),
-            "v2" => Ok(ChunkKeyEncoding::V2 {
-                separator: separator(config, '.')?,
-            }),
+            "default" => Ok(ChunkKeyEncoding::Default { separator: separator(config, '/')? }),
+            "v2" => Ok(ChunkKeyEncoding::V2 { separator: separator(config, '.')? }),
             "offset" => {
                 let raw = config
                     .and_then(|c| c.get("offset"))
                     .and_then(Value::as_array)
                     .ok_or_else(|| Error::metadata("offset chunk key encoding needs configuration.offset (one integer per dimension)"))?;
                 let offset: Option<Vec<i64>> = raw.iter().map(Value::as_i64).collect();
-                let offset = offset.ok_or_else(|| {
-                    Error::metadata(format!("chunk key offset {raw:?} must be integers"))
-                })?;
+                let offset = offset.ok_or_else(|| Error::metadata(format!("chunk key offset {raw:?} must be integers")))?;
                 if offset.len() != ndim {
-                    return Err(Error::metadata(format!(
-                        "chunk key offset has {} entries, the array {ndim} dimensions",
-                        offset.len()
-                    )));
+                    return Err(Error::metadata(format!("chunk key offset has {} entries, the array {ndim} dimensions", offset.len())));
                 }
-                Ok(ChunkKeyEncoding::Offset {
-                    offset,
-                    separator: separator(config, '/')?,
-                })
+                Ok(ChunkKeyEncoding::Offset { offset, separator: separator(config, '/')? })
             }
-            other => Err(Error::metadata(format!(
-                "unsupported chunk key encoding {other:?}"
-            ))),
+            other => Err(Error::metadata(format!("unsupported chunk key encoding {other:?}"))),
         }
     }
 
@@ -118,36 +100,16 @@ mod tests {
         let d = ChunkKeyEncoding::parse_v3(&json!({"name": "default"}), 3).unwrap();
         assert_eq!(d.key(&[1, 23, 45]), "c/1/23/45");
         assert_eq!(d.key(&[]), "c");
-        let dot = ChunkKeyEncoding::parse_v3(
-            &json!({"name": "default", "configuration": {"separator": "."}}),
-            3,
-        )
-        .unwrap();
+        let dot = ChunkKeyEncoding::parse_v3(&json!({"name": "default", "configuration": {"separator": "."}}), 3).unwrap();
         assert_eq!(dot.key(&[1, 23, 45]), "c.1.23.45");
         let v2 = ChunkKeyEncoding::parse_v3(&json!({"name": "v2"}), 2).unwrap();
         assert_eq!(v2.key(&[1, 2]), "1.2");
         assert_eq!(v2.key(&[]), "0");
-        let off = ChunkKeyEncoding::parse_v3(
-            &json!({"name": "offset", "configuration": {"offset": [-2, 0]}}),
-            2,
-        )
-        .unwrap();
+        let off = ChunkKeyEncoding::parse_v3(&json!({"name": "offset", "configuration": {"offset": [-2, 0]}}), 2).unwrap();
         assert_eq!(off.key(&[0, 0]), "c/-2/0");
         assert_eq!(off.key(&[3, 0]), "c/1/0");
-        assert!(
-            ChunkKeyEncoding::parse_v3(
-                &json!({"name": "offset", "configuration": {"offset": [0]}}),
-                2
-            )
-            .is_err()
-        );
+        assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "offset", "configuration": {"offset": [0]}}), 2).is_err());
         assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "suffix"}), 2).is_err());
-        assert!(
-            ChunkKeyEncoding::parse_v3(
-                &json!({"name": "default", "configuration": {"separator": "-"}}),
-                1
-            )
-            .is_err()
-        );
+        assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "default", "configuration": {"separator": "-"}}), 1).is_err());
     }
 }

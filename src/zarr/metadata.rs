@@ -3,8 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use super::codec::{
-    BloscCodec, BytesCodec, BytesToBytesCodec, CodecChain, DeltaCodec, GzipCodec, Lz4Codec,
-    TransposeCodec, ZlibCodec, ZstdCodec,
+    BloscCodec, BytesCodec, BytesToBytesCodec, CodecChain, DeltaCodec, GzipCodec, Lz4Codec, TransposeCodec, ZlibCodec, ZstdCodec,
 };
 use super::dtype::DataType;
 use super::grid::{ChunkGrid, parse_shape};
@@ -28,6 +27,9 @@ pub struct ArrayMetadata {
     pub fill: Vec<u8>,
     pub codecs: CodecChain,
     pub dimension_names: Option<Vec<Option<String>>>,
+    /// The document as stored (`zarr.json` or `.zarray`), kept so that rewrites change only
+    /// what changed.
+    pub document: Value,
 }
 
 /// What a node's metadata says it is.
@@ -50,12 +52,7 @@ const V3_ARRAY_FIELDS: [&str; 11] = [
     "storage_transformers",
     "dimension_names",
 ];
-const V3_GROUP_FIELDS: [&str; 4] = [
-    "zarr_format",
-    "node_type",
-    "attributes",
-    "consolidated_metadata",
-];
+const V3_GROUP_FIELDS: [&str; 4] = ["zarr_format", "node_type", "attributes", "consolidated_metadata"];
 
 /// Refuse unknown fields unless they say `"must_understand": false`.
 fn check_fields(doc: &Map<String, Value>, known: &[&str]) -> Result<()> {
@@ -66,35 +63,26 @@ fn check_fields(doc: &Map<String, Value>, known: &[&str]) -> Result<()> {
         if v.get("must_understand").and_then(Value::as_bool) == Some(false) {
             continue;
         }
-        return Err(Error::metadata(format!(
-            "unsupported metadata field {k:?} (it must be understood)"
-        )));
+        return Err(Error::metadata(format!("unsupported metadata field {k:?} (it must be understood)")));
     }
     Ok(())
 }
 
 fn field<'a>(doc: &'a Map<String, Value>, name: &str) -> Result<&'a Value> {
-    doc.get(name)
-        .ok_or_else(|| Error::metadata(format!("metadata has no {name:?}")))
+    doc.get(name).ok_or_else(|| Error::metadata(format!("metadata has no {name:?}")))
 }
 
 pub fn parse_json(bytes: &[u8], what: &str) -> Result<Value> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| Error::metadata(format!("{what} is not valid JSON: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| Error::metadata(format!("{what} is not valid JSON: {e}")))
 }
 
 /// Parse a v3 `zarr.json`.
 pub fn parse_v3(doc: &Value) -> Result<NodeMetadata> {
-    let doc = doc
-        .as_object()
-        .ok_or_else(|| Error::metadata("zarr.json is not a JSON object"))?;
+    let doc = doc.as_object().ok_or_else(|| Error::metadata("zarr.json is not a JSON object"))?;
     match doc.get("zarr_format") {
         Some(v) if v.as_u64() == Some(3) => {}
         other => {
-            return Err(Error::metadata(format!(
-                "zarr.json has zarr_format {}, expected 3",
-                other.unwrap_or(&Value::Null)
-            )));
+            return Err(Error::metadata(format!("zarr.json has zarr_format {}, expected 3", other.unwrap_or(&Value::Null))));
         }
     }
     match field(doc, "node_type")?.as_str() {
@@ -106,10 +94,7 @@ pub fn parse_v3(doc: &Value) -> Result<NodeMetadata> {
             check_fields(doc, &V3_ARRAY_FIELDS)?;
             Ok(NodeMetadata::Array(Box::new(parse_v3_array(doc)?)))
         }
-        _ => Err(Error::metadata(format!(
-            "zarr.json has node_type {}, expected \"array\" or \"group\"",
-            doc["node_type"]
-        ))),
+        _ => Err(Error::metadata(format!("zarr.json has node_type {}, expected \"array\" or \"group\"", doc["node_type"]))),
     }
 }
 
@@ -118,27 +103,18 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
     let ndim = shape.len();
     let dtype = DataType::parse_v3(field(doc, "data_type")?)?;
     if dtype.is_variable() {
-        return Err(Error::Unsupported(format!(
-            "variable-length {} arrays are not served as files yet",
-            dtype.name()
-        )));
+        return Err(Error::Unsupported(format!("variable-length {} arrays are not served as files yet", dtype.name())));
     }
     if let Some(st) = doc.get("storage_transformers")
         && st.as_array().is_none_or(|a| !a.is_empty())
     {
-        return Err(Error::metadata(format!(
-            "storage transformers are not supported: {st}"
-        )));
+        return Err(Error::metadata(format!("storage transformers are not supported: {st}")));
     }
     let dimension_names = match doc.get("dimension_names") {
         None | Some(Value::Null) => None,
-        Some(Value::Array(a)) if a.len() == ndim => {
-            Some(a.iter().map(|x| x.as_str().map(str::to_string)).collect())
-        }
+        Some(Value::Array(a)) if a.len() == ndim => Some(a.iter().map(|x| x.as_str().map(str::to_string)).collect()),
         Some(other) => {
-            return Err(Error::metadata(format!(
-                "dimension_names {other} must list one name (or null) per dimension"
-            )));
+            return Err(Error::metadata(format!("dimension_names {other} must list one name (or null) per dimension")));
         }
     };
     let grid = ChunkGrid::parse_v3(field(doc, "chunk_grid")?, ndim)?;
@@ -155,19 +131,15 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
         fill,
         codecs,
         dimension_names,
+        document: Value::Object(doc.clone()),
     })
 }
 
 /// Parse a v2 `.zarray`.
 pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
-    let doc = doc
-        .as_object()
-        .ok_or_else(|| Error::metadata(".zarray is not a JSON object"))?;
+    let doc = doc.as_object().ok_or_else(|| Error::metadata(".zarray is not a JSON object"))?;
     if field(doc, "zarr_format")?.as_u64() != Some(2) {
-        return Err(Error::metadata(format!(
-            ".zarray has zarr_format {}, expected 2",
-            doc["zarr_format"]
-        )));
+        return Err(Error::metadata(format!(".zarray has zarr_format {}, expected 2", doc["zarr_format"])));
     }
     let shape = parse_shape(field(doc, "shape")?, "shape")?;
     let ndim = shape.len();
@@ -176,19 +148,14 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
         Some(other) => {
-            return Err(Error::metadata(format!(
-                "filters must be a list or null, got {other}"
-            )));
+            return Err(Error::metadata(format!("filters must be a list or null, got {other}")));
         }
     };
     let filter_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
     let first_filter = filters.first().and_then(filter_id);
     let (dtype, big_endian) = DataType::parse_v2(field(doc, "dtype")?, first_filter.as_deref())?;
     if dtype.is_variable() {
-        return Err(Error::Unsupported(format!(
-            "variable-length {} arrays are not served as files yet",
-            dtype.name()
-        )));
+        return Err(Error::Unsupported(format!("variable-length {} arrays are not served as files yet", dtype.name())));
     }
     let item = dtype.size().unwrap_or(1);
     let grid = ChunkGrid::regular(chunks, ndim)?;
@@ -196,9 +163,7 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         None | Some(".") => '.',
         Some("/") => '/',
         Some(other) => {
-            return Err(Error::metadata(format!(
-                "dimension_separator {other:?} must be \".\" or \"/\""
-            )));
+            return Err(Error::metadata(format!("dimension_separator {other:?} must be \".\" or \"/\"")));
         }
     };
     let fill = dtype.parse_fill(doc.get("fill_value").unwrap_or(&Value::Null))?;
@@ -207,16 +172,11 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         Some("C") | None => {}
         Some("F") => {
             if ndim > 1 {
-                array_to_array.push(Box::new(TransposeCodec::new(
-                    (0..ndim).rev().collect(),
-                    ndim,
-                )?));
+                array_to_array.push(Box::new(TransposeCodec::new((0..ndim).rev().collect(), ndim)?));
             }
         }
         Some(other) => {
-            return Err(Error::metadata(format!(
-                "order {other:?} must be \"C\" or \"F\""
-            )));
+            return Err(Error::metadata(format!("order {other:?} must be \"C\" or \"F\"")));
         }
     }
     let mut bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
@@ -236,23 +196,12 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
             Some("gzip") => Box::new(GzipCodec::parse(c)?),
             Some("lz4") => Box::new(Lz4Codec::parse(c)?),
             other => {
-                return Err(Error::metadata(format!(
-                    "unsupported v2 compressor {}",
-                    other.unwrap_or("(no id)")
-                )));
+                return Err(Error::metadata(format!("unsupported v2 compressor {}", other.unwrap_or("(no id)"))));
             }
         }),
     }
-    let endian = if big_endian {
-        json!({"endian": "big"})
-    } else {
-        json!({"endian": "little"})
-    };
-    let codecs = CodecChain {
-        array_to_array,
-        array_to_bytes: Box::new(BytesCodec::parse(&endian, &dtype)?),
-        bytes_to_bytes,
-    };
+    let endian = if big_endian { json!({"endian": "big"}) } else { json!({"endian": "little"}) };
+    let codecs = CodecChain { array_to_array, array_to_bytes: Box::new(BytesCodec::parse(&endian, &dtype)?), bytes_to_bytes };
     Ok(ArrayMetadata {
         format: ZarrFormat::V2,
         shape,
@@ -262,6 +211,7 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         fill,
         codecs,
         dimension_names: None,
+        document: Value::Object(doc.clone()),
     })
 }
 
@@ -282,6 +232,45 @@ impl ArrayMetadata {
     pub fn byte_len(&self) -> u64 {
         self.shape.iter().product::<u64>() * self.item_size() as u64
     }
+
+    /// Bytes of one row (one index along axis 0); a 0-d array's one element.
+    pub fn row_bytes(&self) -> u64 {
+        self.shape.iter().skip(1).product::<u64>() * self.item_size() as u64
+    }
+
+    /// The name of the document this metadata is stored in.
+    pub fn document_name(&self) -> &'static str {
+        match self.format {
+            ZarrFormat::V3 => "zarr.json",
+            ZarrFormat::V2 => ".zarray",
+        }
+    }
+
+    /// The same array with another shape: the document with `shape` replaced, parsed again.
+    pub fn with_shape(&self, shape: &[u64]) -> Result<ArrayMetadata> {
+        let mut doc = self.document.clone();
+        doc["shape"] = json!(shape);
+        match self.format {
+            ZarrFormat::V2 => parse_v2_array(&doc),
+            ZarrFormat::V3 => match parse_v3(&doc)? {
+                NodeMetadata::Array(a) => Ok(*a),
+                NodeMetadata::Group => Err(Error::metadata("zarr.json became a group")),
+            },
+        }
+    }
+}
+
+/// Serialise `doc` in the style of the document it replaces: indented with 2 spaces (as
+/// zarr-python and zarrs write) when the old one spans lines, compact (as tensorstore writes)
+/// otherwise; a trailing newline is kept when there was one.
+pub fn render_like(old: Option<&[u8]>, doc: &Value) -> Vec<u8> {
+    let trailing_newline = old.is_some_and(|o| o.ends_with(b"\n"));
+    let pretty = old.is_none_or(|o| o.trim_ascii_end().contains(&b'\n'));
+    let mut out = if pretty { serde_json::to_vec_pretty(doc) } else { serde_json::to_vec(doc) }.unwrap_or_default();
+    if trailing_newline {
+        out.push(b'\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -332,10 +321,7 @@ mod tests {
         let msg = |doc: Value| array(&doc).unwrap_err().to_string();
         assert!(msg(v3(json!({"fancy": {"x": 1}}))).contains("fancy"));
         assert!(array(&v3(json!({"fancy": {"must_understand": false}}))).is_ok());
-        assert!(
-            msg(v3(json!({"storage_transformers": [{"name": "x"}]})))
-                .contains("storage transformers")
-        );
+        assert!(msg(v3(json!({"storage_transformers": [{"name": "x"}]}))).contains("storage transformers"));
         assert!(msg(v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lzma"}]}))).contains("lzma"));
         assert!(msg(v3(json!({"codecs": ["bytes"]}))).contains("object"));
         assert!(msg(v3(json!({"chunk_grid": {"name": "hexagonal"}}))).contains("hexagonal"));
@@ -344,8 +330,7 @@ mod tests {
         assert!(msg(v3(json!({"zarr_format": 2}))).contains("zarr_format"));
         assert!(msg(v3(json!({"fill_value": "0x01"}))).contains("fill_value"));
         assert!(msg(v3(json!({"codecs": [{"name": "zstd"}]}))).contains("zstd"));
-        let vlen =
-            v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8"}]}));
+        let vlen = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8"}]}));
         assert!(matches!(array(&vlen), Err(Error::Unsupported(_))));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
         assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group)));
@@ -362,12 +347,7 @@ mod tests {
         assert_eq!(a.codecs.bytes_to_bytes.len(), 2);
         let mut bad = doc.clone();
         bad["compressor"] = json!({"id": "bz2"});
-        assert!(
-            parse_v2_array(&bad)
-                .unwrap_err()
-                .to_string()
-                .contains("bz2")
-        );
+        assert!(parse_v2_array(&bad).unwrap_err().to_string().contains("bz2"));
         let mut obj = doc;
         obj["dtype"] = json!("|O");
         obj["filters"] = json!([{"id": "vlen-utf8"}]);

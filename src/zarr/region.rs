@@ -142,14 +142,7 @@ fn for_each_run(extent: &[u64], src: &Strided, dst: &Strided, mut f: impl FnMut(
 }
 
 /// Copy a box of `extent` elements of `item` bytes from `src` to `dst`.
-pub fn copy_box(
-    src: &[u8],
-    src_view: &Strided,
-    dst: &mut [u8],
-    dst_view: &Strided,
-    extent: &[u64],
-    item: usize,
-) {
+pub fn copy_box(src: &[u8], src_view: &Strided, dst: &mut [u8], dst_view: &Strided, extent: &[u64], item: usize) {
     for_each_run(extent, src_view, dst_view, |s, d, n| {
         let (s, d, n) = (s as usize * item, d as usize * item, n as usize * item);
         dst[d..d + n].copy_from_slice(&src[s..s + n]);
@@ -193,10 +186,7 @@ mod tests {
         let mut out = Vec::new();
         let extent: Vec<u64> = b.iter().map(|(s, e)| e - s).collect();
         let origin: Vec<u64> = b.iter().map(|(s, _)| *s).collect();
-        let view = Strided {
-            offset: origin.iter().zip(&strides).map(|(o, s)| o * s).sum(),
-            strides,
-        };
+        let view = Strided { offset: origin.iter().zip(&strides).map(|(o, s)| o * s).sum(), strides };
         for_each_run(&extent, &view, &view, |s, _, n| out.extend(s..s + n));
         out
     }
@@ -219,14 +209,7 @@ mod tests {
         // 3x4 source, copy the 2x2 block at (1,1) into a 2x3 destination at (0,1).
         let src: Vec<u8> = (0..12).collect();
         let mut dst = vec![0u8; 6];
-        copy_box(
-            &src,
-            &Strided::of(&[3, 4], &[1, 1], 0),
-            &mut dst,
-            &Strided::of(&[2, 3], &[0, 1], 0),
-            &[2, 2],
-            1,
-        );
+        copy_box(&src, &Strided::of(&[3, 4], &[1, 1], 0), &mut dst, &Strided::of(&[2, 3], &[0, 1], 0), &[2, 2], 1);
         assert_eq!(dst, [0, 5, 6, 0, 9, 10]);
         let mut dst = vec![0u8; 6];
         fill_box(&mut dst, &Strided::of(&[2, 3], &[1, 0], 0), &[1, 3], &[7]);

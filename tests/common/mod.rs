@@ -23,34 +23,19 @@ pub struct Expected {
 }
 
 pub fn expected() -> Vec<Expected> {
-    let text = std::fs::read_to_string(fixtures().join("expected.json"))
-        .expect("tests/fixtures/expected.json (run scripts/make-fixtures.py)");
+    let text =
+        std::fs::read_to_string(fixtures().join("expected.json")).expect("tests/fixtures/expected.json (run scripts/make-fixtures.py)");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("expected.json parses");
     let mut out = Vec::new();
     for (key, entry) in doc.as_object().expect("object") {
         let (store, path) = key.split_once('/').expect("store/path");
-        let bytes = std::fs::read(fixtures().join(entry["bin"].as_str().expect("bin")))
-            .expect("expected bytes");
+        let bytes = std::fs::read(fixtures().join(entry["bin"].as_str().expect("bin"))).expect("expected bytes");
         let bad_ranges = entry
             .get("bad_ranges")
             .and_then(|r| r.as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|p| {
-                        (
-                            p[0].as_u64().unwrap() as usize,
-                            p[1].as_u64().unwrap() as usize,
-                        )
-                    })
-                    .collect()
-            })
+            .map(|a| a.iter().map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_u64().unwrap() as usize)).collect())
             .unwrap_or_default();
-        out.push(Expected {
-            store: store.to_string(),
-            path: path.to_string(),
-            bytes,
-            bad_ranges,
-        });
+        out.push(Expected { store: store.to_string(), path: path.to_string(), bytes, bad_ranges });
     }
     out
 }
@@ -58,12 +43,7 @@ pub fn expected() -> Vec<Expected> {
 pub fn is_mounted(path: &Path) -> bool {
     let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let want = canon.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
-        })
-        .unwrap_or(false)
+    std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))).unwrap_or(false)
 }
 
 fn force_unmount(path: &Path) {
@@ -97,22 +77,13 @@ impl Mount {
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("start zarrfs");
-        let mut m = Mount {
-            dir,
-            mountpoint,
-            log,
-            child: Some(child),
-        };
+        let mut m = Mount { dir, mountpoint, log, child: Some(child) };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !is_mounted(&m.mountpoint) {
             if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("zarrfs exited before mounting ({status}): {}", m.log_text());
             }
-            assert!(
-                Instant::now() < deadline,
-                "mount did not come up: {}",
-                m.log_text()
-            );
+            assert!(Instant::now() < deadline, "mount did not come up: {}", m.log_text());
             std::thread::sleep(Duration::from_millis(20));
         }
         m
@@ -157,17 +128,8 @@ impl Drop for Mount {
 
 /// `dd if=PATH bs=BS` as a subprocess; its stdout, or its stderr as the error.
 pub fn dd(path: &Path, bs: &str) -> Result<Vec<u8>, String> {
-    let out = Command::new("dd")
-        .arg(format!("if={}", path.display()))
-        .arg(format!("bs={bs}"))
-        .arg("status=none")
-        .output()
-        .expect("run dd");
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    let out = Command::new("dd").arg(format!("if={}", path.display())).arg(format!("bs={bs}")).arg("status=none").output().expect("run dd");
+    if out.status.success() { Ok(out.stdout) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
 }
 
 /// A small deterministic generator (no extra crate for tests that need only a few numbers).
@@ -175,10 +137,7 @@ pub struct Lcg(pub u64);
 
 impl Lcg {
     pub fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     pub fn below(&mut self, n: u64) -> u64 {

@@ -23,51 +23,25 @@ pub struct BloscCodec {
 
 impl BloscCodec {
     fn common(config: &Value, shuffle: i32, typesize: usize) -> Result<BloscCodec> {
-        let cname = config
-            .get("cname")
-            .and_then(Value::as_str)
-            .unwrap_or("lz4")
-            .to_string();
+        let cname = config.get("cname").and_then(Value::as_str).unwrap_or("lz4").to_string();
         if !CNAMES.contains(&cname.as_str()) {
-            return Err(Error::metadata(format!(
-                "blosc cname {cname:?} is not one of {CNAMES:?}"
-            )));
+            return Err(Error::metadata(format!("blosc cname {cname:?} is not one of {CNAMES:?}")));
         }
-        let clevel = config
-            .get("clevel")
-            .and_then(Value::as_i64)
-            .unwrap_or(5)
-            .clamp(0, 9) as i32;
+        let clevel = config.get("clevel").and_then(Value::as_i64).unwrap_or(5).clamp(0, 9) as i32;
         let blocksize = config.get("blocksize").and_then(Value::as_u64).unwrap_or(0) as usize;
-        Ok(BloscCodec {
-            cname,
-            clevel,
-            shuffle,
-            typesize: typesize.max(1),
-            blocksize,
-        })
+        Ok(BloscCodec { cname, clevel, shuffle, typesize: typesize.max(1), blocksize })
     }
 
     pub fn parse_v3(config: &Value, dtype: &DataType) -> Result<BloscCodec> {
-        let shuffle = match config
-            .get("shuffle")
-            .and_then(Value::as_str)
-            .unwrap_or("noshuffle")
-        {
+        let shuffle = match config.get("shuffle").and_then(Value::as_str).unwrap_or("noshuffle") {
             "noshuffle" => 0,
             "shuffle" => 1,
             "bitshuffle" => 2,
             other => {
-                return Err(Error::metadata(format!(
-                    "blosc shuffle {other:?} must be noshuffle, shuffle or bitshuffle"
-                )));
+                return Err(Error::metadata(format!("blosc shuffle {other:?} must be noshuffle, shuffle or bitshuffle")));
             }
         };
-        let typesize = config
-            .get("typesize")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .unwrap_or_else(|| dtype.size().unwrap_or(1));
+        let typesize = config.get("typesize").and_then(Value::as_u64).map(|n| n as usize).unwrap_or_else(|| dtype.size().unwrap_or(1));
         BloscCodec::common(config, shuffle, typesize)
     }
 
@@ -78,9 +52,7 @@ impl BloscCodec {
             -1 => 1,
             s @ 0..=2 => s as i32,
             other => {
-                return Err(Error::metadata(format!(
-                    "blosc shuffle {other} must be -1, 0, 1 or 2"
-                )));
+                return Err(Error::metadata(format!("blosc shuffle {other} must be -1, 0, 1 or 2")));
             }
         };
         BloscCodec::common(config, shuffle, itemsize)
@@ -101,26 +73,13 @@ impl BytesToBytesCodec for BloscCodec {
     fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         let mut nbytes: usize = 0;
         // SAFETY: validate reads only within `bytes.len()` and reports the decoded size.
-        let valid = unsafe {
-            blosc_src::blosc_cbuffer_validate(
-                bytes.as_ptr() as *const c_void,
-                bytes.len(),
-                &mut nbytes,
-            )
-        };
+        let valid = unsafe { blosc_src::blosc_cbuffer_validate(bytes.as_ptr() as *const c_void, bytes.len(), &mut nbytes) };
         if valid < 0 {
             return Err(corrupt("blosc: not a valid blosc frame"));
         }
         let mut out: Vec<u8> = Vec::with_capacity(nbytes);
         // SAFETY: the frame was validated against its length; `out` has room for `nbytes`.
-        let n = unsafe {
-            blosc_src::blosc_decompress_ctx(
-                bytes.as_ptr() as *const c_void,
-                out.as_mut_ptr() as *mut c_void,
-                nbytes,
-                1,
-            )
-        };
+        let n = unsafe { blosc_src::blosc_decompress_ctx(bytes.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, nbytes, 1) };
         if n < 0 || n as usize != nbytes {
             return Err(corrupt(format!("blosc: decompression failed ({n})")));
         }
@@ -130,8 +89,7 @@ impl BytesToBytesCodec for BloscCodec {
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let cname =
-            CString::new(self.cname.as_str()).map_err(|_| Error::Invalid("blosc cname".into()))?;
+        let cname = CString::new(self.cname.as_str()).map_err(|_| Error::Invalid("blosc cname".into()))?;
         let cap = bytes.len() + BLOSC_MAX_OVERHEAD;
         let mut out: Vec<u8> = Vec::with_capacity(cap);
         // SAFETY: `out` has room for `cap` bytes, the most blosc writes for this input.
@@ -150,9 +108,7 @@ impl BytesToBytesCodec for BloscCodec {
             )
         };
         if n <= 0 {
-            return Err(Error::Io(std::io::Error::other(format!(
-                "blosc: compression failed ({n})"
-            ))));
+            return Err(Error::Io(std::io::Error::other(format!("blosc: compression failed ({n})"))));
         }
         // SAFETY: blosc wrote exactly `n` bytes.
         unsafe { out.set_len(n as usize) };
@@ -167,16 +123,10 @@ mod tests {
     #[test]
     fn memcpyed_frame_from_the_spec_digest() {
         // zarr-format.md §4.4: 02 01 33 08 20000000 20000000 30000000 + 32 raw bytes.
-        let mut frame = vec![
-            0x02, 0x01, 0x33, 0x08, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0,
-        ];
+        let mut frame = vec![0x02, 0x01, 0x33, 0x08, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0];
         let raw: Vec<u8> = (0..32).collect();
         frame.extend(&raw);
-        let c = BloscCodec::parse_v2(
-            &json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}),
-            8,
-        )
-        .unwrap();
+        let c = BloscCodec::parse_v2(&json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}), 8).unwrap();
         assert_eq!(c.decode(frame.clone()).unwrap(), raw);
         frame.truncate(40);
         assert!(c.decode(frame).is_err());

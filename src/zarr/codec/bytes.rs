@@ -19,16 +19,11 @@ impl BytesCodec {
             Some("big") => Some(true),
             None => None,
             Some(other) => {
-                return Err(Error::metadata(format!(
-                    "bytes codec endian {other:?} must be \"little\" or \"big\""
-                )));
+                return Err(Error::metadata(format!("bytes codec endian {other:?} must be \"little\" or \"big\"")));
             }
         };
         if big_endian.is_none() && dtype.swap_unit() > 1 {
-            return Err(Error::metadata(format!(
-                "bytes codec needs an endian for {}",
-                dtype.name()
-            )));
+            return Err(Error::metadata(format!("bytes codec needs an endian for {}", dtype.name())));
         }
         Ok(BytesCodec { big_endian })
     }
@@ -57,11 +52,7 @@ impl CodecTraits for BytesCodec {
 impl ArrayToBytesCodec for BytesCodec {
     fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         if bytes.len() != repr.byte_len() {
-            return Err(corrupt(format!(
-                "{} bytes where the chunk needs {}",
-                bytes.len(),
-                repr.byte_len()
-            )));
+            return Err(corrupt(format!("{} bytes where the chunk needs {}", bytes.len(), repr.byte_len())));
         }
         Ok(self.swap(bytes, repr.dtype))
     }
@@ -83,11 +74,7 @@ mod tests {
     fn big_endian_swaps_components() {
         let dt = DataType::Complex64;
         let c = BytesCodec::parse(&json!({"endian": "big"}), &dt).unwrap();
-        let repr = ChunkRepr {
-            shape: vec![1],
-            dtype: &dt,
-            fill: &[0; 8],
-        };
+        let repr = ChunkRepr { shape: vec![1], dtype: &dt, fill: &[0; 8] };
         let stored = vec![0x3f, 0x80, 0, 0, 0x40, 0, 0, 0]; // 1.0 + 2.0i, big-endian
         let dec = c.decode(stored.clone(), &repr).unwrap();
         assert_eq!(&dec[..4], &1f32.to_le_bytes());

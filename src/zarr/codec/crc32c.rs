@@ -26,9 +26,7 @@ impl BytesToBytesCodec for Crc32cCodec {
         let stored = u32::from_le_bytes([bytes[n], bytes[n + 1], bytes[n + 2], bytes[n + 3]]);
         let actual = crc32c::crc32c(&bytes[..n]);
         if stored != actual {
-            return Err(corrupt(format!(
-                "crc32c mismatch: stored {stored:08x}, computed {actual:08x}"
-            )));
+            return Err(corrupt(format!("crc32c mismatch: stored {stored:08x}, computed {actual:08x}")));
         }
         bytes.truncate(n);
         Ok(bytes)

@@ -30,12 +30,8 @@ fn read(b: &[u8], dt: &DataType, big: bool) -> Num {
     let mut wide = [0u8; 16];
     wide[..le.len()].copy_from_slice(&le);
     match dt.numeric_kind() {
-        Some(NumericKind::Float) if le.len() == 4 => {
-            Num::F(f32::from_le_bytes([le[0], le[1], le[2], le[3]]) as f64)
-        }
-        Some(NumericKind::Float) => {
-            Num::F(f64::from_le_bytes(wide[..8].try_into().unwrap_or([0; 8])))
-        }
+        Some(NumericKind::Float) if le.len() == 4 => Num::F(f32::from_le_bytes([le[0], le[1], le[2], le[3]]) as f64),
+        Some(NumericKind::Float) => Num::F(f64::from_le_bytes(wide[..8].try_into().unwrap_or([0; 8]))),
         Some(NumericKind::Signed) => {
             let shift = 128 - 8 * le.len() as u32;
             Num::I((i128::from_le_bytes(wide) << shift) >> shift)
@@ -49,9 +45,7 @@ fn write(n: Num, out: &mut Vec<u8>, dt: &DataType, big: bool) {
     let mut bytes = match (n, size) {
         (Num::F(f), 4) => (f as f32).to_le_bytes().to_vec(),
         (Num::F(f), _) => f.to_le_bytes().to_vec(),
-        (Num::I(i), _) if dt.numeric_kind() == Some(NumericKind::Float) => {
-            write_float(i as f64, size)
-        }
+        (Num::I(i), _) if dt.numeric_kind() == Some(NumericKind::Float) => write_float(i as f64, size),
         (Num::I(i), _) => i.to_le_bytes()[..size].to_vec(),
     };
     if big {
@@ -61,11 +55,7 @@ fn write(n: Num, out: &mut Vec<u8>, dt: &DataType, big: bool) {
 }
 
 fn write_float(f: f64, size: usize) -> Vec<u8> {
-    if size == 4 {
-        (f as f32).to_le_bytes().to_vec()
-    } else {
-        f.to_le_bytes().to_vec()
-    }
+    if size == 4 { (f as f32).to_le_bytes().to_vec() } else { f.to_le_bytes().to_vec() }
 }
 
 fn add(a: Num, b: Num) -> Num {
@@ -87,41 +77,23 @@ fn sub(a: Num, b: Num) -> Num {
 
 impl DeltaCodec {
     pub fn parse_v2(config: &Value) -> Result<DeltaCodec> {
-        let name = config
-            .get("dtype")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::metadata("delta filter needs a dtype"))?;
+        let name = config.get("dtype").and_then(Value::as_str).ok_or_else(|| Error::metadata("delta filter needs a dtype"))?;
         let asname = config.get("astype").and_then(Value::as_str).unwrap_or(name);
         let parse = |s: &str| -> Result<(DataType, bool)> {
             let t = DataType::parse_v2(&Value::String(s.to_string()), None)?;
             if t.0.numeric_kind().is_none() || matches!(t.0, DataType::Bool) {
-                return Err(Error::metadata(format!(
-                    "delta filter does not support dtype {s:?}"
-                )));
+                return Err(Error::metadata(format!("delta filter does not support dtype {s:?}")));
             }
             Ok(t)
         };
-        Ok(DeltaCodec {
-            dtype: parse(name)?,
-            astype: parse(asname)?,
-            names: (name.to_string(), asname.to_string()),
-        })
+        Ok(DeltaCodec { dtype: parse(name)?, astype: parse(asname)?, names: (name.to_string(), asname.to_string()) })
     }
 
     /// Element-wise map from one typed buffer to another with a running state.
-    fn convert(
-        &self,
-        bytes: &[u8],
-        from: &(DataType, bool),
-        to: &(DataType, bool),
-        decode: bool,
-    ) -> Result<Vec<u8>> {
+    fn convert(&self, bytes: &[u8], from: &(DataType, bool), to: &(DataType, bool), decode: bool) -> Result<Vec<u8>> {
         let (fs, ts) = (from.0.size().unwrap_or(1), to.0.size().unwrap_or(1));
         if !bytes.len().is_multiple_of(fs) {
-            return Err(corrupt(format!(
-                "delta: {} bytes is not a whole number of {fs}-byte elements",
-                bytes.len()
-            )));
+            return Err(corrupt(format!("delta: {} bytes is not a whole number of {fs}-byte elements", bytes.len())));
         }
         let mut out = Vec::with_capacity(bytes.len() / fs * ts);
         let mut prev: Option<Num> = None;
@@ -164,24 +136,14 @@ mod tests {
 
     #[test]
     fn running_sum() {
-        let c =
-            DeltaCodec::parse_v2(&json!({"id": "delta", "dtype": "<i4", "astype": "<i2"})).unwrap();
-        let data: Vec<u8> = [10i32, 12, 9, 9, -5]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
+        let c = DeltaCodec::parse_v2(&json!({"id": "delta", "dtype": "<i4", "astype": "<i2"})).unwrap();
+        let data: Vec<u8> = [10i32, 12, 9, 9, -5].iter().flat_map(|x| x.to_le_bytes()).collect();
         let enc = c.encode(data.clone()).unwrap();
-        let diffs: Vec<u8> = [10i16, 2, -3, 0, -14]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
+        let diffs: Vec<u8> = [10i16, 2, -3, 0, -14].iter().flat_map(|x| x.to_le_bytes()).collect();
         assert_eq!(enc, diffs);
         assert_eq!(c.decode(enc).unwrap(), data);
         let f = DeltaCodec::parse_v2(&json!({"dtype": ">f8"})).unwrap();
-        let data: Vec<u8> = [1.5f64, 2.0, -1.0]
-            .iter()
-            .flat_map(|x| x.to_be_bytes())
-            .collect();
+        let data: Vec<u8> = [1.5f64, 2.0, -1.0].iter().flat_map(|x| x.to_be_bytes()).collect();
         assert_eq!(f.decode(f.encode(data.clone()).unwrap()).unwrap(), data);
         assert!(DeltaCodec::parse_v2(&json!({"dtype": "|S4"})).is_err());
     }

@@ -14,13 +14,7 @@ pub struct GzipCodec {
 
 impl GzipCodec {
     pub fn parse(config: &Value) -> Result<GzipCodec> {
-        Ok(GzipCodec {
-            level: config
-                .get("level")
-                .and_then(Value::as_u64)
-                .unwrap_or(5)
-                .min(9) as u32,
-        })
+        Ok(GzipCodec { level: config.get("level").and_then(Value::as_u64).unwrap_or(5).min(9) as u32 })
     }
 }
 
@@ -36,15 +30,12 @@ impl CodecTraits for GzipCodec {
 impl BytesToBytesCodec for GzipCodec {
     fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(&bytes[..])
-            .read_to_end(&mut out)
-            .map_err(|e| corrupt(format!("gzip: {e}")))?;
+        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut out).map_err(|e| corrupt(format!("gzip: {e}")))?;
         Ok(out)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut enc =
-            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(self.level));
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(self.level));
         enc.write_all(&bytes)?;
         Ok(enc.finish()?)
     }

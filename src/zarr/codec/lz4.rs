@@ -12,12 +12,7 @@ pub struct Lz4Codec {
 
 impl Lz4Codec {
     pub fn parse(config: &Value) -> Result<Lz4Codec> {
-        Ok(Lz4Codec {
-            acceleration: config
-                .get("acceleration")
-                .and_then(Value::as_i64)
-                .unwrap_or(1),
-        })
+        Ok(Lz4Codec { acceleration: config.get("acceleration").and_then(Value::as_i64).unwrap_or(1) })
     }
 }
 

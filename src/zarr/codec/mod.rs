@@ -97,28 +97,17 @@ pub struct CodecChain {
 impl CodecChain {
     /// Parse a v3 `codecs` list for chunks of `chunk_shape` elements of `dtype`.
     pub fn parse_v3(list: &Value, dtype: &DataType, chunk_shape: &[u64]) -> Result<CodecChain> {
-        let items = list
-            .as_array()
-            .ok_or_else(|| Error::metadata(format!("codecs must be a list, got {list}")))?;
+        let items = list.as_array().ok_or_else(|| Error::metadata(format!("codecs must be a list, got {list}")))?;
         let mut a2a: Vec<Box<dyn ArrayToArrayCodec>> = Vec::new();
         let mut a2b: Option<Box<dyn ArrayToBytesCodec>> = None;
         let mut b2b: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
         let mut shape = chunk_shape.to_vec();
         for item in items {
-            let obj = item
-                .as_object()
-                .ok_or_else(|| Error::metadata(format!("a codec must be an object, got {item}")))?;
-            let name = obj
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| Error::metadata(format!("codec without a name: {item}")))?;
+            let obj = item.as_object().ok_or_else(|| Error::metadata(format!("a codec must be an object, got {item}")))?;
+            let name = obj.get("name").and_then(Value::as_str).ok_or_else(|| Error::metadata(format!("codec without a name: {item}")))?;
             let empty = Value::Object(Default::default());
             let config = obj.get("configuration").unwrap_or(&empty);
-            let order_error = |kind: &str| {
-                Error::metadata(format!(
-                    "codec {name} ({kind}) is out of order in the codec list"
-                ))
-            };
+            let order_error = |kind: &str| Error::metadata(format!("codec {name} ({kind}) is out of order in the codec list"));
             match name {
                 "transpose" => {
                     if a2b.is_some() {
@@ -130,9 +119,7 @@ impl CodecChain {
                 }
                 "bytes" | "sharding_indexed" => {
                     if a2b.is_some() {
-                        return Err(Error::metadata(
-                            "codecs has more than one array→bytes codec",
-                        ));
+                        return Err(Error::metadata("codecs has more than one array→bytes codec"));
                     }
                     a2b = Some(if name == "bytes" {
                         Box::new(BytesCodec::parse(config, dtype)?)
@@ -156,27 +143,16 @@ impl CodecChain {
                 }
             }
         }
-        let array_to_bytes =
-            a2b.ok_or_else(|| Error::metadata("codecs has no array→bytes codec"))?;
-        Ok(CodecChain {
-            array_to_array: a2a,
-            array_to_bytes,
-            bytes_to_bytes: b2b,
-        })
+        let array_to_bytes = a2b.ok_or_else(|| Error::metadata("codecs has no array→bytes codec"))?;
+        Ok(CodecChain { array_to_array: a2a, array_to_bytes, bytes_to_bytes: b2b })
     }
 
     /// The chunk representation each array→array stage produces, first the input.
     fn reprs<'a>(&self, repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
         let mut out = vec![repr.clone()];
         for c in &self.array_to_array {
-            let last = out
-                .last()
-                .map(|r| c.encoded_shape(&r.shape))
-                .unwrap_or_default();
-            out.push(ChunkRepr {
-                shape: last,
-                ..repr.clone()
-            });
+            let last = out.last().map(|r| c.encoded_shape(&r.shape)).unwrap_or_default();
+            out.push(ChunkRepr { shape: last, ..repr.clone() });
         }
         out
     }
@@ -187,9 +163,7 @@ impl CodecChain {
             bytes = c.decode(bytes)?;
         }
         let reprs = self.reprs(repr);
-        let mut data = self
-            .array_to_bytes
-            .decode(bytes, reprs.last().unwrap_or(repr))?;
+        let mut data = self.array_to_bytes.decode(bytes, reprs.last().unwrap_or(repr))?;
         for (i, c) in self.array_to_array.iter().enumerate().rev() {
             data = c.decode(data, &reprs[i])?;
         }
@@ -202,9 +176,7 @@ impl CodecChain {
         for (i, c) in self.array_to_array.iter().enumerate() {
             data = c.encode(data, &reprs[i])?;
         }
-        let mut bytes = self
-            .array_to_bytes
-            .encode(data, reprs.last().unwrap_or(repr))?;
+        let mut bytes = self.array_to_bytes.encode(data, reprs.last().unwrap_or(repr))?;
         for c in &self.bytes_to_bytes {
             bytes = c.encode(bytes)?;
         }
@@ -223,19 +195,13 @@ impl CodecChain {
     /// The sharding codec, when a chunk can be read one inner chunk at a time: sharding is the
     /// array→bytes codec with nothing before or after it.
     pub fn partial_sharding(&self) -> Option<&ShardingCodec> {
-        if self.array_to_array.is_empty() && self.bytes_to_bytes.is_empty() {
-            self.array_to_bytes.as_sharding()
-        } else {
-            None
-        }
+        if self.array_to_array.is_empty() && self.bytes_to_bytes.is_empty() { self.array_to_bytes.as_sharding() } else { None }
     }
 
     /// `[{"name":…, "configuration":…}, …]`, for `info`.
     pub fn describe(&self) -> Vec<Value> {
         let mut out = Vec::new();
-        let mut push = |c: &dyn CodecTraits| {
-            out.push(serde_json::json!({"name": c.name(), "configuration": c.configuration()}))
-        };
+        let mut push = |c: &dyn CodecTraits| out.push(serde_json::json!({"name": c.name(), "configuration": c.configuration()}));
         self.array_to_array.iter().for_each(|c| push(c.as_ref()));
         push(self.array_to_bytes.as_ref());
         self.bytes_to_bytes.iter().for_each(|c| push(c.as_ref()));

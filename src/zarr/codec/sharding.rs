@@ -30,10 +30,7 @@ pub struct ShardIndex {
 impl ShardIndex {
     /// The byte range of inner chunk `i`, or `None` when it is empty (fill).
     pub fn range(&self, i: usize) -> Option<(u64, u64)> {
-        self.entries
-            .get(i)
-            .copied()
-            .filter(|&(o, n)| !(o == EMPTY && n == EMPTY))
+        self.entries.get(i).copied().filter(|&(o, n)| !(o == EMPTY && n == EMPTY))
     }
 
     /// Heap bytes held, for cache accounting.
@@ -45,80 +42,39 @@ impl ShardIndex {
 impl ShardingCodec {
     pub fn parse(config: &Value, dtype: &DataType, shard_shape: &[u64]) -> Result<ShardingCodec> {
         let inner_shape = crate::zarr::grid::parse_shape(
-            config.get("chunk_shape").ok_or_else(|| {
-                Error::metadata("sharding_indexed needs configuration.chunk_shape")
-            })?,
+            config.get("chunk_shape").ok_or_else(|| Error::metadata("sharding_indexed needs configuration.chunk_shape"))?,
             "sharding chunk_shape",
         )?;
-        if inner_shape.len() != shard_shape.len()
-            || inner_shape
-                .iter()
-                .zip(shard_shape)
-                .any(|(&i, &s)| i == 0 || s % i != 0)
-        {
-            return Err(Error::metadata(format!(
-                "sharding chunk_shape {inner_shape:?} does not divide the shard shape {shard_shape:?}"
-            )));
+        if inner_shape.len() != shard_shape.len() || inner_shape.iter().zip(shard_shape).any(|(&i, &s)| i == 0 || s % i != 0) {
+            return Err(Error::metadata(format!("sharding chunk_shape {inner_shape:?} does not divide the shard shape {shard_shape:?}")));
         }
         let inner = CodecChain::parse_v3(
-            config
-                .get("codecs")
-                .unwrap_or(&json!([{"name": "bytes", "configuration": {"endian": "little"}}])),
+            config.get("codecs").unwrap_or(&json!([{"name": "bytes", "configuration": {"endian": "little"}}])),
             dtype,
             &inner_shape,
         )?;
-        let per_shard: Vec<u64> = shard_shape
-            .iter()
-            .zip(&inner_shape)
-            .map(|(s, i)| s / i)
-            .collect();
-        let default_index =
-            json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]);
-        let index = CodecChain::parse_v3(
-            config.get("index_codecs").unwrap_or(&default_index),
-            &INDEX_DTYPE,
-            &index_shape(&per_shard),
-        )?;
-        let index_at_end = match config
-            .get("index_location")
-            .and_then(Value::as_str)
-            .unwrap_or("end")
-        {
+        let per_shard: Vec<u64> = shard_shape.iter().zip(&inner_shape).map(|(s, i)| s / i).collect();
+        let default_index = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]);
+        let index = CodecChain::parse_v3(config.get("index_codecs").unwrap_or(&default_index), &INDEX_DTYPE, &index_shape(&per_shard))?;
+        let index_at_end = match config.get("index_location").and_then(Value::as_str).unwrap_or("end") {
             "end" => true,
             "start" => false,
             other => {
-                return Err(Error::metadata(format!(
-                    "sharding index_location {other:?} must be \"start\" or \"end\""
-                )));
+                return Err(Error::metadata(format!("sharding index_location {other:?} must be \"start\" or \"end\"")));
             }
         };
-        let codec = ShardingCodec {
-            inner_shape,
-            inner,
-            index,
-            index_at_end,
-        };
-        codec.index_size(shard_shape).ok_or_else(|| {
-            Error::metadata("sharding index_codecs must have a fixed size (no compression)")
-        })?;
+        let codec = ShardingCodec { inner_shape, inner, index, index_at_end };
+        codec.index_size(shard_shape).ok_or_else(|| Error::metadata("sharding index_codecs must have a fixed size (no compression)"))?;
         Ok(codec)
     }
 
     /// Inner chunks per shard along each axis.
     pub fn per_shard(&self, shard_shape: &[u64]) -> Vec<u64> {
-        shard_shape
-            .iter()
-            .zip(&self.inner_shape)
-            .map(|(s, i)| s / i)
-            .collect()
+        shard_shape.iter().zip(&self.inner_shape).map(|(s, i)| s / i).collect()
     }
 
     fn index_repr(&self, shard_shape: &[u64]) -> ChunkRepr<'static> {
-        ChunkRepr {
-            shape: index_shape(&self.per_shard(shard_shape)),
-            dtype: &INDEX_DTYPE,
-            fill: &[0xff; 8],
-        }
+        ChunkRepr { shape: index_shape(&self.per_shard(shard_shape)), dtype: &INDEX_DTYPE, fill: &[0xff; 8] }
     }
 
     pub fn index_size(&self, shard_shape: &[u64]) -> Option<u64> {
@@ -127,35 +83,21 @@ impl ShardingCodec {
 
     /// Where the index lies in the shard object.
     pub fn index_range(&self, shard_shape: &[u64]) -> Result<ByteRange> {
-        let n = self
-            .index_size(shard_shape)
-            .ok_or_else(|| Error::metadata("sharding index has no fixed size"))?;
-        Ok(if self.index_at_end {
-            ByteRange::Suffix(n)
-        } else {
-            ByteRange::Range { start: 0, len: n }
-        })
+        let n = self.index_size(shard_shape).ok_or_else(|| Error::metadata("sharding index has no fixed size"))?;
+        Ok(if self.index_at_end { ByteRange::Suffix(n) } else { ByteRange::Range { start: 0, len: n } })
     }
 
     pub fn decode_index(&self, bytes: Vec<u8>, shard_shape: &[u64]) -> Result<ShardIndex> {
         let raw = self.index.decode(bytes, &self.index_repr(shard_shape))?;
         let entries = raw
             .chunks_exact(16)
-            .map(|e| {
-                (
-                    u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8])),
-                    u64::from_le_bytes(e[8..].try_into().unwrap_or([0; 8])),
-                )
-            })
+            .map(|e| (u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(e[8..].try_into().unwrap_or([0; 8]))))
             .collect();
         Ok(ShardIndex { entries })
     }
 
     fn inner_repr<'a>(&self, repr: &ChunkRepr<'a>) -> ChunkRepr<'a> {
-        ChunkRepr {
-            shape: self.inner_shape.clone(),
-            ..repr.clone()
-        }
+        ChunkRepr { shape: self.inner_shape.clone(), ..repr.clone() }
     }
 
     /// Decode one inner chunk's bytes.
@@ -199,13 +141,9 @@ impl ArrayToBytesCodec for ShardingCodec {
         let total = bytes.len() as u64;
         let index_bytes = match self.index_range(&repr.shape)? {
             ByteRange::Suffix(n) if n <= total => bytes[(total - n) as usize..].to_vec(),
-            ByteRange::Range { start, len } if start + len <= total => {
-                bytes[start as usize..(start + len) as usize].to_vec()
-            }
+            ByteRange::Range { start, len } if start + len <= total => bytes[start as usize..(start + len) as usize].to_vec(),
             _ => {
-                return Err(corrupt(format!(
-                    "shard of {total} bytes is shorter than its index"
-                )));
+                return Err(corrupt(format!("shard of {total} bytes is shorter than its index")));
             }
         };
         let index = self.decode_index(index_bytes, &repr.shape)?;
@@ -217,11 +155,10 @@ impl ArrayToBytesCodec for ShardingCodec {
             let Some((off, n)) = index.range(i) else {
                 continue;
             };
-            let end = off.checked_add(n).filter(|&e| e <= total).ok_or_else(|| {
-                corrupt(format!(
-                    "inner chunk {i} at {off}+{n} is outside the shard ({total} bytes)"
-                ))
-            })?;
+            let end = off
+                .checked_add(n)
+                .filter(|&e| e <= total)
+                .ok_or_else(|| corrupt(format!("inner chunk {i} at {off}+{n} is outside the shard ({total} bytes)")))?;
             let data = self.decode_inner(bytes[off as usize..end as usize].to_vec(), repr)?;
             let dst = Strided::of(&repr.shape, &self.inner_origin(&per_shard, i as u64), 0);
             copy_box(&data, &inner_view, &mut out, &dst, &self.inner_shape, item);
@@ -243,19 +180,9 @@ impl ArrayToBytesCodec for ShardingCodec {
         let mut buf = vec![0u8; inner_len];
         for i in 0..n_inner {
             let src = Strided::of(&repr.shape, &self.inner_origin(&per_shard, i), 0);
-            copy_box(
-                &decoded,
-                &src,
-                &mut buf,
-                &inner_view,
-                &self.inner_shape,
-                item,
-            );
+            copy_box(&decoded, &src, &mut buf, &inner_view, &self.inner_shape, item);
             // Inner chunks equal to fill are left out, as every writer does.
-            if buf
-                .chunks_exact(item)
-                .all(|e| crate::zarr::array::same_element(e, repr.fill, repr.dtype))
-            {
+            if buf.chunks_exact(item).all(|e| crate::zarr::array::same_element(e, repr.fill, repr.dtype)) {
                 entries.extend(EMPTY.to_le_bytes());
                 entries.extend(EMPTY.to_le_bytes());
                 continue;
@@ -292,10 +219,7 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     fn codec(location: &str) -> CodecChain {
@@ -314,69 +238,41 @@ mod tests {
     #[test]
     fn decodes_the_worked_examples() {
         let dt = DataType::UInt8;
-        let repr = ChunkRepr {
-            shape: vec![4, 4],
-            dtype: &dt,
-            fill: &[0],
-        };
+        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: &[0] };
         let zarr_python_end = hex("01010101 02020202 03030303
              0000000000000000 0400000000000000 0800000000000000 0400000000000000
              0400000000000000 0400000000000000 ffffffffffffffff ffffffffffffffff f6246450");
         let tensorstore_end = hex("01010101 03030303 02020202
              0000000000000000 0400000000000000 0400000000000000 0400000000000000
              0800000000000000 0400000000000000 ffffffffffffffff ffffffffffffffff 430bc9df");
-        let zarr_python_start = hex(
-            "4400000000000000 0400000000000000 4c00000000000000 0400000000000000
+        let zarr_python_start = hex("4400000000000000 0400000000000000 4c00000000000000 0400000000000000
              4800000000000000 0400000000000000 ffffffffffffffff ffffffffffffffff ff5884c7
-             01010101 02020202 03030303",
-        );
-        assert_eq!(
-            codec("end").decode(zarr_python_end, &repr).unwrap(),
-            expected_block()
-        );
+             01010101 02020202 03030303");
+        assert_eq!(codec("end").decode(zarr_python_end, &repr).unwrap(), expected_block());
         let ts = codec("end").decode(tensorstore_end.clone(), &repr).unwrap();
         assert_eq!(ts, expected_block());
-        assert_eq!(
-            codec("start").decode(zarr_python_start, &repr).unwrap(),
-            expected_block()
-        );
+        assert_eq!(codec("start").decode(zarr_python_start, &repr).unwrap(), expected_block());
         // Our encoder writes lexicographic order, like tensorstore and zarrs: byte-identical.
-        assert_eq!(
-            round_trip(&codec("end"), &repr, &expected_block()),
-            tensorstore_end
-        );
+        assert_eq!(round_trip(&codec("end"), &repr, &expected_block()), tensorstore_end);
         round_trip(&codec("start"), &repr, &expected_block());
     }
 
     #[test]
     fn partial_access_and_damage() {
         let dt = DataType::UInt8;
-        let repr = ChunkRepr {
-            shape: vec![4, 4],
-            dtype: &dt,
-            fill: &[0],
-        };
+        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: &[0] };
         let chain = codec("end");
         let s = chain.partial_sharding().unwrap();
         assert_eq!(s.index_range(&[4, 4]).unwrap(), ByteRange::Suffix(68));
         let enc = chain.encode(expected_block(), &repr).unwrap();
-        let index = s
-            .decode_index(enc[enc.len() - 68..].to_vec(), &[4, 4])
-            .unwrap();
+        let index = s.decode_index(enc[enc.len() - 68..].to_vec(), &[4, 4]).unwrap();
         assert_eq!(index.range(3), None);
         let (off, n) = index.range(2).unwrap();
-        assert_eq!(
-            s.decode_inner(enc[off as usize..(off + n) as usize].to_vec(), &repr)
-                .unwrap(),
-            vec![2; 4]
-        );
+        assert_eq!(s.decode_inner(enc[off as usize..(off + n) as usize].to_vec(), &repr).unwrap(), vec![2; 4]);
         let mut bad = enc.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
-        assert!(
-            chain.decode(bad, &repr).is_err(),
-            "index checksum is checked"
-        );
+        assert!(chain.decode(bad, &repr).is_err(), "index checksum is checked");
         assert!(chain.decode(enc[..10].to_vec(), &repr).is_err());
         let cfg = json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [3, 2], "codecs": [{"name": "bytes"}]}}]);
         assert!(CodecChain::parse_v3(&cfg, &DataType::UInt8, &[4, 4]).is_err());

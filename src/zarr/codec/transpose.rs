@@ -17,26 +17,16 @@ impl TransposeCodec {
         let raw = config
             .get("order")
             .and_then(Value::as_array)
-            .ok_or_else(|| {
-                Error::metadata("transpose needs configuration.order (a permutation)")
-            })?;
-        let order: Option<Vec<usize>> =
-            raw.iter().map(|x| x.as_u64().map(|n| n as usize)).collect();
-        let order = order
-            .ok_or_else(|| Error::metadata(format!("transpose order {raw:?} must be integers")))?;
+            .ok_or_else(|| Error::metadata("transpose needs configuration.order (a permutation)"))?;
+        let order: Option<Vec<usize>> = raw.iter().map(|x| x.as_u64().map(|n| n as usize)).collect();
+        let order = order.ok_or_else(|| Error::metadata(format!("transpose order {raw:?} must be integers")))?;
         TransposeCodec::new(order, ndim)
     }
 
     pub fn new(order: Vec<usize>, ndim: usize) -> Result<TransposeCodec> {
         let mut seen = vec![false; ndim];
-        if order.len() != ndim
-            || order
-                .iter()
-                .any(|&i| i >= ndim || std::mem::replace(&mut seen[i], true))
-        {
-            return Err(Error::metadata(format!(
-                "transpose order {order:?} is not a permutation of {ndim} axes"
-            )));
+        if order.len() != ndim || order.iter().any(|&i| i >= ndim || std::mem::replace(&mut seen[i], true)) {
+            return Err(Error::metadata(format!("transpose order {order:?} is not a permutation of {ndim} axes")));
         }
         Ok(TransposeCodec { order })
     }
@@ -54,33 +44,16 @@ impl TransposeCodec {
         // Walk the decoded shape in C order; one side is the C-order decoded buffer, the other
         // the encoded buffer seen through permuted strides. Runs are one element long unless the
         // last decoded axis is also last in the encoding.
-        let dec_view = Strided {
-            offset: 0,
-            strides: c_strides(decoded_shape),
-        };
-        let enc_view = Strided {
-            offset: 0,
-            strides: dec_axis_stride,
-        };
-        let (src_view, dst_view) = if encode {
-            (&dec_view, &enc_view)
-        } else {
-            (&enc_view, &dec_view)
-        };
+        let dec_view = Strided { offset: 0, strides: c_strides(decoded_shape) };
+        let enc_view = Strided { offset: 0, strides: dec_axis_stride };
+        let (src_view, dst_view) = if encode { (&dec_view, &enc_view) } else { (&enc_view, &dec_view) };
         copy_elements(data, src_view, &mut out, dst_view, decoded_shape, item);
         out
     }
 }
 
 /// Element-wise strided copy that does not assume unit innermost strides.
-fn copy_elements(
-    src: &[u8],
-    sv: &Strided,
-    dst: &mut [u8],
-    dv: &Strided,
-    extent: &[u64],
-    item: usize,
-) {
+fn copy_elements(src: &[u8], sv: &Strided, dst: &mut [u8], dv: &Strided, extent: &[u64], item: usize) {
     if sv.strides.last() == Some(&1) && dv.strides.last() == Some(&1) {
         copy_box(src, sv, dst, dv, extent, item);
         return;
@@ -91,18 +64,8 @@ fn copy_elements(
     let n = extent.len();
     let mut idx = vec![0u64; n];
     loop {
-        let s = idx
-            .iter()
-            .zip(&sv.strides)
-            .map(|(i, st)| i * st)
-            .sum::<u64>() as usize
-            * item;
-        let d = idx
-            .iter()
-            .zip(&dv.strides)
-            .map(|(i, st)| i * st)
-            .sum::<u64>() as usize
-            * item;
+        let s = idx.iter().zip(&sv.strides).map(|(i, st)| i * st).sum::<u64>() as usize * item;
+        let d = idx.iter().zip(&dv.strides).map(|(i, st)| i * st).sum::<u64>() as usize * item;
         dst[d..d + item].copy_from_slice(&src[s..s + item]);
         let mut k = n;
         loop {
@@ -135,11 +98,7 @@ impl ArrayToArrayCodec for TransposeCodec {
 
     fn decode(&self, encoded: Vec<u8>, decoded: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         if encoded.len() != decoded.byte_len() {
-            return Err(corrupt(format!(
-                "transpose got {} bytes, expected {}",
-                encoded.len(),
-                decoded.byte_len()
-            )));
+            return Err(corrupt(format!("transpose got {} bytes, expected {}", encoded.len(), decoded.byte_len())));
         }
         let item = decoded.dtype.size().unwrap_or(1);
         Ok(self.permute(&encoded, &decoded.shape, item, false))
@@ -161,11 +120,7 @@ mod tests {
         // chunk [[0,1,2],[4,5,6]] with order [1,0] is stored 0 4 1 5 2 6.
         let t = TransposeCodec::parse(&json!({"order": [1, 0]}), 2).unwrap();
         let dt = DataType::UInt8;
-        let repr = ChunkRepr {
-            shape: vec![2, 3],
-            dtype: &dt,
-            fill: &[0],
-        };
+        let repr = ChunkRepr { shape: vec![2, 3], dtype: &dt, fill: &[0] };
         let enc = t.encode(vec![0, 1, 2, 4, 5, 6], &repr).unwrap();
         assert_eq!(enc, [0, 4, 1, 5, 2, 6]);
         assert_eq!(t.decode(enc, &repr).unwrap(), [0, 1, 2, 4, 5, 6]);
@@ -176,11 +131,7 @@ mod tests {
     fn transpose_3d_round_trip() {
         let t = TransposeCodec::new(vec![2, 0, 1], 3).unwrap();
         let dt = DataType::UInt16;
-        let repr = ChunkRepr {
-            shape: vec![2, 3, 4],
-            dtype: &dt,
-            fill: &[0, 0],
-        };
+        let repr = ChunkRepr { shape: vec![2, 3, 4], dtype: &dt, fill: &[0, 0] };
         let data: Vec<u8> = (0..48).collect();
         let enc = t.encode(data.clone(), &repr).unwrap();
         // Encoded shape [4,2,3]: encoded[k][i][j] = decoded[i][j][k].

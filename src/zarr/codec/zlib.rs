@@ -14,13 +14,7 @@ pub struct ZlibCodec {
 
 impl ZlibCodec {
     pub fn parse(config: &Value) -> Result<ZlibCodec> {
-        Ok(ZlibCodec {
-            level: config
-                .get("level")
-                .and_then(Value::as_u64)
-                .unwrap_or(1)
-                .min(9) as u32,
-        })
+        Ok(ZlibCodec { level: config.get("level").and_then(Value::as_u64).unwrap_or(1).min(9) as u32 })
     }
 }
 
@@ -36,15 +30,12 @@ impl CodecTraits for ZlibCodec {
 impl BytesToBytesCodec for ZlibCodec {
     fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        flate2::read::ZlibDecoder::new(&bytes[..])
-            .read_to_end(&mut out)
-            .map_err(|e| corrupt(format!("zlib: {e}")))?;
+        flate2::read::ZlibDecoder::new(&bytes[..]).read_to_end(&mut out).map_err(|e| corrupt(format!("zlib: {e}")))?;
         Ok(out)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut enc =
-            flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(self.level));
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(self.level));
         enc.write_all(&bytes)?;
         Ok(enc.finish()?)
     }

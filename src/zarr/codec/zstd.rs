@@ -21,20 +21,11 @@ impl ZstdCodec {
     pub fn parse(config: &Value) -> Result<ZstdCodec> {
         let level = config
             .get("level")
-            .map(|l| {
-                l.as_i64()
-                    .ok_or_else(|| Error::metadata(format!("zstd level {l} must be an integer")))
-            })
+            .map(|l| l.as_i64().ok_or_else(|| Error::metadata(format!("zstd level {l} must be an integer"))))
             .transpose()?
             .unwrap_or(0);
-        let checksum = config
-            .get("checksum")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        Ok(ZstdCodec {
-            level: level as i32,
-            checksum,
-        })
+        let checksum = config.get("checksum").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ZstdCodec { level: level as i32, checksum })
     }
 }
 
@@ -62,8 +53,7 @@ impl BytesToBytesCodec for ZstdCodec {
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut enc =
-            zstd::stream::Encoder::new(Vec::with_capacity(bytes.len() / 2 + 64), self.level)?;
+        let mut enc = zstd::stream::Encoder::new(Vec::with_capacity(bytes.len() / 2 + 64), self.level)?;
         enc.include_checksum(self.checksum)?;
         enc.include_contentsize(true)?;
         enc.set_pledged_src_size(Some(bytes.len() as u64))?;
@@ -93,20 +83,7 @@ mod tests {
         e.write_all(&data).unwrap();
         let frame = e.finish().unwrap();
         assert_eq!(frame[4] & 0xc0, 0);
-        assert_eq!(
-            ZstdCodec::parse(&json!({}))
-                .unwrap()
-                .decode(frame.clone())
-                .unwrap(),
-            data
-        );
-        assert!(
-            ZstdCodec {
-                level: 0,
-                checksum: false
-            }
-            .decode(frame[..frame.len() / 2].to_vec())
-            .is_err()
-        );
+        assert_eq!(ZstdCodec::parse(&json!({})).unwrap().decode(frame.clone()).unwrap(), data);
+        assert!(ZstdCodec { level: 0, checksum: false }.decode(frame[..frame.len() / 2].to_vec()).is_err());
     }
 }

@@ -1,0 +1,102 @@
+//! An array being served: its current metadata (which may be ahead of the store until the next
+//! flush) and the chunks written but not yet stored.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::Result;
+use crate::zarr::array::{Array, ReadUnits};
+
+/// A chunk changed in memory.
+pub(crate) enum ChunkEdit {
+    /// The whole decoded chunk (outer chunk for sharded arrays), C order.
+    Dirty(Vec<u8>),
+    /// The chunk is to be deleted (it lies outside after a shrink); it reads as fill.
+    Deleted,
+}
+
+#[derive(Default)]
+pub(crate) struct Edits {
+    pub chunks: HashMap<Vec<u64>, ChunkEdit>,
+    pub dirty_bytes: usize,
+    pub metadata_dirty: bool,
+    /// Keys written or deleted since the last fsync.
+    pub unsynced: BTreeSet<String>,
+}
+
+impl Edits {
+    pub fn is_clean(&self) -> bool {
+        self.chunks.is_empty() && !self.metadata_dirty
+    }
+}
+
+pub struct OpenArray {
+    /// Unique per mount, for cache keys.
+    pub id: u64,
+    current: RwLock<Arc<Array>>,
+    pub(crate) edits: Mutex<Edits>,
+    /// A flush holds it exclusively; reads and writes share it. So a flush never runs while a
+    /// read loads stale store data into the cache, or while a write merges into a chunk.
+    store_lock: RwLock<()>,
+    /// Writes and size changes of this array run one at a time, so that overlapping writes
+    /// end as some serial order would leave them, chunk by chunk alike.
+    write_lock: Mutex<()>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl OpenArray {
+    pub fn new(id: u64, array: Array) -> OpenArray {
+        OpenArray {
+            id,
+            current: RwLock::new(Arc::new(array)),
+            edits: Mutex::new(Edits::default()),
+            store_lock: RwLock::new(()),
+            write_lock: Mutex::new(()),
+        }
+    }
+
+    /// The array as it is now.
+    pub fn array(&self) -> Arc<Array> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Give the array a new shape in memory; the metadata is stored at the next flush.
+    pub(crate) fn set_shape(&self, edits: &mut Edits, shape: &[u64]) -> Result<Arc<Array>> {
+        let next = Arc::new(self.array().with_shape(shape)?);
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        edits.metadata_dirty = true;
+        Ok(next)
+    }
+
+    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.store_lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For background work that must not wait behind a flush.
+    pub(crate) fn try_shared(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.store_lock.try_read().ok()
+    }
+
+    pub(crate) fn writer(&self) -> MutexGuard<'_, ()> {
+        lock(&self.write_lock)
+    }
+
+    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.store_lock.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        !lock(&self.edits).is_clean()
+    }
+}
+
+/// The outer chunk holding read unit `unit`.
+pub(crate) fn outer_chunk(units: &ReadUnits<'_>, unit: &[u64]) -> Vec<u64> {
+    match units {
+        ReadUnits::Chunks => unit.to_vec(),
+        ReadUnits::InnerChunks { per_shard, .. } => unit.iter().zip(per_shard).map(|(c, p)| c / p).collect(),
+    }
+}
