@@ -2,6 +2,8 @@
 //! that is unmounted when the guard drops, panics included.
 #![allow(dead_code)]
 
+pub mod model;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
