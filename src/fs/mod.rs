@@ -432,12 +432,29 @@ impl ZarrFs {
                 if let Some(h) = self.handle(fh) {
                     self.read_ahead(&array, &h, offset, size);
                 }
-                raw::read(&array, &self.cache, &self.pool, offset, size)
+                let mut data = raw::read(&array, &self.cache, &self.pool, offset, size)?;
+                pad_last_page(&mut data, &array.array().meta, offset, size);
+                Ok(data)
             }
             NodeKind::Prepend => Err(Error::Invalid("prepend is write-only".into())),
             NodeKind::Dir => Err(Error::Invalid("is a directory".into())),
         }
     }
+}
+
+/// The kernel caches the page that holds the end of the file, zero past the end. A write past
+/// the end grows the file without reading that page again, so the gap would show zeros where
+/// the array has fill. Replying with fill up to the end of that page (the kernel shows nothing
+/// past the size) keeps the cached page right.
+fn pad_last_page(data: &mut Vec<u8>, meta: &crate::zarr::metadata::ArrayMetadata, offset: u64, size: u32) {
+    const PAGE: u64 = 4096;
+    let total = meta.byte_len();
+    let end = (offset + u64::from(size)).min(total.next_multiple_of(PAGE));
+    if offset + data.len() as u64 != total || end <= total || meta.fill.is_empty() {
+        return;
+    }
+    let item = meta.fill.len() as u64;
+    data.extend((total..end).map(|p| meta.fill[(p % item) as usize]));
 }
 
 /// The node path for logs and messages: `/` for the root.

@@ -317,7 +317,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     // Whole elements: the bytes of partly written elements at either end come from the file.
     let base = range.start * item;
     let mut buf = vec![0u8; ((range.end - range.start) * item) as usize];
-    if offset % item != 0 || end % item != 0 {
+    if !offset.is_multiple_of(item) || !end.is_multiple_of(item) {
         let head = read_shared(open, &array, cache, pool, base, item)?;
         let n = buf.len();
         let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
@@ -361,7 +361,7 @@ pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Re
     if meta.shape.is_empty() {
         return Err(Error::Invalid("a 0-d array cannot change size".into()));
     }
-    if row == 0 || size % row != 0 {
+    if row == 0 || !size.is_multiple_of(row) {
         return Err(Error::Invalid(format!("size {size} is not a whole number of {row}-byte rows")));
     }
     resize_shared(open, cache, size / row)

@@ -99,6 +99,15 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGKILL the daemon (a crash) and clear the dead mount.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        force_unmount(&self.mountpoint);
+    }
+
     /// SIGTERM the daemon and wait: returns its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
@@ -126,6 +135,15 @@ impl Drop for Mount {
         self.stop();
         force_unmount(&self.mountpoint);
     }
+}
+
+/// A copy of a fixture store (or any directory) in a fresh temporary directory.
+pub fn copy_store(src: &Path) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dst = dir.path().join(src.file_name().expect("name"));
+    let status = Command::new("cp").arg("-a").arg(src).arg(&dst).status().expect("cp");
+    assert!(status.success());
+    (dir, dst)
 }
 
 /// `dd if=PATH bs=BS` as a subprocess; its stdout, or its stderr as the error.

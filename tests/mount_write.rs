@@ -1,0 +1,362 @@
+//! Writes through real mounts: the reference model, appends and truncates as shell tools do
+//! them, mmap, fill-only chunks, metadata rewrites, concurrency and crashes.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::model::{Model, Op, fixtures as model_fixtures, ops, payload};
+use common::{Mount, copy_store, fixtures};
+use proptest::prelude::*;
+
+fn sh(cmd: &str) -> std::process::Output {
+    Command::new("sh").arg("-c").arg(cmd).output().expect("sh")
+}
+
+fn i16s(v: &[i16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn model_store(f: &common::model::Fixture) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(store.join(f.name)).unwrap();
+    std::fs::write(store.join("zarr.json"), br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
+    std::fs::write(store.join(f.name).join(f.doc_name), &f.doc).unwrap();
+    (dir, store)
+}
+
+fn run_model(which: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let f = &model_fixtures()[which];
+    let (_dir, store) = model_store(f);
+    let m = Mount::new(&store, &[]);
+    let path = m.path(f.name).join("data");
+    let mut file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let mut model = Model { bytes: Vec::new(), row: f.row, fill: f.fill.clone() };
+    model.truncate(file.metadata().unwrap().len() / f.row);
+    for op in ops {
+        match *op {
+            Op::Write { offset, len, seed } => {
+                let (offset, len) = f.align(offset, len);
+                let data = payload(f, offset, len, seed);
+                file.write_all_at(&data, offset).unwrap();
+                model.write(offset, &data);
+            }
+            Op::Truncate { rows } => {
+                file.set_len(rows * f.row).unwrap();
+                model.truncate(rows);
+            }
+            Op::Read { offset, len } => {
+                let mut buf = vec![0u8; len];
+                let n = file.read_at(&mut buf, offset).unwrap();
+                prop_assert_eq!(&buf[..n], model.read(offset, len), "read({}, {})", offset, len);
+            }
+            Op::Fsync => file.sync_all().unwrap(),
+            Op::Reopen => {
+                drop(file);
+                file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            }
+        }
+        prop_assert_eq!(std::fs::metadata(&path).unwrap().len(), model.bytes.len() as u64, "size after {:?}", op);
+        let all = std::fs::read(&path).unwrap();
+        let diff = all.iter().zip(&model.bytes).position(|(a, b)| a != b);
+        prop_assert!(
+            all == model.bytes,
+            "{}: contents differ after {:?} at {:?}: {:?} vs {:?}",
+            f.name,
+            op,
+            diff,
+            diff.map(|d| &all[d..(d + 8).min(all.len())]),
+            diff.map(|d| &model.bytes[d..(d + 8).min(all.len())])
+        );
+    }
+    drop(file);
+    drop(m);
+    // What reached the store reads back through a new mount.
+    let m = Mount::new(&store, &[]);
+    prop_assert!(std::fs::read(m.path(f.name).join("data")).unwrap() == model.bytes, "{}: after remount", f.name);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mount_matches_the_model(which in 0usize..4, ops in ops(700)) {
+        run_model(which, &ops)?;
+    }
+}
+
+#[test]
+fn appends_truncates_and_rewrites_as_shell_tools_do_them() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    // d1: uint8 (17,), chunks (5,), fill 9.
+    let d1 = m.path("shapes/d1/data");
+    let mut model = std::fs::read(&d1).unwrap();
+    assert!(sh(&format!("printf 'abc' >> {}", d1.display())).status.success());
+    model.extend(b"abc");
+    let out = sh(&format!("printf 'xy' | dd of={} oflag=append conv=notrunc status=none", d1.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    model.extend(b"xy");
+    assert_eq!(std::fs::read(&d1).unwrap(), model);
+    // Down, then up again: the cut-off part reads as fill, never as the old values.
+    std::fs::OpenOptions::new().write(true).open(&d1).unwrap().set_len(6).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&d1).unwrap().set_len(12).unwrap();
+    model.truncate(6);
+    model.resize(12, 9);
+    assert_eq!(std::fs::read(&d1).unwrap(), model);
+    // dd conv=notrunc in place.
+    let out = sh(&format!("printf 'Q' | dd of={} bs=1 seek=4 conv=notrunc status=none", d1.display()));
+    assert!(out.status.success());
+    model[4] = b'Q';
+    // A rewrite with O_TRUNC.
+    let d3 = m.path("keys/dot/data"); // int64 (5, 4): rows of 32 bytes
+    let rows: Vec<u8> = (0..64u8).collect();
+    std::fs::write(&d3, &rows).unwrap();
+    assert_eq!(std::fs::read(&d3).unwrap(), rows);
+    // Sizes that are not whole rows, and 0-d arrays, are refused.
+    let f = OpenOptions::new().write(true).open(&d3).unwrap();
+    assert_eq!(f.set_len(33).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    let scalar = OpenOptions::new().write(true).open(m.path("shapes/d0/data")).unwrap();
+    assert_eq!(scalar.set_len(16).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(scalar.write_at(&[1; 8], 8).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    scalar.write_at(&2.5f64.to_le_bytes(), 0).unwrap();
+    drop((f, scalar));
+    // A write that ends inside a row extends the file to the row's end.
+    let d5 = m.path("shapes/d5/data"); // int16 (3,2,4,3,5): rows of 240 bytes
+    let f = OpenOptions::new().write(true).open(&d5).unwrap();
+    f.write_at(&[7, 7], 3 * 240 + 10).unwrap();
+    assert_eq!(std::fs::metadata(&d5).unwrap().len(), 4 * 240);
+    drop(f);
+    drop(m);
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(m.path("shapes/d1/data")).unwrap(), model);
+    assert_eq!(std::fs::read(m.path("keys/dot/data")).unwrap(), rows);
+    assert_eq!(std::fs::read(m.path("shapes/d0/data")).unwrap(), 2.5f64.to_le_bytes());
+    let d5 = std::fs::read(m.path("shapes/d5/data")).unwrap();
+    assert_eq!(&d5[3 * 240..3 * 240 + 14], &i16s(&[-2, -2, -2, -2, -2, 0x0707, -2]));
+}
+
+#[test]
+fn mmap_writes_reach_the_store() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    let path = m.path("sharded/end/data"); // float32 (10, 9), shards (4, 6), inner (2, 3)
+    let mut model = std::fs::read(&path).unwrap();
+    {
+        let f = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        // SAFETY: nothing else changes the file while it is mapped.
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.unwrap();
+        for (i, b) in map.iter_mut().enumerate().step_by(7) {
+            *b = (i % 251) as u8;
+            model[i] = (i % 251) as u8;
+        }
+        map.flush().unwrap();
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    drop(m);
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(m.path("sharded/end/data")).unwrap(), model);
+}
+
+#[test]
+fn a_chunk_written_full_of_fill_is_deleted() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    // shapes/d1: uint8 (17,), chunks (5,), fill 9; chunk c/0 holds bytes 0..5.
+    assert!(store.join("shapes/d1/c/0").exists());
+    let f = OpenOptions::new().write(true).open(m.path("shapes/d1/data")).unwrap();
+    f.write_at(&[9; 5], 0).unwrap();
+    drop(f);
+    assert!(!store.join("shapes/d1/c/0").exists(), "the all-fill chunk's key is gone after close");
+    // Sharded: a shard whose inner chunks all become fill is deleted; the index lists only
+    // non-fill inner chunks.
+    let f = OpenOptions::new().write(true).open(m.path("sharded/end/data")).unwrap();
+    let fill: Vec<u8> = (0..4 * 9).flat_map(|_| (-1f32).to_le_bytes()).collect();
+    f.write_at(&fill, 0).unwrap(); // rows 0..4: shard row 0, both shards
+    drop(f);
+    assert!(!store.join("sharded/end/c/0/0").exists() && !store.join("sharded/end/c/0/1").exists());
+    let no_temp = walk_files(&store).into_iter().filter(|p| p.contains(".zarrfs-")).collect::<Vec<_>>();
+    assert!(no_temp.is_empty(), "temporary files left: {no_temp:?}");
+}
+
+fn walk_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn metadata_rewrites_change_only_the_shape_and_update_consolidated_metadata() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let doc_path = store.join("shapes/d1/zarr.json");
+    let before: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
+    // Consolidated metadata in the parent group, as zarr.consolidate_metadata writes it.
+    let group_path = store.join("shapes/zarr.json");
+    let mut group: serde_json::Value = serde_json::from_slice(&std::fs::read(&group_path).unwrap()).unwrap();
+    group["consolidated_metadata"] = serde_json::json!({"kind": "inline", "must_understand": false, "metadata": {"d1": before.clone()}});
+    std::fs::write(&group_path, serde_json::to_vec_pretty(&group).unwrap()).unwrap();
+    let m = Mount::new(&store, &[]);
+    std::fs::OpenOptions::new().append(true).open(m.path("shapes/d1/data")).unwrap().write_all(&[1, 2, 3]).unwrap();
+    // The array's own document, as shown in the mount, says so at once.
+    let shown: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path("shapes/d1/zarr.json")).unwrap()).unwrap();
+    assert_eq!(shown["shape"], serde_json::json!([20]));
+    drop(m);
+    let text = std::fs::read_to_string(&doc_path).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut expected = before.clone();
+    expected["shape"] = serde_json::json!([20]);
+    assert_eq!(after, expected);
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&after), keys(&before), "field order is kept");
+    assert!(text.starts_with("{\n  \"shape\": [\n    20\n  ],"), "indented like zarr-python: {text}");
+    let group: serde_json::Value = serde_json::from_slice(&std::fs::read(&group_path).unwrap()).unwrap();
+    assert_eq!(group["consolidated_metadata"]["metadata"]["d1"]["shape"], serde_json::json!([20]));
+}
+
+#[test]
+fn concurrent_writers_lose_no_update() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    // codecs/zstd_checksum: int32 (9, 6, 4), chunks (4, 3, 4): 864 bytes.
+    let path = m.path("codecs/zstd_checksum/data");
+    let threads = 4;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let path = path.clone();
+            s.spawn(move || {
+                let f = OpenOptions::new().write(true).open(&path).unwrap();
+                // Disjoint: element i belongs to thread i % threads; every chunk is shared.
+                for i in (t..216).step_by(threads) {
+                    f.write_at(&(1000 + i as i32).to_le_bytes(), i as u64 * 4).unwrap();
+                }
+            });
+        }
+    });
+    let want: Vec<u8> = (0..216i32).flat_map(|i| (1000 + i).to_le_bytes()).collect();
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    // Overlapping: each thread writes the whole array with its own value, many times.
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let path = path.clone();
+            s.spawn(move || {
+                let f = OpenOptions::new().write(true).open(&path).unwrap();
+                let block: Vec<u8> = (0..216).flat_map(|_| (t as i32).to_le_bytes()).collect();
+                for _ in 0..25 {
+                    f.write_at(&block, 0).unwrap();
+                }
+            });
+        }
+    });
+    let got = std::fs::read(&path).unwrap();
+    let first = &got[..4];
+    assert!(got.chunks(4).all(|e| e == first), "one writer's value throughout, as in some serial order");
+    drop(m);
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(m.path("codecs/zstd_checksum/data")).unwrap(), got);
+}
+
+/// A 1-D uint8 array that starts empty, for the crash tests.
+fn empty_stream_store() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(store.join("log")).unwrap();
+    std::fs::write(store.join("zarr.json"), br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
+    std::fs::write(
+        store.join("log/zarr.json"),
+        br#"{"zarr_format":3,"node_type":"array","shape":[0],"data_type":"uint8","chunk_grid":{"name":"regular","configuration":{"chunk_shape":[3000]}},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[{"name":"bytes"},{"name":"zstd","configuration":{"level":1,"checksum":true}}]}"#,
+    )
+    .unwrap();
+    (dir, store)
+}
+
+const BLOCK: usize = 4096;
+
+/// The byte every element of block `i` holds: a letter.
+fn block_byte(i: usize) -> u8 {
+    b'A' + (i % 26) as u8
+}
+
+/// A shell loop writing block i (every byte `block_byte(i)`) with `dd conv=fsync`, printing i
+/// once dd (and so its fsync) returned.
+fn start_writer(data: &Path) -> std::process::Child {
+    let script = format!(
+        "i=0; set -- A B C D E F G H I J K L M N O P Q R S T U V W X Y Z; while :; do eval c=\\${{$((i % 26 + 1))}}; head -c {BLOCK} /dev/zero | tr '\\000' $c | dd of={} bs={BLOCK} seek=$i conv=notrunc,fsync status=none || exit 1; echo $i; i=$((i+1)); done",
+        data.display()
+    );
+    Command::new("setsid").arg("sh").arg("-c").arg(script).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("writer")
+}
+
+/// Read the writer's progress until `n` blocks are durable; returns the last one reported.
+fn wait_blocks(out: &mut impl BufRead, n: usize) -> usize {
+    let mut last = 0;
+    let mut line = String::new();
+    while last + 1 < n {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        last = line.trim().parse().unwrap();
+    }
+    last
+}
+
+fn check_stream(store: &Path, durable: usize) {
+    let m = Mount::new(store, &[]);
+    let data = std::fs::read(m.path("log/data")).unwrap_or_else(|e| panic!("every chunk decodes: {e}\n{}", m.log_text()));
+    assert!(data.len() >= (durable + 1) * BLOCK, "{} bytes, {} blocks were fsynced", data.len(), durable + 1);
+    for i in 0..=durable {
+        let v = block_byte(i);
+        assert!(data[i * BLOCK..(i + 1) * BLOCK].iter().all(|&b| b == v), "block {i}");
+    }
+}
+
+fn kill_group(child: &mut std::process::Child) {
+    // SAFETY: signalling the process group our own child leads (setsid).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+#[test]
+fn a_writer_killed_mid_stream_loses_nothing_it_fsynced() {
+    let (_dir, store) = empty_stream_store();
+    let mut m = Mount::new(&store, &[]);
+    let mut writer = start_writer(&m.path("log/data"));
+    let mut out = BufReader::new(writer.stdout.take().unwrap());
+    let durable = wait_blocks(&mut out, 12);
+    kill_group(&mut writer);
+    assert!(m.stop().is_some_and(|s| s.success()));
+    check_stream(&store, durable);
+}
+
+#[test]
+fn a_daemon_killed_mid_stream_leaves_every_chunk_whole() {
+    let (_dir, store) = empty_stream_store();
+    let mut m = Mount::new(&store, &[]);
+    let mut writer = start_writer(&m.path("log/data"));
+    let mut out = BufReader::new(writer.stdout.take().unwrap());
+    let mut durable = wait_blocks(&mut out, 10);
+    m.kill();
+    // The writer may have seen one more fsync return before the daemon died.
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Ok(i) = line.trim().parse() {
+            durable = i;
+        }
+        line.clear();
+    }
+    kill_group(&mut writer);
+    check_stream(&store, durable);
+}
