@@ -53,6 +53,9 @@ struct MountArgs {
     /// Decoded-chunk cache size, e.g. 512M or 2G.
     #[arg(long, value_parser = parse_size)]
     cache_size: Option<u64>,
+    /// Changed chunks held in memory before they are written back, e.g. 256M.
+    #[arg(long, value_parser = parse_size)]
+    dirty_limit: Option<u64>,
     /// FUSE request threads.
     #[arg(long)]
     threads: Option<NonZeroUsize>,
@@ -76,6 +79,7 @@ struct MountPlan {
     auto_unmount: bool,
     default_permissions: bool,
     cache_size: Option<u64>,
+    dirty_limit: Option<u64>,
     threads: Option<NonZeroUsize>,
 }
 
@@ -129,7 +133,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 impl MountPlan {
     fn from_args(args: &MountArgs) -> Result<MountPlan, String> {
-        let mut plan = MountPlan { read_only: args.read_only, cache_size: args.cache_size, threads: args.threads, ..Default::default() };
+        let mut plan = MountPlan {
+            read_only: args.read_only,
+            cache_size: args.cache_size,
+            dirty_limit: args.dirty_limit,
+            threads: args.threads,
+            ..Default::default()
+        };
         for list in &args.options {
             for o in split_options(list) {
                 let (key, value) = match o.split_once('=') {
@@ -143,6 +153,7 @@ impl MountPlan {
                     ("auto_unmount", None) => plan.auto_unmount = true,
                     ("default_permissions", None) => plan.default_permissions = true,
                     ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
+                    ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
                     ("threads", Some(v)) => {
                         plan.threads = Some(v.parse().map_err(|_| format!("option threads={v}: expected a positive integer"))?)
                     }
@@ -380,6 +391,9 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     let mut config = Config { read_only: plan.read_only, ..Config::default() };
     if let Some(n) = plan.cache_size {
         config.cache_size = n as usize;
+    }
+    if let Some(n) = plan.dirty_limit {
+        config.dirty_limit = n as usize;
     }
     let fs = Arc::new(ZarrFs::new(store, config));
 

@@ -310,6 +310,7 @@ impl ZarrFs {
             return Err(Error::NotPermitted("only data is written to".into()));
         }
         let array = self.data_array(&node.path)?;
+        tracing::trace!(offset, len = data.len(), "write data");
         let added = raw::write(&array, &self.cache, &self.pool, offset, data)?;
         let total = self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed) + added as i64;
         if total > self.config.dirty_limit as i64 {

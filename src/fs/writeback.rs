@@ -29,7 +29,7 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (i
         let (array, tx) = (array.clone(), tx.clone());
         pool.submit(move || {
             let result = match &edit {
-                ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk.clone()),
+                ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Deleted => array.delete_chunk(&coords),
             };
             let _ = tx.send((coords, edit, result));
@@ -42,8 +42,8 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (i
     for (coords, edit, result) in rx.iter() {
         done += 1;
         match result {
-            Ok(key) => {
-                forget_stored(open, &array, cache, &coords, edit);
+            Ok((key, fill)) => {
+                forget_stored(open, &array, cache, &coords, edit, fill);
                 lock(&open.edits).unsynced.insert(key);
             }
             Err(e) => {
@@ -78,11 +78,11 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (i
 }
 
 /// After a chunk was stored: the cache holds the new contents (or forgets the old ones).
-fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64], edit: ChunkEdit) {
+fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64], edit: ChunkEdit, fill: bool) {
     match array.read_units() {
         ReadUnits::Chunks => {
             let value = match edit {
-                ChunkEdit::Dirty(c) if !array.is_fill(&c) => Cached::Chunk(c),
+                ChunkEdit::Dirty(c) if !fill => Cached::Chunk(c),
                 _ => Cached::Missing,
             };
             cache.insert(unit_key(open, coords, false), value);

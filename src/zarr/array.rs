@@ -125,29 +125,35 @@ impl Array {
     /// Whether every element of a decoded chunk equals the fill value (NaN equals NaN).
     pub fn is_fill(&self, decoded: &[u8]) -> bool {
         let fill = &self.meta.fill;
-        if fill.iter().all(|&b| b == fill[0]) && decoded.iter().all(|&b| b == fill[0]) {
+        // Compare whole blocks of the repeated fill pattern first (memcmp runs wide); only a
+        // chunk that differs somewhere is compared element by element, for NaNs.
+        let block = crate::zarr::region::filled(512usize.div_ceil(fill.len()), fill);
+        let mut blocks = decoded.chunks_exact(block.len());
+        if blocks.all(|b| b == block.as_slice()) && blocks.remainder() == &block[..blocks.remainder().len()] {
             return true;
         }
         decoded.chunks_exact(fill.len()).all(|e| same_element(e, fill, &self.meta.dtype))
     }
 
     /// Store a decoded chunk: encoded under its key, or its key deleted when it is all fill
-    /// (as zarr-python's default `write_empty_chunks=False` does). Returns the key.
-    pub fn store_chunk(&self, coords: &[u64], decoded: Vec<u8>) -> Result<String> {
+    /// (as zarr-python's default `write_empty_chunks=False` does). Returns the key and whether
+    /// it was all fill.
+    pub fn store_chunk(&self, coords: &[u64], decoded: &[u8]) -> Result<(String, bool)> {
         let key = self.chunk_key(coords);
-        if self.is_fill(&decoded) {
+        let fill = self.is_fill(decoded);
+        if fill {
             self.store.delete(&key)?;
         } else {
-            let bytes = self.meta.codecs.encode(decoded, &self.chunk_repr(coords))?;
+            let bytes = self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))?;
             self.store.set(&key, &bytes)?;
         }
-        Ok(key)
+        Ok((key, fill))
     }
 
-    pub fn delete_chunk(&self, coords: &[u64]) -> Result<String> {
+    pub fn delete_chunk(&self, coords: &[u64]) -> Result<(String, bool)> {
         let key = self.chunk_key(coords);
         self.store.delete(&key)?;
-        Ok(key)
+        Ok((key, true))
     }
 
     /// The same array with another shape (metadata only; nothing is stored).

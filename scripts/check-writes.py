@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Write round trips checked by the real peers: copies of the fixture stores are changed
+through a zarrfs mount (pwrite, appends with `cat >>`-style O_APPEND and `dd oflag=append`,
+truncate down and up, O_TRUNC rewrites, numpy.memmap writes, fill-only writes), unmounted, and
+then read by zarr-python 3.4 and tensorstore, which must agree with a numpy model.
+
+    scripts/check-writes.py target/release/zarrfs
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorstore as ts
+import zarr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr"]
+RNG = np.random.default_rng(3)
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def le(dtype):
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
+def values(n, dtype):
+    """n random elements of dtype, as little-endian bytes (never NaN: NaN == NaN is fill)."""
+    dt = np.dtype(dtype)
+    dt = dt.newbyteorder("=") if dt.byteorder in "<>" else dt
+    if dt.kind == "b":
+        v = RNG.integers(0, 2, n).astype(bool)
+    elif dt.kind in "iu":
+        v = RNG.integers(np.iinfo(dt).min, np.iinfo(dt).max, n, endpoint=True, dtype=dt)
+    elif dt.kind == "f":
+        v = (RNG.standard_normal(n) * 50).astype(dt)
+    elif dt.kind == "c":
+        v = (RNG.standard_normal(n) + 1j * RNG.standard_normal(n)).astype(dt)
+    elif dt.kind in "mM":
+        v = RNG.integers(-10**12, 10**12, n).astype("i8").view(dt)
+    elif dt.kind == "U":
+        alphabet = list("abcxyzé€𝄞")
+        v = np.array(["".join(RNG.choice(alphabet, RNG.integers(0, dt.itemsize // 4 + 1))) for _ in range(n)], dtype=dt)
+    elif dt.kind == "S":
+        v = np.array([bytes(RNG.integers(97, 123, RNG.integers(1, dt.itemsize + 1)).astype("u1")) for _ in range(n)], dtype=dt)
+    else:
+        v = np.frombuffer(RNG.integers(0, 256, n * dt.itemsize, dtype="u1").tobytes(), dtype=dt)
+    return np.ascontiguousarray(v).astype(le(v.dtype)).tobytes()
+
+
+class Model:
+    def __init__(self, arr):
+        data = np.ascontiguousarray(arr[...] if arr.ndim else np.asarray(arr[()]))
+        self.dtype = data.dtype
+        self.item = data.dtype.itemsize
+        self.bytes = bytearray(data.astype(le(data.dtype)).tobytes())
+        self.row = int(np.prod(arr.shape[1:])) * self.item if arr.ndim else self.item
+        fill = arr.fill_value if arr.fill_value is not None else np.zeros((), data.dtype)
+        self.fill = np.asarray(fill, dtype=data.dtype).astype(le(data.dtype)).tobytes()
+        self.ndim = arr.ndim
+
+    def grow_to(self, n):
+        while len(self.bytes) < n:
+            self.bytes += self.fill
+
+    def write(self, off, data):
+        end = off + len(data)
+        if end > len(self.bytes):
+            self.grow_to(-(-end // self.row) * self.row)
+        self.bytes[off:end] = data
+
+    def truncate(self, rows):
+        del self.bytes[rows * self.row:]
+        self.grow_to(rows * self.row)
+
+
+def check(name, got, want):
+    if got == want:
+        RESULTS["passed"] += 1
+    else:
+        RESULTS["failed"] += 1
+        diff = next(i for i, (a, b) in enumerate(zip(got + b"\0", want + b"\1")) if a != b)
+        print(f"MISMATCH {name}: {len(got)} vs {len(want)} bytes, first difference at {diff}")
+
+
+def change(mnt, path, model, arr, i):
+    """Change one array through the mount, in a way that depends on i, and the model alike."""
+    data = os.path.join(mnt, path, "data")
+    item = model.item
+    n = len(model.bytes) // item
+    fd = os.open(data, os.O_RDWR)
+    try:
+        for _ in range(4):  # element writes across chunk and shard boundaries
+            if n == 0:
+                break
+            start = int(RNG.integers(0, n))
+            count = int(RNG.integers(1, min(n - start, 40) + 1))
+            payload = values(count, model.dtype)
+            os.pwrite(fd, payload, start * item)
+            model.write(start * item, payload)
+        if model.dtype.kind in "iu" and n > 2:  # unaligned bytes
+            off = int(RNG.integers(1, len(model.bytes) - 1))
+            payload = bytes(RNG.integers(0, 256, min(5, len(model.bytes) - off), dtype="u1"))
+            os.pwrite(fd, payload, off)
+            model.write(off, payload)
+    finally:
+        os.close(fd)
+    if model.ndim == 0 or model.row == 0:
+        return
+    kind = i % 5
+    rows = values(2 * model.row // item, model.dtype)
+    if kind == 0:  # cat >> data
+        with open(data, "ab") as f:
+            f.write(rows)
+        model.write(len(model.bytes), rows)
+    elif kind == 1:  # dd oflag=append conv=notrunc
+        subprocess.run(["dd", f"of={data}", "oflag=append", "conv=notrunc", "status=none"], input=rows, check=True)
+        model.write(len(model.bytes), rows)
+    elif kind == 2:  # truncate down, then up
+        total_rows = len(model.bytes) // model.row
+        os.truncate(data, (total_rows // 2) * model.row)
+        os.truncate(data, (total_rows + 1) * model.row)
+        model.truncate(total_rows // 2)
+        model.truncate(total_rows + 1)
+    elif kind == 3:  # O_TRUNC rewrite
+        with open(data, "wb") as f:
+            f.write(rows)
+        model.bytes = bytearray()
+        model.write(0, rows)
+    else:  # numpy.memmap r+
+        if len(model.bytes):
+            mm = np.memmap(data, dtype="u1", mode="r+")
+            k = min(len(model.bytes), 3 * model.row)
+            payload = values(k // item, model.dtype)
+            mm[: len(payload)] = np.frombuffer(payload, dtype="u1")
+            mm.flush()
+            del mm
+            model.write(0, payload)
+
+
+def arrays(group, prefix=""):
+    for name, node in group.members():
+        if isinstance(node, zarr.Group):
+            yield from arrays(node, f"{prefix}{name}/")
+        else:
+            yield f"{prefix}{name}", node
+
+
+def tensorstore_bytes(store, path, fmt, arr):
+    spec = {"driver": "zarr3" if fmt == 3 else "zarr", "kvstore": {"driver": "file", "path": os.path.join(store, path)}}
+    try:
+        t = ts.open(spec).result()
+    except Exception:
+        return None  # a data type or codec tensorstore cannot open
+    if tuple(t.shape) != tuple(arr.shape) or t.dtype.numpy_dtype.itemsize != arr.dtype.itemsize:
+        return None  # tensorstore maps this data type to another shape (raw_bytes as a byte axis)
+    data = np.ascontiguousarray(t.read().result())
+    return data.astype(le(data.dtype)).tobytes()
+
+
+def round_trip(binary, store_name, work):
+    src = os.path.join(ROOT, "tests/fixtures", store_name)
+    store = os.path.join(work, store_name)
+    shutil.copytree(src, store)
+    group = zarr.open_group(store, mode="r")
+    targets = [(p, a) for p, a in arrays(group)]
+    models = {p: Model(a) for p, a in targets}
+    fmt = {p: a.metadata.zarr_format for p, a in targets}
+    mnt = os.path.join(work, "mnt-" + store_name)
+    os.makedirs(mnt)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    try:
+        for i, (path, arr) in enumerate(targets):
+            change(mnt, path, models[path], arr, i)
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=True)
+    for path, _ in targets:
+        model = models[path]
+        arr = zarr.open_array(store, path=path, mode="r")
+        got = np.ascontiguousarray(arr[...] if arr.ndim else np.asarray(arr[()]))
+        check(f"zarr-python {store_name}/{path}", got.astype(le(got.dtype)).tobytes(), bytes(model.bytes))
+        t = tensorstore_bytes(store, path, fmt[path], arr)
+        if t is not None:
+            check(f"tensorstore {store_name}/{path}", t, bytes(model.bytes))
+
+
+def fill_deletes_chunk(binary, work):
+    store = os.path.join(work, "fill.zarr")
+    a = zarr.create_array(store, shape=(8,), chunks=(4,), dtype="int16", fill_value=5)
+    a[...] = np.arange(8, dtype="int16")
+    mnt = os.path.join(work, "mnt-fill")
+    os.makedirs(mnt)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    try:
+        fd = os.open(os.path.join(mnt, "data"), os.O_WRONLY)
+        os.pwrite(fd, np.full(4, 5, dtype="<i2").tobytes(), 8)
+        os.close(fd)
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=True)
+    check("fill-only chunk c/1 deleted", str(os.path.exists(os.path.join(store, "c", "1"))).encode(), b"False")
+    check("zarr-python reads it as fill", zarr.open_array(store, mode="r")[...].astype("<i2").tobytes(),
+          np.array([0, 1, 2, 3, 5, 5, 5, 5], dtype="<i2").tobytes())
+
+
+def consolidated(binary, work, zarr_format):
+    store = os.path.join(work, f"cons{zarr_format}.zarr")
+    root = zarr.open_group(store, mode="w", zarr_format=zarr_format)
+    a = root.create_group("g").create_array("a", shape=(4, 3), chunks=(2, 3), dtype="float64", fill_value=0.0)
+    a[...] = np.arange(12.0).reshape(4, 3)
+    zarr.consolidate_metadata(store)
+    mnt = os.path.join(work, f"mnt-cons{zarr_format}")
+    os.makedirs(mnt)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    try:
+        with open(os.path.join(mnt, "g", "a", "data"), "ab") as f:
+            f.write(np.full((2, 3), 7.0).tobytes())
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=True)
+    opened = zarr.open_group(store, mode="r")  # consolidated metadata by default
+    got = opened["g/a"]
+    check(f"v{zarr_format} consolidated shape", repr(got.shape).encode(), b"(6, 3)")
+    want = np.concatenate([np.arange(12.0).reshape(4, 3), np.full((2, 3), 7.0)])
+    check(f"v{zarr_format} consolidated data", got[...].tobytes(), want.tobytes())
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/zarrfs"))
+    with tempfile.TemporaryDirectory() as work:
+        for s in STORES:
+            round_trip(binary, s, work)
+        fill_deletes_chunk(binary, work)
+        consolidated(binary, work, 3)
+        consolidated(binary, work, 2)
+    print(f"writes: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
+    sys.exit(1 if RESULTS["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
