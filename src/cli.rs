@@ -29,6 +29,17 @@ enum Command {
     Mount(MountArgs),
     /// Unmount a zarrfs mount point; the daemon then exits.
     Unmount { mountpoint: PathBuf },
+    /// Switch an array to the offset chunk key encoding with zero offsets (metadata only).
+    Adopt { store: PathBuf, array: String },
+    /// Prepend FILE (raw, C order, little-endian; whole chunks along the axis) to an array.
+    Prepend {
+        store: PathBuf,
+        array: String,
+        file: PathBuf,
+        /// The axis to grow at its front.
+        #[arg(long, default_value_t = 0)]
+        axis: usize,
+    },
     /// Print the hierarchy: arrays, shapes, data types, grids, chunk keys, codecs, problems.
     Info {
         store: PathBuf,
@@ -50,6 +61,12 @@ struct MountArgs {
     /// Refuse every write (EROFS).
     #[arg(long)]
     read_only: bool,
+    /// Switch default-encoded arrays to the offset chunk key encoding when prepend is opened.
+    #[arg(long)]
+    adopt_offset: bool,
+    /// Where bytes written to prepend are staged (default: the system temp dir).
+    #[arg(long)]
+    spool_dir: Option<PathBuf>,
     /// Decoded-chunk cache size, e.g. 512M or 2G.
     #[arg(long, value_parser = parse_size)]
     cache_size: Option<u64>,
@@ -81,6 +98,8 @@ struct MountPlan {
     cache_size: Option<u64>,
     dirty_limit: Option<u64>,
     threads: Option<NonZeroUsize>,
+    adopt_offset: bool,
+    spool_dir: Option<PathBuf>,
 }
 
 /// Options mount(8) and mount.fuse3 pass that mean nothing to us.
@@ -138,6 +157,8 @@ impl MountPlan {
             cache_size: args.cache_size,
             dirty_limit: args.dirty_limit,
             threads: args.threads,
+            adopt_offset: args.adopt_offset,
+            spool_dir: args.spool_dir.clone(),
             ..Default::default()
         };
         for list in &args.options {
@@ -154,6 +175,8 @@ impl MountPlan {
                     ("default_permissions", None) => plan.default_permissions = true,
                     ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
                     ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
+                    ("adopt_offset", None) => plan.adopt_offset = true,
+                    ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
                     ("threads", Some(v)) => {
                         plan.threads = Some(v.parse().map_err(|_| format!("option threads={v}: expected a positive integer"))?)
                     }
@@ -196,7 +219,8 @@ fn split_options(list: &str) -> Vec<String> {
 /// `zarrfs mount SOURCE MOUNTPOINT -o …`.
 fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-    let is_command = ["mount", "unmount", "info", "help"].contains(&first) || first.starts_with('-') || first.is_empty();
+    let is_command =
+        ["mount", "unmount", "info", "adopt", "prepend", "help"].contains(&first) || first.starts_with('-') || first.is_empty();
     if !is_command {
         args.insert(1, OsString::from("mount"));
     }
@@ -220,6 +244,29 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Adopt { store, array } => offline(&store, &array, |a| {
+            let adopted = a.adopted_offset()?;
+            adopted.store_metadata()?;
+            println!("{}: chunk key encoding {}", array, adopted.meta.key_encoding.describe());
+            Ok(())
+        }),
+        Command::Prepend { store, array, file, axis } => offline(&store, &array, |a| {
+            let f = std::fs::File::open(&file)?;
+            let len = f.metadata()?.len();
+            let read_at = &mut |offset, buf: &mut [u8]| std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset);
+            let started = std::time::Instant::now();
+            match a.prepend(axis, len, read_at)? {
+                Some(next) => {
+                    let chunks = started.elapsed();
+                    next.store_metadata()?;
+                    let metadata = started.elapsed() - chunks;
+                    println!("{}: shape {:?}, chunk key encoding {}", array, next.meta.shape, next.meta.key_encoding.describe());
+                    eprintln!("new chunks stored in {:.6} s; metadata written in {:.6} s", chunks.as_secs_f64(), metadata.as_secs_f64());
+                }
+                None => println!("{array}: nothing to prepend"),
+            }
+            Ok(())
+        }),
         Command::Info { store, path, json } => {
             let store = LocalStore::new(store);
             let path = path.unwrap_or_default().trim_matches('/').to_string();
@@ -237,6 +284,19 @@ pub fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Run an offline change on one array of a store.
+fn offline(store: &Path, array: &str, change: impl FnOnce(&crate::zarr::array::Array) -> crate::Result<()>) -> ExitCode {
+    let path = array.trim_matches('/');
+    let result = crate::zarr::array::Array::open(Arc::new(LocalStore::new(store)), path).and_then(|a| change(&a));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zarrfs: {}/{path}: {e}", store.display());
+            ExitCode::FAILURE
         }
     }
 }
@@ -395,6 +455,10 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     if let Some(n) = plan.dirty_limit {
         config.dirty_limit = n as usize;
     }
+    config.adopt_offset = plan.adopt_offset;
+    if let Some(dir) = &plan.spool_dir {
+        config.spool_dir = dir.clone();
+    }
     let fs = Arc::new(ZarrFs::new(store, config));
 
     let mut fuse_config = fuser::Config::default();
@@ -428,6 +492,7 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
 
     let session = fuser::Session::new(FuseAdapter::new(fs.clone()), &args.mountpoint, &fuse_config)
         .map_err(|e| format!("cannot mount {} on {}: {e}", args.store.display(), args.mountpoint.display()))?;
+    fs.set_kernel_cache(Box::new(crate::fuse::Invalidator::new(session.notifier())));
     let bg = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
     tracing::info!(store = %args.store.display(), mountpoint = %args.mountpoint.display(), "mounted");
     report("ok");

@@ -9,12 +9,12 @@ use std::time::SystemTime;
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
-use crate::fs::{Attr, FileKind, ZarrFs};
+use crate::fs::{Attr, FileKind, KernelCache, ZarrFs};
 
 /// Metadata is static between our own changes: let the kernel keep it a while.
 const TTL: Duration = Duration::from_secs(1);
@@ -57,6 +57,39 @@ impl FuseAdapter {
     }
 }
 
+fn ttl(a: &Attr) -> Duration {
+    if a.volatile { Duration::ZERO } else { TTL }
+}
+
+/// Tells the kernel to drop what it cached of a file the daemon changed itself, on a thread of
+/// its own: never from a request handler, which may hold the very pages (fuse-notes.md §6).
+pub struct Invalidator {
+    tx: crossbeam_channel::Sender<u64>,
+}
+
+impl Invalidator {
+    pub fn new(notifier: Notifier) -> Invalidator {
+        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let spawned = std::thread::Builder::new().name("zarrfs-invalidate".into()).spawn(move || {
+            while let Ok(ino) = rx.recv() {
+                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                    tracing::debug!(ino, "kernel cache invalidation failed: {e}");
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the invalidation thread: {e}");
+        }
+        Invalidator { tx }
+    }
+}
+
+impl KernelCache for Invalidator {
+    fn invalidate(&self, ino: u64) {
+        let _ = self.tx.send(ino);
+    }
+}
+
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -82,22 +115,27 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::ENOENT);
         };
         match self.fs.lookup(parent.0, name) {
-            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        match self.fs.open(ino.0, write) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+        // Keep cached pages across opens, except for documents that change behind the kernel.
+        let keep = match self.fs.getattr(ino.0) {
+            Ok(a) if !a.volatile => FopenFlags::FOPEN_KEEP_CACHE,
+            _ => FopenFlags::empty(),
+        };
+        match self.fs.open(ino.0, write, req.pid()) {
+            Ok(fh) => reply.opened(FileHandle(fh), keep),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -123,7 +161,7 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
@@ -131,7 +169,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        match self.fs.write(ino.0, fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -161,13 +199,13 @@ impl Filesystem for FuseAdapter {
             None => self.fs.getattr(ino.0),
         };
         match result {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        match self.fs.flush(fh.0) {
+    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        match self.fs.flush(fh.0, req.pid()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }

@@ -20,7 +20,7 @@ fn open(store: &Arc<MemoryStore>, f: &Fixture) -> Core {
     let fs = ZarrFs::new(store.clone(), Config { cache_size: 1 << 16, ..Config::default() });
     let dir = fs.lookup(1, f.name).expect("array");
     let ino = fs.lookup(dir.ino, "data").expect("data").ino;
-    let fh = fs.open(ino, true).expect("open");
+    let fh = fs.open(ino, true, 0).expect("open");
     Core { fs, ino, fh }
 }
 
@@ -37,7 +37,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Write { offset, len, seed } => {
                 let (offset, len) = f.align(offset, len);
                 let data = payload(f, offset, len, seed);
-                core.fs.write(core.ino, offset, &data).unwrap();
+                core.fs.write(core.ino, core.fh, offset, &data).unwrap();
                 model.write(offset, &data);
             }
             Op::Truncate { rows } => {
@@ -54,7 +54,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Fsync => core.fs.fsync(core.fh).unwrap(),
             Op::Reopen => {
-                core.fs.flush(core.fh).unwrap();
+                core.fs.flush(core.fh, 0).unwrap();
                 core.fs.release(core.fh);
                 core = open(&store, f);
             }
@@ -65,7 +65,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
         prop_assert!(all == model.bytes, "{}: contents differ after {:?}", f.name, op);
     }
     // After a last flush, a fresh reader of the store sees the same.
-    core.fs.flush(core.fh).unwrap();
+    core.fs.flush(core.fh, 0).unwrap();
     let fresh = open(&store, f);
     let all = fresh.fs.read(fresh.ino, fresh.fh, 0, model.bytes.len() as u32).unwrap();
     prop_assert!(all == model.bytes, "{}: the store differs from the model", f.name);

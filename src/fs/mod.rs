@@ -2,6 +2,7 @@
 //! `crate::fuse` translates kernel requests into these calls.
 
 mod open;
+mod prepend;
 mod raw;
 pub mod tree;
 mod writeback;
@@ -38,6 +39,10 @@ pub struct Config {
     pub read_ahead: u64,
     /// Bytes of changed chunks held before the array written to is flushed.
     pub dirty_limit: usize,
+    /// Switch `default`-encoded arrays to `offset` when `prepend` is opened for writing.
+    pub adopt_offset: bool,
+    /// Where bytes written to `prepend` are staged.
+    pub spool_dir: std::path::PathBuf,
 }
 
 impl Default for Config {
@@ -48,6 +53,8 @@ impl Default for Config {
             workers: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
             read_ahead: 16 << 20,
             dirty_limit: 256 << 20,
+            adopt_offset: false,
+            spool_dir: std::env::temp_dir().join("zarrfs-spool"),
         }
     }
 }
@@ -66,6 +73,15 @@ pub struct Attr {
     pub size: u64,
     pub perm: u16,
     pub mtime: SystemTime,
+    /// Changes behind the kernel's back (metadata documents): not to be cached.
+    pub volatile: bool,
+}
+
+/// What the core asks of the kernel's caches when it changes a file itself (a prepend): the
+/// FUSE layer implements it, off the request path.
+pub trait KernelCache: Send + Sync {
+    /// Drop the cached pages and attributes of `ino`.
+    fn invalidate(&self, ino: u64);
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +105,9 @@ enum DirState {
 #[derive(Default)]
 struct Handle {
     array: Option<Arc<OpenArray>>,
+    /// `prepend` opened for writing: the staged bytes, and who opened it.
+    spool: Option<Mutex<prepend::Spool>>,
+    opener: u32,
     /// The furthest end of a read.
     furthest: AtomicU64,
     /// Where read-ahead has been started up to.
@@ -117,6 +136,7 @@ pub struct ZarrFs {
     mount_time: SystemTime,
     /// Bytes of changed chunks held, all arrays together.
     dirty_bytes: AtomicI64,
+    kernel: std::sync::OnceLock<Box<dyn KernelCache>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -136,7 +156,13 @@ impl ZarrFs {
             next_id: AtomicU64::new(1),
             mount_time: SystemTime::now(),
             dirty_bytes: AtomicI64::new(0),
+            kernel: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Set once the mount exists: how to tell the kernel that a file changed.
+    pub fn set_kernel_cache(&self, kernel: Box<dyn KernelCache>) {
+        let _ = self.kernel.set(kernel);
     }
 
     pub fn cache(&self) -> &ChunkCache {
@@ -213,13 +239,10 @@ impl ZarrFs {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        let file = |size: u64, perm: u16| Attr { ino, kind: FileKind::RegularFile, size, perm, mtime: self.mount_time };
+        let file = |size: u64, perm: u16| Attr { ino, kind: FileKind::RegularFile, size, perm, mtime: self.mount_time, volatile: false };
         Ok(match node.kind {
-            NodeKind::Dir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o755, mtime: self.mount_time },
-            NodeKind::MetaFile => {
-                let bytes = self.store.get(&node.path)?.ok_or(Error::NotFound)?;
-                file(bytes.len() as u64, 0o444)
-            }
+            NodeKind::Dir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o755, mtime: self.mount_time, volatile: false },
+            NodeKind::MetaFile => Attr { volatile: true, ..file(self.meta_file_bytes(&node.path)?.len() as u64, 0o444) },
             NodeKind::Data => match self.dir_state(&node.path)? {
                 DirState::Array(a) => file(a.array().meta.byte_len(), if self.config.read_only { 0o444 } else { 0o644 }),
                 _ => return Err(Error::NotFound),
@@ -263,8 +286,24 @@ impl ZarrFs {
         Ok(out)
     }
 
-    /// Open a file; returns the handle id.
-    pub fn open(&self, ino: u64, write: bool) -> Result<u64> {
+    /// A metadata document: as stored, or — for an array's own document while its shape
+    /// changed in memory — as it will be stored at the next flush.
+    fn meta_file_bytes(&self, key: &str) -> Result<Vec<u8>> {
+        let stored = self.store.get(key)?.ok_or(Error::NotFound)?;
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        if let Some(DirState::Array(a)) = lock(&self.dirs).get(dir).cloned()
+            && a.metadata_dirty()
+        {
+            let array = a.array();
+            if array.meta.document_name() == name {
+                return Ok(crate::zarr::metadata::render_like(Some(&stored), &array.meta.document));
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Open a file for the process `pid`; returns the handle id.
+    pub fn open(&self, ino: u64, write: bool, pid: u32) -> Result<u64> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         if node.kind == NodeKind::Dir {
             return Err(Error::Invalid("is a directory".into()));
@@ -274,18 +313,25 @@ impl ZarrFs {
         }
         match (node.kind, write) {
             (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
-            (NodeKind::Prepend, true) => return Err(Error::Unsupported("prepending is not built yet".into())),
+
             (NodeKind::MetaFile | NodeKind::ErrorFile, true) => {
                 return Err(Error::NotPermitted("metadata documents are read-only through the mount".into()));
             }
             _ => {}
         }
         let array = match node.kind {
-            NodeKind::Data => Some(self.data_array(&node.path)?),
+            NodeKind::Data | NodeKind::Prepend => Some(self.data_array(&node.path)?),
+            _ => None,
+        };
+        let spool = match (&array, node.kind) {
+            (Some(a), NodeKind::Prepend) => {
+                prepend::check_or_adopt(a, self.config.adopt_offset)?;
+                Some(Mutex::new(prepend::Spool::create(&self.config.spool_dir)?))
+            }
             _ => None,
         };
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(Handle { array, ..Handle::default() }));
+        lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, ..Handle::default() }));
         Ok(fh)
     }
 
@@ -300,14 +346,21 @@ impl ZarrFs {
         lock(&self.handles).get(&fh).cloned()
     }
 
-    /// Write to `data`. Over the dirty limit, the array is flushed before returning.
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// Write to `data` (over the dirty limit, the array is flushed before returning), or stage
+    /// bytes written to `prepend`.
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         if self.config.read_only {
             return Err(Error::ReadOnly);
         }
+        if node.kind == NodeKind::Prepend {
+            let handle = self.handle(fh).ok_or(Error::Invalid("unknown file handle".into()))?;
+            let spool = handle.spool.as_ref().ok_or(Error::Invalid("prepend is not open for writing".into()))?;
+            lock(spool).write(offset, data)?;
+            return Ok(data.len() as u32);
+        }
         if node.kind != NodeKind::Data {
-            return Err(Error::NotPermitted("only data is written to".into()));
+            return Err(Error::NotPermitted("only data and prepend are written to".into()));
         }
         let array = self.data_array(&node.path)?;
         tracing::trace!(offset, len = data.len(), "write data");
@@ -344,12 +397,38 @@ impl ZarrFs {
         result
     }
 
-    /// close(): store what was written to this file's array; the first error is returned.
-    pub fn flush(&self, fh: u64) -> Result<()> {
-        match self.handle(fh).and_then(|h| h.array.clone()) {
-            Some(array) if array.is_dirty() => self.flush_array(&array),
-            _ => Ok(()),
+    /// close() by `pid`: store what was written to this file's array, or commit what was
+    /// written to `prepend`; the first error is returned. A prepend commits on the opener's
+    /// close only: another process closing an inherited descriptor must not cut it short (the
+    /// last close, `release`, commits in any case).
+    pub fn flush(&self, fh: u64, pid: u32) -> Result<()> {
+        let Some(handle) = self.handle(fh) else { return Ok(()) };
+        let Some(array) = handle.array.clone() else { return Ok(()) };
+        match &handle.spool {
+            Some(spool) if pid == handle.opener => self.commit_prepend(&array, &mut lock(spool)),
+            Some(_) => Ok(()),
+            None if array.is_dirty() => self.flush_array(&array),
+            None => Ok(()),
         }
+    }
+
+    fn commit_prepend(&self, array: &Arc<OpenArray>, spool: &mut prepend::Spool) -> Result<()> {
+        if spool.is_empty() {
+            return Ok(());
+        }
+        let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let added = prepend::commit(array, spool, &self.cache, &self.pool, new_id)
+            .inspect_err(|e| tracing::warn!(array = %display_path(&array.array().path), "prepend refused: {e}"))?;
+        self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
+        // The data file changed under the kernel's cache: every page moved.
+        if let (Some(kernel), Some(dir)) = (self.kernel.get(), self.tree.find_dir(&array.array().path)) {
+            for name in [DATA, crate::zarr::metadata::DOCUMENT_NAMES[0], crate::zarr::metadata::DOCUMENT_NAMES[1]] {
+                if let Some(ino) = self.tree.find(dir, name) {
+                    kernel.invalidate(ino);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// fsync(): flush, then make the written files and their directories durable.
@@ -406,11 +485,14 @@ impl ZarrFs {
     /// The last close of a file: what is still dirty (written through mmap after the last
     /// close, or left by a failed flush) is stored; errors can only be logged here.
     pub fn release(&self, fh: u64) {
-        let handle = lock(&self.handles).remove(&fh);
-        if let Some(array) = handle.and_then(|h| h.array.clone())
-            && array.is_dirty()
-            && let Err(e) = self.flush_array(&array)
-        {
+        let Some(handle) = lock(&self.handles).remove(&fh) else { return };
+        let Some(array) = handle.array.clone() else { return };
+        let result = match &handle.spool {
+            Some(spool) => self.commit_prepend(&array, &mut lock(spool)),
+            None if array.is_dirty() => self.flush_array(&array),
+            None => Ok(()),
+        };
+        if let Err(e) = result {
             tracing::error!(array = %display_path(&array.array().path), "write-back at release failed: {e}");
         }
     }
@@ -423,7 +505,7 @@ impl ZarrFs {
             bytes[start..end].to_vec()
         };
         match node.kind {
-            NodeKind::MetaFile => Ok(slice(&self.store.get(&node.path)?.ok_or(Error::NotFound)?)),
+            NodeKind::MetaFile => Ok(slice(&self.meta_file_bytes(&node.path)?)),
             NodeKind::ErrorFile => match self.dir_state(&node.path)? {
                 DirState::Broken(msg) => Ok(slice(msg.as_bytes())),
                 _ => Err(Error::NotFound),

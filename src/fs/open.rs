@@ -2,6 +2,7 @@
 //! flush) and the chunks written but not yet stored.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::Result;
@@ -31,8 +32,8 @@ impl Edits {
 }
 
 pub struct OpenArray {
-    /// Unique per mount, for cache keys.
-    pub id: u64,
+    /// Unique per mount and per grid layout, for cache keys (a prepend shifts every grid index).
+    cache_id: AtomicU64,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// A flush holds it exclusively; reads and writes share it. So a flush never runs while a
@@ -50,7 +51,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl OpenArray {
     pub fn new(id: u64, array: Array) -> OpenArray {
         OpenArray {
-            id,
+            cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
             edits: Mutex::new(Edits::default()),
             store_lock: RwLock::new(()),
@@ -61,6 +62,17 @@ impl OpenArray {
     /// The array as it is now.
     pub fn array(&self) -> Arc<Array> {
         self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn cache_id(&self) -> u64 {
+        self.cache_id.load(Ordering::Relaxed)
+    }
+
+    /// Serve `array` from now on (its metadata is stored); grid indices may have moved, so
+    /// cached chunks are left behind under the old cache id.
+    pub(crate) fn replace(&self, array: Array, cache_id: u64) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(array);
+        self.cache_id.store(cache_id, Ordering::Relaxed);
     }
 
     /// Give the array a new shape in memory; the metadata is stored at the next flush.
@@ -90,6 +102,10 @@ impl OpenArray {
 
     pub fn is_dirty(&self) -> bool {
         !lock(&self.edits).is_clean()
+    }
+
+    pub fn metadata_dirty(&self) -> bool {
+        lock(&self.edits).metadata_dirty
     }
 }
 

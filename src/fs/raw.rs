@@ -11,7 +11,7 @@ use super::open::{ChunkEdit, OpenArray, lock, outer_chunk};
 use crate::cache::{CacheKey, Cached, ChunkCache, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
-use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled};
+use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell};
 use crate::{Error, Result};
 
 /// The cells of `grid` a flat element range touches, each with the boxes of the range inside it.
@@ -21,7 +21,7 @@ pub(crate) fn cells_of(grid: &ChunkGrid, shape: &[u64], range: FlatRange) -> Vec
     for b in range.boxes(shape) {
         let lo: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.0).0).collect();
         let hi: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0).collect();
-        for_each_coord(&lo, &hi, |coords| {
+        for_each_cell(&lo, &hi, |coords| {
             let inter: Region = coords
                 .iter()
                 .enumerate()
@@ -48,31 +48,8 @@ pub(crate) fn cells_of(grid: &ChunkGrid, shape: &[u64], range: FlatRange) -> Vec
         .collect()
 }
 
-/// Call `f` for every coordinate in the box `lo..=hi`, last axis fastest.
-pub(crate) fn for_each_coord(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64])) {
-    if lo.iter().zip(hi).any(|(l, h)| l > h) {
-        return;
-    }
-    let mut coords = lo.to_vec();
-    loop {
-        f(&coords);
-        let mut axis = coords.len();
-        loop {
-            if axis == 0 {
-                return;
-            }
-            axis -= 1;
-            if coords[axis] < hi[axis] {
-                coords[axis] += 1;
-                break;
-            }
-            coords[axis] = lo[axis];
-        }
-    }
-}
-
 pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> CacheKey {
-    CacheKey { array: open.id, is_index, coords: coords.into() }
+    CacheKey { array: open.cache_id(), is_index, coords: coords.into() }
 }
 
 /// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
@@ -401,7 +378,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         let mut edits = lock(&open.edits);
         for c0 in new_grid[0]..old_grid[0] {
             let (lo, hi) = band(c0);
-            for_each_coord(&lo, &hi, |coords| {
+            for_each_cell(&lo, &hi, |coords| {
                 if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords.to_vec(), ChunkEdit::Deleted) {
                     added -= old.len() as isize;
                 }
@@ -414,7 +391,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         let (lo, hi) = band(cut_chunk);
         let chunk_rows = grid.chunk_len(0, cut_chunk);
         let mut coords_list = Vec::new();
-        for_each_coord(&lo, &hi, |c| coords_list.push(c.to_vec()));
+        for_each_cell(&lo, &hi, |c| coords_list.push(c.to_vec()));
         for coords in coords_list {
             let shape = grid.chunk_shape(&coords);
             let mut start = vec![0u64; shape.len()];

@@ -49,6 +49,23 @@ impl Tree {
         self.maps.read().unwrap_or_else(|p| p.into_inner()).nodes.get(&ino).cloned()
     }
 
+    /// The inode of `name` under `parent`, if the kernel has seen it.
+    pub fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        self.maps.read().unwrap_or_else(|p| p.into_inner()).by_name.get(&(parent, name.to_string())).copied()
+    }
+
+    /// The inode of the directory at store path `path`, if the kernel has seen it.
+    pub fn find_dir(&self, path: &str) -> Option<u64> {
+        if path.is_empty() {
+            return Some(ROOT);
+        }
+        let mut ino = ROOT;
+        for part in path.split('/') {
+            ino = self.find(ino, part)?;
+        }
+        Some(ino)
+    }
+
     /// The inode of `name` under `parent`, created on first sight.
     pub fn child(&self, parent: u64, name: &str, kind: NodeKind, path: String) -> u64 {
         let key = (parent, name.to_string());

@@ -5,15 +5,21 @@ use std::sync::Arc;
 
 use super::display_path;
 use super::open::{ChunkEdit, OpenArray, lock};
-use super::raw::{for_each_coord, unit_key};
+use super::raw::unit_key;
 use crate::cache::{Cached, ChunkCache, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
+use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
 
 /// Store every changed chunk and the metadata of `open`. Returns the change in dirty bytes and
 /// the first error; chunks that failed stay dirty, to be tried again.
 pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (isize, Result<()>) {
     let _exclusive = open.exclusive();
+    flush_locked(open, cache, pool)
+}
+
+/// `flush`, with the array's store lock already held exclusively.
+pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (isize, Result<()>) {
     let array = open.array();
     let (chunks, metadata_dirty, bytes) = {
         let mut edits = lock(&open.edits);
@@ -91,7 +97,7 @@ fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[
             cache.remove(&unit_key(open, coords, true));
             let lo: Vec<u64> = coords.iter().zip(&per_shard).map(|(c, p)| c * p).collect();
             let hi: Vec<u64> = lo.iter().zip(&per_shard).map(|(l, p)| l + p - 1).collect();
-            for_each_coord(&lo, &hi, |unit| cache.remove(&unit_key(open, unit, false)));
+            for_each_cell(&lo, &hi, |unit| cache.remove(&unit_key(open, unit, false)));
         }
     }
 }

@@ -161,6 +161,92 @@ impl Array {
         Ok(Array::new(self.store.clone(), &self.path, self.meta.with_shape(shape)?))
     }
 
+    /// The same array switched to the `offset` chunk key encoding (metadata only).
+    pub fn adopted_offset(&self) -> Result<Array> {
+        Ok(Array::new(self.store.clone(), &self.path, self.meta.adopted_offset()?))
+    }
+
+    /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read through
+    /// `read_at`, with every dimension as the array's but `axis`, which must be a whole number of
+    /// chunks. The new chunks are stored (their keys lie outside the old grid, so no reader sees
+    /// them); the returned array's metadata is not: storing it is the commit. `None` for no bytes.
+    pub fn prepend(&self, axis: usize, len: u64, read_at: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>) -> Result<Option<Array>> {
+        let meta = &self.meta;
+        if axis >= meta.shape.len() {
+            return Err(Error::Invalid(format!("axis {axis} is not an axis of a {}-d array", meta.shape.len())));
+        }
+        if !matches!(meta.key_encoding, super::key::ChunkKeyEncoding::Offset { .. }) {
+            return Err(Error::Unsupported("prepending needs the offset chunk key encoding".into()));
+        }
+        let grid = &meta.grid;
+        let chunk = grid.chunk_len(axis, 0);
+        let others: u64 = meta.shape.iter().enumerate().filter(|&(a, _)| a != axis).map(|(_, &n)| n).product();
+        let unit = chunk * others * meta.item_size() as u64;
+        if len == 0 {
+            return Ok(None);
+        }
+        if unit == 0 || !len.is_multiple_of(unit) {
+            return Err(Error::Invalid(format!("{len} bytes is not a whole number of chunk rows along axis {axis} ({unit} bytes each)")));
+        }
+        let k = len / unit;
+        let next = Array::new(self.store.clone(), &self.path, meta.prepended(axis, k)?);
+        // The new region, read in bands of one chunk along axis 0 (contiguous in C order).
+        let mut region = meta.shape.clone();
+        region[axis] = k * chunk;
+        let item = meta.item_size();
+        let row = region[1..].iter().product::<u64>() * item as u64;
+        let band_chunk = grid.chunk_len(0, 0);
+        let cells_hi: Vec<u64> = region.iter().enumerate().map(|(a, &n)| n.div_ceil(grid.chunk_len(a, 0)).saturating_sub(1)).collect();
+        let mut band_start = 0;
+        while band_start < region[0] {
+            let b = band_start / band_chunk;
+            let rows = band_chunk.min(region[0] - band_start);
+            let mut band = vec![0u8; (rows * row) as usize];
+            read_at(band_start * row, &mut band)?;
+            let mut band_shape = region.clone();
+            band_shape[0] = rows;
+            let mut lo = vec![0u64; region.len()];
+            let mut hi = cells_hi.clone();
+            lo[0] = b;
+            hi[0] = b;
+            let mut cells = Vec::new();
+            super::region::for_each_cell(&lo, &hi, |c| cells.push(c.to_vec()));
+            let store_cell = |coords: &Vec<u64>| -> Result<String> {
+                let chunk_shape = grid.chunk_shape(coords);
+                let mut data = super::region::filled(chunk_shape.iter().product::<u64>() as usize, &meta.fill);
+                let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { c * chunk_shape[a] }).collect();
+                let extent: Vec<u64> = (0..region.len()).map(|a| chunk_shape[a].min(band_shape[a] - origin[a])).collect();
+                let src = super::region::Strided::of(&band_shape, &origin, 0);
+                let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
+                super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
+                next.store_chunk(coords, &data).map(|(key, _)| key)
+            };
+            // Encode the band's chunks on all cores.
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cells.len()).max(1);
+            let next_cell = std::sync::atomic::AtomicUsize::new(0);
+            let failure = std::sync::Mutex::new(None);
+            std::thread::scope(|s| {
+                for _ in 0..workers {
+                    s.spawn(|| {
+                        loop {
+                            let i = next_cell.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(coords) = cells.get(i) else { break };
+                            if let Err(e) = store_cell(coords) {
+                                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                                break;
+                            }
+                        }
+                    });
+                }
+            });
+            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                return Err(e);
+            }
+            band_start += rows;
+        }
+        Ok(Some(next))
+    }
+
     /// Write the metadata document, and the consolidated metadata of every ancestor group that
     /// lists this array, so that readers preferring consolidated metadata see the new shape.
     pub fn store_metadata(&self) -> Result<Touched> {

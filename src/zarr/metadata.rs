@@ -32,6 +32,9 @@ pub struct ArrayMetadata {
     pub document: Value,
 }
 
+/// The documents an array's metadata is stored in (v3, v2).
+pub const DOCUMENT_NAMES: [&str; 2] = ["zarr.json", ".zarray"];
+
 /// What a node's metadata says it is.
 #[derive(Debug)]
 pub enum NodeMetadata {
@@ -248,8 +251,46 @@ impl ArrayMetadata {
 
     /// The same array with another shape: the document with `shape` replaced, parsed again.
     pub fn with_shape(&self, shape: &[u64]) -> Result<ArrayMetadata> {
+        self.edited(|doc| doc["shape"] = json!(shape))
+    }
+
+    /// The same array after a prepend along `axis` of `k` chunks: `shape[axis]` grows by `k`
+    /// chunk lengths and `offset[axis]` drops by `k` (zarr-format.md §3.3).
+    pub fn prepended(&self, axis: usize, k: u64) -> Result<ArrayMetadata> {
+        let ChunkKeyEncoding::Offset { offset, .. } = &self.key_encoding else {
+            return Err(Error::Unsupported("prepending needs the offset chunk key encoding".into()));
+        };
+        let ChunkGrid::Regular { chunk_shape } = &self.grid;
+        let mut shape = self.shape.clone();
+        let mut offset = offset.clone();
+        shape[axis] += k * chunk_shape[axis];
+        offset[axis] -= i64::try_from(k).map_err(|_| Error::Invalid("prepend too large".into()))?;
+        self.edited(|doc| {
+            doc["shape"] = json!(shape);
+            doc["chunk_key_encoding"]["configuration"]["offset"] = json!(offset);
+        })
+    }
+
+    /// The same array with the `offset` chunk key encoding, zero offsets and the same separator:
+    /// the same keys, so a metadata-only change. Only `default`-encoded v3 arrays can adopt it.
+    pub fn adopted_offset(&self) -> Result<ArrayMetadata> {
+        match (&self.key_encoding, self.format) {
+            (ChunkKeyEncoding::Offset { .. }, _) => self.edited(|_| {}),
+            (ChunkKeyEncoding::Default { separator }, ZarrFormat::V3) => {
+                let encoding =
+                    json!({"name": "offset", "configuration": {"offset": vec![0; self.shape.len()], "separator": separator.to_string()}});
+                self.edited(|doc| doc["chunk_key_encoding"] = encoding)
+            }
+            _ => Err(Error::Unsupported(
+                "only arrays with the default chunk key encoding can switch to offset without renaming every chunk".into(),
+            )),
+        }
+    }
+
+    /// The document after `edit`, parsed again.
+    fn edited(&self, edit: impl FnOnce(&mut Value)) -> Result<ArrayMetadata> {
         let mut doc = self.document.clone();
-        doc["shape"] = json!(shape);
+        edit(&mut doc);
         match self.format {
             ZarrFormat::V2 => parse_v2_array(&doc),
             ZarrFormat::V3 => match parse_v3(&doc)? {

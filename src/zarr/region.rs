@@ -59,6 +59,29 @@ fn decompose(shape: &[u64], lo: u64, hi: u64, prefix: &mut Region, out: &mut Vec
     }
 }
 
+/// Call `f` for every coordinate in the box `lo..=hi`, last axis fastest.
+pub fn for_each_cell(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64])) {
+    if lo.iter().zip(hi).any(|(l, h)| l > h) {
+        return;
+    }
+    let mut coords = lo.to_vec();
+    loop {
+        f(&coords);
+        let mut axis = coords.len();
+        loop {
+            if axis == 0 {
+                return;
+            }
+            axis -= 1;
+            if coords[axis] < hi[axis] {
+                coords[axis] += 1;
+                break;
+            }
+            coords[axis] = lo[axis];
+        }
+    }
+}
+
 /// C-order strides, in elements, of an array of `shape`.
 pub fn c_strides(shape: &[u64]) -> Vec<u64> {
     let mut strides = vec![1u64; shape.len()];

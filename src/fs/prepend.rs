@@ -1,0 +1,110 @@
+//! `prepend`: bytes written to it are staged in a spool file and committed on close as one
+//! prepend along axis 0 — new chunks first, the metadata last — so that no existing chunk is
+//! read, rewritten or moved (design.md §3).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::display_path;
+use super::open::OpenArray;
+use super::writeback;
+use crate::cache::{ChunkCache, WorkerPool};
+use crate::zarr::key::ChunkKeyEncoding;
+use crate::zarr::metadata::ZarrFormat;
+use crate::{Error, Result};
+
+/// The staged bytes of one open `prepend`.
+pub struct Spool {
+    file: File,
+    len: u64,
+}
+
+impl Spool {
+    /// An unnamed file in `dir` (created, then unlinked at once: nothing is left behind).
+    pub fn create(dir: &Path) -> Result<Spool> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("prepend-{}-{}", std::process::id(), rand_suffix()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        std::fs::remove_file(&path)?;
+        Ok(Spool { file, len: 0 })
+    }
+
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        self.file.write_all_at(data, offset)?;
+        self.len = self.len.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start over (after a commit, or a failed one: what was staged is gone either way).
+    fn clear(&mut self) -> Result<()> {
+        self.file.set_len(0)?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    h.finish()
+}
+
+/// Whether `prepend` can be opened for writing on this array, switching a `default`-encoded
+/// array to `offset` first when `adopt` says so (a metadata-only change).
+pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
+    let array = open.array();
+    match (&array.meta.key_encoding, array.meta.format) {
+        (ChunkKeyEncoding::Offset { .. }, _) => Ok(()),
+        (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) if adopt => {
+            let _writer = open.writer();
+            let _exclusive = open.exclusive();
+            let adopted = open.array().adopted_offset()?;
+            adopted.store_metadata()?;
+            tracing::info!(array = %display_path(&adopted.path), "switched to the offset chunk key encoding");
+            open.replace(adopted, open.cache_id());
+            Ok(())
+        }
+        (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) => Err(Error::Unsupported(format!(
+            "{} uses the default chunk key encoding: mount with --adopt-offset (or run `zarrfs adopt`) to prepend",
+            display_path(&array.path)
+        ))),
+        _ => Err(Error::Unsupported(format!("{}: v2 chunk keys cannot be offset without renaming every chunk", display_path(&array.path)))),
+    }
+}
+
+/// Commit the spool as one prepend along axis 0. The array's pending writes are stored first.
+/// On any error the array is as it was; the spool is emptied either way.
+pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool: &WorkerPool, new_cache_id: u64) -> Result<isize> {
+    if spool.is_empty() {
+        return Ok(0);
+    }
+    let _writer = open.writer();
+    let _exclusive = open.exclusive();
+    let (added, flushed) = writeback::flush_locked(open, cache, pool);
+    flushed?;
+    let array = open.array();
+    let len = spool.len();
+    let file = &spool.file;
+    let result = array.prepend(0, len, &mut |offset, buf| file.read_exact_at(buf, offset)).and_then(|next| match next {
+        Some(next) => {
+            next.store_metadata()?;
+            tracing::info!(array = %display_path(&next.path), bytes = len, shape = ?next.meta.shape, "prepended");
+            open.replace(next, new_cache_id);
+            Ok(())
+        }
+        None => Ok(()),
+    });
+    spool.clear()?;
+    result.map(|_| added)
+}

@@ -1,0 +1,282 @@
+//! Prepending through `prepend` and offline: new rows in front, no existing chunk touched.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use common::{Mount, bin};
+use serde_json::json;
+
+/// A store with one array per case, all `int16` with rows of 3 elements, chunks of 2 rows.
+fn store_with(arrays: &[(&str, serde_json::Value)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("zarr.json"), br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
+    for (name, doc) in arrays {
+        std::fs::create_dir_all(store.join(name)).unwrap();
+        let file = if doc["zarr_format"] == 2 { ".zarray" } else { "zarr.json" };
+        std::fs::write(store.join(name).join(file), serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+    }
+    (dir, store)
+}
+
+fn doc(shape0: u64, encoding: serde_json::Value, codecs: serde_json::Value, chunk_rows: u64) -> serde_json::Value {
+    json!({"zarr_format": 3, "node_type": "array", "shape": [shape0, 3], "data_type": "int16",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk_rows, 3]}},
+        "chunk_key_encoding": encoding, "fill_value": -1, "codecs": codecs, "attributes": {"keep": "me"}})
+}
+
+fn zstd() -> serde_json::Value {
+    json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}])
+}
+
+fn rows(start: i16, n: usize) -> Vec<u8> {
+    (0..n as i32 * 3).map(|i| (start as i32 + i) as i16).flat_map(i16::to_le_bytes).collect()
+}
+
+/// Every stored file under `dir` with its bytes and mtime.
+fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshot(&p));
+        } else {
+            let meta = std::fs::metadata(&p).unwrap();
+            out.insert(p.display().to_string(), (std::fs::read(&p).unwrap(), meta.modified().unwrap()));
+        }
+    }
+    out
+}
+
+/// Write `bytes` to `path` and close it explicitly: the close's error is the commit's.
+fn write_and_close(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().write(true).open(path)?;
+    f.write_all(bytes)?;
+    let fd = f.into_raw_fd();
+    // SAFETY: we own fd.
+    if unsafe { libc::close(fd) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+fn offset_encoding(offset: i64, separator: &str) -> serde_json::Value {
+    json!({"name": "offset", "configuration": {"offset": [offset, 0], "separator": separator}})
+}
+
+#[test]
+fn prepends_add_chunks_in_front_and_touch_no_existing_chunk() {
+    let sharded = json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 3],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]);
+    let cases = [
+        ("plain", doc(0, offset_encoding(0, "/"), zstd(), 2), 2usize),
+        ("sharded", doc(0, offset_encoding(0, "/"), sharded, 4), 4),
+        ("dotted", doc(0, offset_encoding(0, "."), zstd(), 2), 2),
+        ("already_offset", doc(0, offset_encoding(-7, "/"), zstd(), 2), 2),
+    ];
+    let (_dir, store) = store_with(&cases.iter().map(|(n, d, _)| (*n, d.clone())).collect::<Vec<_>>());
+    let m = Mount::new(&store, &[]);
+    for (name, _, chunk_rows) in &cases {
+        let data = m.path(name).join("data");
+        // Existing rows, written through data (5 rows: the last chunk is cut by the end).
+        let old = rows(0, 5);
+        write_and_close(&data, &old).unwrap();
+        let before = snapshot(&store.join(name));
+        // Two chunk rows in front.
+        let new = rows(100, 2 * chunk_rows);
+        write_and_close(&m.path(name).join("prepend"), &new).unwrap_or_else(|e| panic!("{name}: {e}\n{}", m.log_text()));
+        let mut want = new.clone();
+        want.extend(&old);
+        assert_eq!(std::fs::read(&data).unwrap(), want, "{name}");
+        let after = snapshot(&store.join(name));
+        for (path, (bytes, mtime)) in &before {
+            if path.ends_with("zarr.json") {
+                continue;
+            }
+            assert_eq!(after.get(path), Some(&(bytes.clone(), *mtime)), "{name}: {path} untouched");
+        }
+        let added: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+        let base = if *name == "already_offset" { -7 } else { 0 };
+        let sep = if *name == "dotted" { '.' } else { '/' };
+        let mut expected: Vec<String> =
+            [base - 2, base - 1].iter().map(|g| store.join(name).join(format!("c{sep}{g}{sep}0")).display().to_string()).collect();
+        expected.sort();
+        assert_eq!(added, expected.iter().collect::<Vec<_>>(), "{name}: exactly the new keys");
+        let shown: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(name).join("zarr.json")).unwrap()).unwrap();
+        assert_eq!(shown["shape"], json!([5 + 2 * chunk_rows, 3]), "{name}");
+        assert_eq!(shown["chunk_key_encoding"]["configuration"]["offset"], json!([base - 2, 0]), "{name}");
+        assert_eq!(shown["attributes"], json!({"keep": "me"}));
+        // Appending at the end keeps working: new chunks follow the offset.
+        let mut f = OpenOptions::new().append(true).open(&data).unwrap();
+        f.write_all(&rows(500, 1)).unwrap();
+        drop(f);
+        want.extend(rows(500, 1));
+        assert_eq!(std::fs::read(&data).unwrap(), want, "{name} after an append");
+    }
+    drop(m);
+    let m = Mount::new(&store, &[]);
+    for (name, _, chunk_rows) in &cases {
+        let mut want = rows(100, 2 * chunk_rows);
+        want.extend(rows(0, 5));
+        want.extend(rows(500, 1));
+        assert_eq!(std::fs::read(m.path(name).join("data")).unwrap(), want, "{name} after remount");
+    }
+}
+
+#[test]
+fn refusals_change_nothing() {
+    let v2 = json!({"zarr_format": 2, "shape": [4, 3], "chunks": [2, 3], "dtype": "<i2", "fill_value": 0, "order": "C",
+        "filters": null, "compressor": null});
+    let (_dir, store) = store_with(&[
+        ("offset", doc(4, offset_encoding(0, "/"), zstd(), 2)),
+        ("default", doc(4, json!({"name": "default"}), zstd(), 2)),
+        ("v2_keys", doc(4, json!({"name": "v2"}), zstd(), 2)),
+        ("v2_array", v2),
+    ]);
+    let before = snapshot(&store);
+    {
+        let m = Mount::new(&store, &[]);
+        // Not a whole number of chunk rows: EINVAL at close, nothing stored.
+        let err = write_and_close(&m.path("offset/prepend"), &rows(0, 3)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        // An empty write commits nothing.
+        write_and_close(&m.path("offset/prepend"), &[]).unwrap();
+        for name in ["default", "v2_keys", "v2_array"] {
+            let err = OpenOptions::new().write(true).open(m.path(name).join("prepend")).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP), "{name}");
+        }
+        assert_eq!(std::fs::metadata(m.path("offset/data")).unwrap().len(), 24);
+    }
+    {
+        let m = Mount::new(&store, &["--read-only"]);
+        let err = OpenOptions::new().write(true).open(m.path("offset/prepend")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    }
+    assert_eq!(snapshot(&store), before, "the store is unchanged");
+}
+
+#[test]
+fn adopt_offset_switches_default_arrays_by_metadata_only() {
+    let (_dir, store) = store_with(&[("a", doc(0, json!({"name": "default", "configuration": {"separator": "."}}), zstd(), 2))]);
+    let m = Mount::new(&store, &["-o", "adopt_offset"]);
+    write_and_close(&m.path("a/data"), &rows(0, 4)).unwrap();
+    let keys_before: Vec<String> = snapshot(&store.join("a")).into_keys().collect();
+    write_and_close(&m.path("a/prepend"), &rows(50, 2)).unwrap();
+    let mut want = rows(50, 2);
+    want.extend(rows(0, 4));
+    assert_eq!(std::fs::read(m.path("a/data")).unwrap(), want);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("a/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["chunk_key_encoding"], json!({"name": "offset", "configuration": {"offset": [-1, 0], "separator": "."}}));
+    let keys_after: Vec<String> = snapshot(&store.join("a")).into_keys().collect();
+    assert!(keys_before.iter().all(|k| keys_after.contains(k)), "the same keys stay");
+}
+
+#[test]
+fn open_readers_new_readers_and_mmaps_see_the_new_layout() {
+    let (_dir, store) = store_with(&[("a", doc(0, offset_encoding(0, "/"), zstd(), 2))]);
+    let m = Mount::new(&store, &[]);
+    let data = m.path("a/data");
+    write_and_close(&data, &rows(0, 2)).unwrap();
+    let reader = std::fs::File::open(&data).unwrap();
+    let mut buf = vec![0u8; 12];
+    reader.read_exact_at(&mut buf, 0).unwrap(); // pages now cached
+    assert_eq!(buf, rows(0, 2));
+    write_and_close(&m.path("a/prepend"), &rows(40, 2)).unwrap();
+    let mut want = rows(40, 2);
+    want.extend(rows(0, 2));
+    // The kernel is told off the request path: give it a moment, then every view agrees.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let mut buf = vec![0u8; 24];
+        let n = reader.read_at(&mut buf, 0).unwrap();
+        if buf[..n] == want[..] || std::time::Instant::now() > deadline {
+            assert_eq!(&buf[..n], &want[..], "an open reader");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read(&data).unwrap(), want, "a new reader");
+    let f = std::fs::File::open(&data).unwrap();
+    // SAFETY: the file is not changed while mapped.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    assert_eq!(&map[..], &want[..], "a fresh mmap");
+}
+
+#[test]
+fn offline_adopt_and_prepend_along_any_axis() {
+    let (_dir, store) = store_with(&[("a", doc(0, json!({"name": "default"}), zstd(), 2))]);
+    {
+        let m = Mount::new(&store, &[]);
+        write_and_close(&m.path("a/data"), &rows(0, 4)).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let s = store.display().to_string();
+    let file = store.parent().unwrap().join("cols.raw");
+    // Along axis 1: a region of shape (4, 3) — one chunk column.
+    std::fs::write(&file, rows(200, 4)).unwrap();
+    let out = Command::new(bin()).args(["prepend", &s, "a", file.to_str().unwrap(), "--axis", "1"]).output().unwrap();
+    assert!(!out.status.success(), "default encoding refused");
+    run(&["adopt", &s, "a"]);
+    run(&["prepend", &s, "a", file.to_str().unwrap(), "--axis", "1"]);
+    std::fs::write(&file, (0..2 * 6).flat_map(|i: i16| (900 + i).to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    run(&["prepend", &s, "a", file.to_str().unwrap()]);
+    let m = Mount::new(&store, &[]);
+    let got = std::fs::read(m.path("a/data")).unwrap();
+    let el = |r: usize, c: usize| i16::from_le_bytes([got[(r * 6 + c) * 2], got[(r * 6 + c) * 2 + 1]]);
+    assert_eq!(std::fs::metadata(m.path("a/data")).unwrap().len(), 6 * 6 * 2);
+    assert_eq!((el(0, 0), el(1, 5)), (900, 911), "the rows prepended last come first");
+    assert_eq!((el(2, 0), el(2, 2), el(2, 3), el(2, 5)), (200, 202, 0, 2), "then the columns in front of the old ones");
+    assert_eq!((el(5, 0), el(5, 5)), (209, 11));
+}
+
+#[test]
+fn a_daemon_killed_during_a_large_prepend_leaves_old_or_new() {
+    // int16, rows of 3, chunks of 2 rows: 20 000 chunk rows in front, one chunk file each.
+    let big: Vec<u8> = rows(0, 40_000).iter().map(|b| b ^ 0x5a).collect();
+    let mut full = big.clone();
+    full.extend(rows(0, 4));
+    let setup = || {
+        let (dir, store) = store_with(&[("a", doc(0, offset_encoding(0, "/"), zstd(), 2))]);
+        let m = Mount::new(&store, &[]);
+        write_and_close(&m.path("a/data"), &rows(0, 4)).unwrap();
+        (dir, store, m)
+    };
+    // How long a whole prepend takes here, to kill the daemon at points inside it.
+    let (_d, _s, m) = setup();
+    let t = std::time::Instant::now();
+    write_and_close(&m.path("a/prepend"), &big).unwrap();
+    let whole = t.elapsed();
+    drop(m);
+    let mut outcomes = Vec::new();
+    for tenth in [1u32, 3, 5, 7, 9] {
+        let (_dir, store, mut m) = setup();
+        let prepend = m.path("a/prepend");
+        let big2 = big.clone();
+        let writer = std::thread::spawn(move || write_and_close(&prepend, &big2));
+        std::thread::sleep(whole * tenth / 10);
+        m.kill();
+        let _ = writer.join();
+        let m = Mount::new(&store, &[]);
+        let got = std::fs::read(m.path("a/data")).unwrap_or_else(|e| panic!("{tenth}/10: {e}"));
+        assert!(got == rows(0, 4) || got == full, "{tenth}/10: neither before nor after ({} bytes)", got.len());
+        outcomes.push(if got == full { "after" } else { "before" });
+        // Chunks a killed prepend left outside the grid are overwritten by the next one.
+        if got != full {
+            write_and_close(&m.path("a/prepend"), &rows(7, 2)).unwrap();
+            let mut want = rows(7, 2);
+            want.extend(rows(0, 4));
+            assert_eq!(std::fs::read(m.path("a/data")).unwrap(), want, "{tenth}/10: a later prepend");
+        }
+    }
+    eprintln!("a prepend takes {whole:?} here; killed at 1,3,5,7,9 tenths: {outcomes:?}");
+}
