@@ -70,6 +70,12 @@ struct MountArgs {
     /// Decoded-chunk cache size, e.g. 512M or 2G.
     #[arg(long, value_parser = parse_size)]
     cache_size: Option<u64>,
+    /// Seconds the shutdown may spend storing changes before it gives up.
+    #[arg(long, default_value_t = 30)]
+    flush_timeout: u64,
+    /// Do not have fusermount3 unmount a daemon that dies (auto_unmount is on when it exists).
+    #[arg(long)]
+    no_auto_unmount: bool,
     /// Changed chunks held in memory before they are written back, e.g. 256M.
     #[arg(long, value_parser = parse_size)]
     dirty_limit: Option<u64>,
@@ -100,6 +106,12 @@ struct MountPlan {
     threads: Option<NonZeroUsize>,
     adopt_offset: bool,
     spool_dir: Option<PathBuf>,
+    flush_timeout: Duration,
+}
+
+/// fusermount3 on PATH (needed for auto_unmount).
+fn fusermount3() -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join("fusermount3")).find(|p| p.is_file())
 }
 
 /// Options mount(8) and mount.fuse3 pass that mean nothing to us.
@@ -159,6 +171,8 @@ impl MountPlan {
             threads: args.threads,
             adopt_offset: args.adopt_offset,
             spool_dir: args.spool_dir.clone(),
+            flush_timeout: Duration::from_secs(args.flush_timeout),
+            auto_unmount: !args.no_auto_unmount && fusermount3().is_some(),
             ..Default::default()
         };
         for list in &args.options {
@@ -172,6 +186,11 @@ impl MountPlan {
                     ("allow_other", None) => plan.allow_other = true,
                     ("allow_root", None) => plan.allow_root = true,
                     ("auto_unmount", None) => plan.auto_unmount = true,
+                    ("noauto_unmount", None) => plan.auto_unmount = false,
+                    ("flush_timeout", Some(v)) => {
+                        plan.flush_timeout =
+                            Duration::from_secs(v.parse().map_err(|_| format!("option flush_timeout={v}: expected seconds"))?)
+                    }
                     ("default_permissions", None) => plan.default_permissions = true,
                     ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
                     ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
@@ -227,8 +246,45 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
+/// As `mount.zarrfs` (a link mount(8) runs for `-t zarrfs`): `SOURCE DIR [-sfnv] [-N NS]
+/// [-o OPTS] [-t TYPE]` becomes `zarrfs mount SOURCE DIR -o OPTS`. `None`: a fake mount (-f).
+fn helper_args(args: Vec<OsString>) -> Option<Vec<OsString>> {
+    let mut out: Vec<OsString> = vec!["zarrfs".into(), "mount".into()];
+    let mut rest = args.into_iter().skip(1);
+    while let Some(a) = rest.next() {
+        match a.to_str() {
+            Some("-o") => {
+                out.push("-o".into());
+                out.extend(rest.next());
+            }
+            Some("-N" | "-t") => {
+                rest.next();
+            }
+            Some(flags) if flags.starts_with('-') && flags.len() > 1 && flags[1..].chars().all(|c| "sfnvwr".contains(c)) => {
+                if flags.contains('f') {
+                    return None;
+                }
+                if flags.contains('r') {
+                    out.push("-o".into());
+                    out.push("ro".into());
+                }
+            }
+            _ => out.push(a),
+        }
+    }
+    Some(out)
+}
+
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(normalize_args(std::env::args_os().collect())) {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    let program = args.first().map(Path::new).and_then(Path::file_name).and_then(|n| n.to_str()).unwrap_or("").to_string();
+    if program == "mount.zarrfs" {
+        match helper_args(args) {
+            Some(a) => args = a,
+            None => return ExitCode::SUCCESS,
+        }
+    }
+    let cli = match Cli::try_parse_from(normalize_args(args)) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -332,6 +388,9 @@ fn preflight(args: &MountArgs) -> Result<(), String> {
     }
     if !args.mountpoint.is_dir() {
         return Err(format!("mount point {} is not a directory", args.mountpoint.display()));
+    }
+    if is_mount_point(&args.mountpoint) {
+        return Err(format!("mount point {} is busy: something is mounted there", args.mountpoint.display()));
     }
     if !Path::new("/dev/fuse").exists() {
         return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());
@@ -496,6 +555,11 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     let bg = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
     tracing::info!(store = %args.store.display(), mountpoint = %args.mountpoint.display(), "mounted");
     report("ok");
+    // Under systemd (Type=notify): ready now that the mount answers.
+    let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
+    if notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    }
     if background {
         detach_stdio(args.log_file.is_some());
     }
@@ -505,11 +569,8 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     loop {
         if bg.guard.is_finished() {
             let _ = bg.join();
-            if let Err(e) = fs.flush_all() {
-                tracing::error!("some changes could not be stored: {e}");
-            }
             tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted from outside");
-            return Ok(());
+            return flush_within(&fs, plan.flush_timeout);
         }
         // SAFETY: waits on the blocked set; no memory is shared.
         let sig = unsafe { libc::sigtimedwait(&signals, std::ptr::null_mut(), &timeout) };
@@ -518,17 +579,41 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
             break;
         }
     }
-    if let Err(e) = bg.umount_and_join() {
-        tracing::warn!("unmount failed ({e}); detaching the mount lazily");
-        lazy_unmount(&args.mountpoint);
+    // Stop taking changes, store what was acknowledged, then unmount.
+    fs.stop_changes();
+    if notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     }
-    // The session's end flushes too; this catches a mount that had to be detached while busy.
-    if let Err(e) = fs.flush_all() {
-        tracing::error!("some changes could not be stored: {e}");
+    let flushed = flush_within(&fs, plan.flush_timeout);
+    match unmount(&args.mountpoint) {
+        Ok(()) => {
+            // The kernel ends the session; wait for it (briefly: a stuck request must not keep us).
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !bg.guard.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Err(e) => {
+            tracing::warn!("unmount failed ({e}); detaching the mount lazily");
+            lazy_unmount(&args.mountpoint);
+        }
     }
     tracing::info!(mountpoint = %args.mountpoint.display(), "unmounted");
-    std::thread::sleep(Duration::from_millis(10));
-    Ok(())
+    flushed
+}
+
+/// Flush everything, giving up after `timeout` (the daemon must stop in bounded time).
+fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration) -> Result<(), String> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs2.flush_all());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("some changes could not be stored: {e}")),
+        Err(_) => Err(format!("flushing took longer than {}s; unstored changes are lost", timeout.as_secs())),
+    }
 }
 
 /// A background daemon must not hold the caller's terminal or pipes open.
@@ -545,6 +630,13 @@ fn detach_stdio(keep_stderr: bool) {
             libc::dup2(null.as_raw_fd(), 2);
         }
     }
+}
+
+/// Whether `path` is itself mounted on (per /proc/self/mountinfo).
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(canon) = path.canonicalize() else { return false };
+    let want = canon.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str())))
 }
 
 fn lazy_unmount(mountpoint: &Path) {
@@ -597,5 +689,10 @@ mod tests {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         let fstab = normalize_args(["zarrfs", "/data/x.zarr", "/mnt/x", "-o", "ro"].iter().map(OsString::from).collect());
         assert_eq!(fstab[1], "mount");
+        let helper = helper_args(
+            ["mount.zarrfs", "/d/x.zarr", "/mnt/x", "-n", "-o", "ro,nofail", "-t", "zarrfs"].iter().map(OsString::from).collect(),
+        );
+        assert_eq!(helper.unwrap(), ["zarrfs", "mount", "/d/x.zarr", "/mnt/x", "-o", "ro,nofail"].map(OsString::from));
+        assert!(helper_args(["mount.zarrfs", "a", "b", "-fv"].iter().map(OsString::from).collect()).is_none());
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::time::{Duration, UNIX_EPOCH};
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
@@ -18,6 +18,8 @@ use crate::fs::{Attr, FileKind, KernelCache, ZarrFs};
 
 /// Metadata is static between our own changes: let the kernel keep it a while.
 const TTL: Duration = Duration::from_secs(1);
+/// Requests that take longer are logged (at debug level).
+const SLOW: Duration = Duration::from_millis(200);
 
 pub struct FuseAdapter {
     fs: Arc<ZarrFs>,
@@ -30,6 +32,16 @@ impl FuseAdapter {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         FuseAdapter { fs, uid, gid }
+    }
+
+    /// Count a request (and its error) for `.zarrfs/stats`, and log it at debug level when slow.
+    fn track<T>(&self, op: &'static str, started: Instant, result: crate::Result<T>) -> crate::Result<T> {
+        self.fs.stats().record(op, result.as_ref().err().map(Error::errno));
+        let took = started.elapsed();
+        if took >= SLOW {
+            tracing::debug!(op, took_ms = took.as_millis() as u64, "slow request");
+        }
+        result
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
@@ -114,14 +126,14 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.fs.lookup(parent.0, name) {
+        match self.track("lookup", Instant::now(), self.fs.lookup(parent.0, name)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
+        match self.track("getattr", Instant::now(), self.fs.getattr(ino.0)) {
             Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -134,7 +146,7 @@ impl Filesystem for FuseAdapter {
             Ok(a) if !a.volatile => FopenFlags::FOPEN_KEEP_CACHE,
             _ => FopenFlags::empty(),
         };
-        match self.fs.open(ino.0, write, req.pid()) {
+        match self.track("open", Instant::now(), self.fs.open(ino.0, write, req.pid())) {
             Ok(fh) => reply.opened(FileHandle(fh), keep),
             Err(e) => reply.error(errno(&e)),
         }
@@ -151,7 +163,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, fh.0, offset, size) {
+        match self.track("read", Instant::now(), self.fs.read(ino.0, fh.0, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -169,7 +181,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, fh.0, offset, data) {
+        match self.track("write", Instant::now(), self.fs.write(ino.0, fh.0, offset, data)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -194,25 +206,26 @@ impl Filesystem for FuseAdapter {
         reply: ReplyAttr,
     ) {
         // Only the size means something here; times and modes are not kept.
+        let started = Instant::now();
         let result = match size {
             Some(size) => self.fs.truncate(ino.0, size),
             None => self.fs.getattr(ino.0),
         };
-        match result {
+        match self.track("setattr", started, result) {
             Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        match self.fs.flush(fh.0, req.pid()) {
+        match self.track("flush", Instant::now(), self.fs.flush(fh.0, req.pid())) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.fs.fsync(fh.0) {
+        match self.track("fsync", Instant::now(), self.fs.fsync(fh.0)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -237,12 +250,14 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let started = Instant::now();
         self.fs.release(fh.0);
+        let _ = self.track("release", started, Ok(()));
         reply.ok();
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.fs.readdir(ino.0) {
+        let entries = match self.track("readdir", Instant::now(), self.fs.readdir(ino.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };

@@ -111,7 +111,9 @@ fn tree_is_exactly_the_contract() {
     walk(&m.mountpoint, "", &mut seen);
     // Arrays: a directory with zarr.json, data and prepend; every ancestor a group with zarr.json.
     let mut want = BTreeSet::from([
-        "zarr.json".to_string(),
+        ".zarrfs/".to_string(),
+        ".zarrfs/stats".into(),
+        "zarr.json".into(),
         "g1/".into(),
         "g1/zarr.json".into(),
         "g1/empty_group/".into(),

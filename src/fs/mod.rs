@@ -4,6 +4,7 @@
 mod open;
 mod prepend;
 mod raw;
+pub mod stats;
 pub mod tree;
 mod writeback;
 
@@ -27,6 +28,8 @@ pub const METADATA_FILES: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zatt
 pub const DATA: &str = "data";
 pub const PREPEND: &str = "prepend";
 pub const ERROR: &str = "error";
+pub const CONTROL_DIR: &str = ".zarrfs";
+pub const STATS: &str = "stats";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -137,6 +140,11 @@ pub struct ZarrFs {
     /// Bytes of changed chunks held, all arrays together.
     dirty_bytes: AtomicI64,
     kernel: std::sync::OnceLock<Box<dyn KernelCache>>,
+    stats: stats::Stats,
+    /// Cleared when the daemon stops. Every change holds it shared while it runs, so that
+    /// `stop_changes` returns only once none is under way: everything acknowledged is then in
+    /// memory for the last flush, and every later change is refused.
+    accepting: std::sync::RwLock<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -157,7 +165,44 @@ impl ZarrFs {
             mount_time: SystemTime::now(),
             dirty_bytes: AtomicI64::new(0),
             kernel: std::sync::OnceLock::new(),
+            stats: stats::Stats::default(),
+            accepting: std::sync::RwLock::new(true),
         }
+    }
+
+    pub fn stats(&self) -> &stats::Stats {
+        &self.stats
+    }
+
+    /// Refuse changes from now on, once those under way are done (the daemon is stopping).
+    pub fn stop_changes(&self) {
+        *self.accepting.write().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    /// Permission to change something, held for the length of the change.
+    fn change(&self) -> Result<std::sync::RwLockReadGuard<'_, bool>> {
+        let accepting = self.accepting.read().unwrap_or_else(|p| p.into_inner());
+        if self.config.read_only || !*accepting { Err(Error::ReadOnly) } else { Ok(accepting) }
+    }
+
+    /// `.zarrfs/stats`.
+    fn stats_json(&self) -> Vec<u8> {
+        let c = &self.cache.stats;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let arrays = lock(&self.dirs).values().filter(|d| matches!(d, DirState::Array(_))).count();
+        let doc = serde_json::json!({
+            "cache": {
+                "hits": load(&c.hits), "misses": load(&c.misses), "decoded_bytes": load(&c.decoded_bytes),
+                "bytes": self.cache.bytes(), "capacity": self.cache.capacity(), "load_errors": load(&c.errors),
+            },
+            "dirty_bytes": self.dirty_bytes.load(Ordering::Relaxed).max(0),
+            "arrays_open": arrays,
+            "requests": self.stats.requests(),
+            "errors": self.stats.errors(),
+        });
+        let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        out.push(b'\n');
+        out
     }
 
     /// Set once the mount exists: how to tell the kernel that a file changed.
@@ -207,7 +252,7 @@ impl ZarrFs {
 
     fn dir_node(&self, ino: u64) -> Result<Arc<tree::Node>> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        if node.kind != NodeKind::Dir {
+        if node.kind != NodeKind::Dir && node.kind != NodeKind::ControlDir {
             return Err(Error::Invalid("not a directory".into()));
         }
         Ok(node)
@@ -215,6 +260,14 @@ impl ZarrFs {
 
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         let dir = self.dir_node(parent)?;
+        match (dir.kind, name) {
+            (NodeKind::ControlDir, STATS) => return self.getattr(self.tree.child(parent, name, NodeKind::StatsFile, String::new())),
+            (NodeKind::ControlDir, _) => return Err(Error::NotFound),
+            (_, CONTROL_DIR) if parent == tree::ROOT => {
+                return self.getattr(self.tree.child(parent, name, NodeKind::ControlDir, String::new()));
+            }
+            _ => {}
+        }
         let state = self.dir_state(&dir.path)?;
         let kind = match (name, &state) {
             (DATA, DirState::Array(_)) => NodeKind::Data,
@@ -252,14 +305,24 @@ impl ZarrFs {
                 DirState::Broken(msg) => file(msg.len() as u64, 0o444),
                 _ => return Err(Error::NotFound),
             },
+            NodeKind::ControlDir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o555, mtime: self.mount_time, volatile: false },
+            NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o444) },
         })
     }
 
     /// The entries of a directory (without `.` and `..`).
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let dir = self.dir_node(ino)?;
+        if dir.kind == NodeKind::ControlDir {
+            let stats = self.tree.child(ino, STATS, NodeKind::StatsFile, String::new());
+            return Ok(vec![DirEntry { ino: stats, kind: FileKind::RegularFile, name: STATS.into() }]);
+        }
         let state = self.dir_state(&dir.path)?;
         let mut out = Vec::new();
+        if ino == tree::ROOT {
+            let control = self.tree.child(ino, CONTROL_DIR, NodeKind::ControlDir, String::new());
+            out.push(DirEntry { ino: control, kind: FileKind::Directory, name: CONTROL_DIR.into() });
+        }
         let mut push = |name: &str, kind: NodeKind, path: String| {
             let file_kind = if kind == NodeKind::Dir { FileKind::Directory } else { FileKind::RegularFile };
             out.push(DirEntry { ino: self.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
@@ -305,16 +368,14 @@ impl ZarrFs {
     /// Open a file for the process `pid`; returns the handle id.
     pub fn open(&self, ino: u64, write: bool, pid: u32) -> Result<u64> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        if node.kind == NodeKind::Dir {
+        if node.kind == NodeKind::Dir || node.kind == NodeKind::ControlDir {
             return Err(Error::Invalid("is a directory".into()));
         }
-        if write && self.config.read_only {
-            return Err(Error::ReadOnly);
-        }
+        let _change = if write { Some(self.change()?) } else { None };
         match (node.kind, write) {
             (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
 
-            (NodeKind::MetaFile | NodeKind::ErrorFile, true) => {
+            (NodeKind::MetaFile | NodeKind::ErrorFile | NodeKind::StatsFile, true) => {
                 return Err(Error::NotPermitted("metadata documents are read-only through the mount".into()));
             }
             _ => {}
@@ -350,9 +411,7 @@ impl ZarrFs {
     /// bytes written to `prepend`.
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        if self.config.read_only {
-            return Err(Error::ReadOnly);
-        }
+        let _change = self.change()?;
         if node.kind == NodeKind::Prepend {
             let handle = self.handle(fh).ok_or(Error::Invalid("unknown file handle".into()))?;
             let spool = handle.spool.as_ref().ok_or(Error::Invalid("prepend is not open for writing".into()))?;
@@ -375,9 +434,7 @@ impl ZarrFs {
     /// Set the size of `data` (a whole number of rows).
     pub fn truncate(&self, ino: u64, size: u64) -> Result<Attr> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
-        if self.config.read_only {
-            return Err(Error::ReadOnly);
-        }
+        let _change = self.change()?;
         match node.kind {
             NodeKind::Data => {
                 let array = self.data_array(&node.path)?;
@@ -416,6 +473,7 @@ impl ZarrFs {
         if spool.is_empty() {
             return Ok(());
         }
+        let _change = self.change()?;
         let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let added = prepend::commit(array, spool, &self.cache, &self.pool, new_id)
             .inspect_err(|e| tracing::warn!(array = %display_path(&array.array().path), "prepend refused: {e}"))?;
@@ -448,7 +506,7 @@ impl ZarrFs {
             })
             .collect();
         let mut first = Ok(());
-        for a in arrays.iter().filter(|a| a.is_dirty()) {
+        for a in &arrays {
             if let Err(e) = self.flush_array(a).and_then(|_| writeback::sync(a, self.store.as_ref())) {
                 tracing::error!(array = %display_path(&a.array().path), "flush at unmount failed: {e}");
                 if first.is_ok() {
@@ -519,8 +577,9 @@ impl ZarrFs {
                 pad_last_page(&mut data, &array.array().meta, offset, size);
                 Ok(data)
             }
+            NodeKind::StatsFile => Ok(slice(&self.stats_json())),
             NodeKind::Prepend => Err(Error::Invalid("prepend is write-only".into())),
-            NodeKind::Dir => Err(Error::Invalid("is a directory".into())),
+            NodeKind::Dir | NodeKind::ControlDir => Err(Error::Invalid("is a directory".into())),
         }
     }
 }

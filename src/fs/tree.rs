@@ -17,6 +17,10 @@ pub enum NodeKind {
     Prepend,
     /// Why a node cannot be served.
     ErrorFile,
+    /// `.zarrfs` at the mount root.
+    ControlDir,
+    /// `.zarrfs/stats`: what the daemon is doing, as JSON.
+    StatsFile,
 }
 
 #[derive(Debug)]

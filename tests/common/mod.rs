@@ -99,6 +99,14 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGKILL the daemon and leave the mount as the kernel has it.
+    pub fn kill_only(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGKILL the daemon (a crash) and clear the dead mount.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,179 @@
+//! The daemon as administrators run it: busy mount points, mount(8) with fstab types,
+//! systemd readiness, signals while writing, SIGKILL with auto_unmount, and the stats file.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Mount, bin, copy_store, fixtures, is_mounted};
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn mountpoint() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    (dir, mnt)
+}
+
+#[test]
+fn a_busy_mount_point_is_refused() {
+    let m = Mount::new(&fixtures().join("v3.zarr"), &[]);
+    let out = Command::new(bin()).arg("mount").arg(fixtures().join("v2.zarr")).arg(&m.mountpoint).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata(m.path("shapes/d1/data")).is_ok(), "the first mount is untouched");
+}
+
+/// A link to the binary at `path` for the length of a test (removed on drop, if it is ours).
+/// mount(8) runs helpers with a clean environment, so only the standard PATH directories and
+/// /sbin are searched: a temporary PATH is not seen.
+struct Link(&'static Path);
+
+impl Link {
+    fn new(path: &'static Path) -> Link {
+        if path.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(bin(), path).unwrap_or_else(|e| panic!("root can add {}: {e}", path.display()));
+        }
+        Link(path)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if std::fs::read_link(self.0).is_ok_and(|t| t == Path::new(bin())) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+}
+
+fn mount8(args: &[&str], source: &Path, mnt: &Path) -> std::process::Output {
+    Command::new("mount").args(args).arg(source).arg(mnt).output().expect("mount(8)")
+}
+
+#[test]
+fn mount_with_fstab_types_works() {
+    // -t fuse.zarrfs: mount(8) runs mount.fuse3, which runs `zarrfs SOURCE DIR -o OPTS`.
+    let _zarrfs = Link::new(Path::new("/usr/local/bin/zarrfs"));
+    let (_d, mnt) = mountpoint();
+    let out = mount8(&["-t", "fuse.zarrfs", "-o", "ro,nodev,nosuid,nofail,cache_size=64M"], &fixtures().join("v3.zarr"), &mnt);
+    assert!(out.status.success(), "mount -t fuse.zarrfs: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(mnt.join("shapes/d1/data")).unwrap().len(), 17);
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    wait_until("the fuse.zarrfs daemon to go", Duration::from_secs(10), || !is_mounted(&mnt));
+    // -t zarrfs: mount(8) runs /sbin/mount.zarrfs, a link to the binary.
+    let _helper = Link::new(Path::new("/sbin/mount.zarrfs"));
+    let (_d2, mnt2) = mountpoint();
+    let out = mount8(&["-t", "zarrfs", "-o", "ro,_netdev,x-systemd.automount"], &fixtures().join("v2.zarr"), &mnt2);
+    let result = (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned());
+    let read = std::fs::read(mnt2.join("zstd/data")).map(|d| d.len());
+    let _ = Command::new("umount").arg(&mnt2).status();
+    assert!(result.0, "mount -t zarrfs: {}", result.1);
+    assert_eq!(read.unwrap(), 7 * 5 * 3 * 4);
+    wait_until("the zarrfs daemon to go", Duration::from_secs(10), || !is_mounted(&mnt2));
+}
+
+#[test]
+fn systemd_hears_ready_only_once_the_mount_answers_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (_d, mnt) = mountpoint();
+    let (_s, store) = copy_store(&fixtures().join("v3.zarr"));
+    let mut child = Command::new(bin())
+        .args(["mount", "-f"])
+        .arg(&store)
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("READY=1");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));
+    assert!(is_mounted(&mnt), "mounted when READY=1 arrives");
+    // A change that must be stored by the stop.
+    let f = std::fs::OpenOptions::new().write(true).open(mnt.join("shapes/d1/data")).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, b"zz", 0).unwrap();
+    drop(f);
+    // SAFETY: signalling our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let n = sock.recv(&mut buf).expect("STOPPING=1");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(&mnt));
+    let m = Mount::new(&store, &[]);
+    assert_eq!(&std::fs::read(m.path("shapes/d1/data")).unwrap()[..2], b"zz");
+}
+
+#[test]
+fn sigterm_during_a_write_stream_stores_every_acknowledged_write() {
+    let (_s, store) = copy_store(&fixtures().join("v3.zarr"));
+    let mut m = Mount::new(&store, &[]);
+    // shapes/d1: uint8, 17 bytes; appended to in blocks of 1000 bytes, block i all (i % 200) + 1.
+    let path = m.path("shapes/d1/data");
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let ack = acknowledged.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        for i in 0.. {
+            if f.write_all(&[(i % 200) as u8 + 1; 1000]).is_err() {
+                break;
+            }
+            ack.store(i + 1, Ordering::SeqCst);
+        }
+    });
+    wait_until("some writes", Duration::from_secs(20), || acknowledged.load(Ordering::SeqCst) > 50);
+    let status = m.stop().expect("the daemon exits");
+    assert!(status.success(), "{status}: {}", m.log_text());
+    writer.join().unwrap();
+    let log = m.log_text();
+    let done = acknowledged.load(Ordering::SeqCst);
+    let m = Mount::new(&store, &[]);
+    let data = std::fs::read(m.path("shapes/d1/data")).unwrap();
+    assert!(data.len() >= 17 + done * 1000, "{} bytes for {done} acknowledged writes: {log}", data.len());
+    for i in 0..done {
+        assert!(data[17 + i * 1000..17 + (i + 1) * 1000].iter().all(|&b| b == (i % 200) as u8 + 1), "write {i}");
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_no_hung_mount_point() {
+    let mut m = Mount::new(&fixtures().join("v3.zarr"), &[]);
+    assert!(std::fs::read(m.path("shapes/d1/data")).is_ok());
+    let mnt = m.mountpoint.clone();
+    m.kill_only();
+    // auto_unmount (on when fusermount3 is installed) unmounts behind the dead daemon.
+    wait_until("auto_unmount", Duration::from_secs(10), || !is_mounted(&mnt));
+}
+
+#[test]
+fn the_stats_file_shows_what_the_daemon_does() {
+    let m = Mount::new(&fixtures().join("v3.zarr"), &[]);
+    std::fs::read(m.path("shapes/d3/data")).unwrap();
+    let _ = std::fs::read(m.path("nope"));
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(".zarrfs/stats")).unwrap()).unwrap();
+    assert!(stats["cache"]["misses"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["cache"]["decoded_bytes"].as_u64().unwrap() > 0);
+    assert!(stats["requests"]["read"].as_u64().unwrap() >= 1);
+    assert!(stats["requests"]["lookup"].as_u64().unwrap() >= 3);
+    assert!(stats["errors"]["ENOENT"].as_u64().unwrap() >= 1);
+    assert_eq!(stats["dirty_bytes"], 0);
+    let err = std::fs::OpenOptions::new().write(true).open(m.path(".zarrfs/stats")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+}
