@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::Result;
-use crate::zarr::array::{Array, ReadUnits};
+use crate::zarr::array::Array;
 
 /// A chunk changed in memory.
 pub(crate) enum ChunkEdit {
@@ -106,13 +106,5 @@ impl OpenArray {
 
     pub fn metadata_dirty(&self) -> bool {
         lock(&self.edits).metadata_dirty
-    }
-}
-
-/// The outer chunk holding read unit `unit`.
-pub(crate) fn outer_chunk(units: &ReadUnits<'_>, unit: &[u64]) -> Vec<u64> {
-    match units {
-        ReadUnits::Chunks => unit.to_vec(),
-        ReadUnits::InnerChunks { per_shard, .. } => unit.iter().zip(per_shard).map(|(c, p)| c / p).collect(),
     }
 }

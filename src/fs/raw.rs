@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use super::display_path;
-use super::open::{ChunkEdit, OpenArray, lock, outer_chunk};
+use super::open::{ChunkEdit, OpenArray, lock};
 use crate::cache::{CacheKey, Cached, ChunkCache, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
@@ -56,9 +56,8 @@ pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> Cach
 fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Arc<Cached>> {
     let result = cache.get_or_load(&unit_key(open, coords, false), || match a.read_units() {
         ReadUnits::Chunks => a.retrieve_chunk(coords).map(Cached::chunk),
-        ReadUnits::InnerChunks { sharding, per_shard } => {
-            let shard: Vec<u64> = coords.iter().zip(&per_shard).map(|(c, p)| c / p).collect();
-            let inner = coords.iter().zip(&per_shard).fold(0u64, |acc, (c, p)| acc * p + c % p) as usize;
+        ReadUnits::InnerChunks { sharding } => {
+            let (shard, inner) = a.chunk_of_unit(coords);
             let index = cache.get_or_load(&unit_key(open, &shard, true), || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
             match index.as_ref() {
                 Cached::Index(index) => a.retrieve_inner_chunk(sharding, &shard, index, inner).map(Cached::chunk),
@@ -141,14 +140,13 @@ fn read_shared(
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
     let mut buf = vec![0u8; ((range.end - range.start) * item) as usize];
     let grid = array.unit_grid();
-    let read_units = array.read_units();
-    let units = cells_of(&grid, &meta.shape, range);
+    let units = cells_of(grid, &meta.shape, range);
     // Units inside chunks changed in memory are served from there; the rest are loaded.
     let mut to_load = Vec::new();
     {
         let edits = lock(&open.edits);
         for (i, (coords, regions)) in units.iter().enumerate() {
-            let outer = outer_chunk(&read_units, coords);
+            let outer = array.chunk_of_unit(coords).0;
             match edits.chunks.get(&outer) {
                 Some(ChunkEdit::Dirty(chunk)) => {
                     let shape = meta.grid.chunk_shape(&outer);
@@ -191,7 +189,7 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
         return;
     }
     let range = FlatRange { start: offset / item, end: (offset + len).min(total).div_ceil(item) };
-    for (coords, _) in cells_of(&array.unit_grid(), &meta.shape, range) {
+    for (coords, _) in cells_of(array.unit_grid(), &meta.shape, range) {
         warm(open, cache, pool, coords);
     }
 }
@@ -375,14 +373,24 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let cut = rows.min(old_rows);
     let (cut_chunk, cut_offset) = grid.chunk_of(0, cut);
     if rows < old_rows {
+        // The chunks wholly outside: enumerated when few, else those stored (and changed), so
+        // that cutting a grid of 2^40 chunks costs what is stored, not the grid.
+        let cells = u128::from(old_grid[0] - new_grid[0]) * old_grid[1..].iter().map(|&n| u128::from(n)).product::<u128>();
+        let mut doomed: Vec<Vec<u64>> = Vec::new();
+        if cells <= 1 << 16 {
+            for c0 in new_grid[0]..old_grid[0] {
+                let (lo, hi) = band(c0);
+                for_each_cell(&lo, &hi, |coords| doomed.push(coords.to_vec()));
+            }
+        } else {
+            doomed = array.stored_chunks()?.into_iter().filter(|c| c[0] >= new_grid[0]).collect();
+            doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
+        }
         let mut edits = lock(&open.edits);
-        for c0 in new_grid[0]..old_grid[0] {
-            let (lo, hi) = band(c0);
-            for_each_cell(&lo, &hi, |coords| {
-                if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords.to_vec(), ChunkEdit::Deleted) {
-                    added -= old.len() as isize;
-                }
-            });
+        for coords in doomed {
+            if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {
+                added -= old.len() as isize;
+            }
         }
         edits.dirty_bytes = edits.dirty_bytes.saturating_add_signed(added);
     }

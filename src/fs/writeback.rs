@@ -93,10 +93,9 @@ fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[
             };
             cache.insert(unit_key(open, coords, false), value);
         }
-        ReadUnits::InnerChunks { per_shard, .. } => {
+        ReadUnits::InnerChunks { .. } => {
             cache.remove(&unit_key(open, coords, true));
-            let lo: Vec<u64> = coords.iter().zip(&per_shard).map(|(c, p)| c * p).collect();
-            let hi: Vec<u64> = lo.iter().zip(&per_shard).map(|(l, p)| l + p - 1).collect();
+            let (lo, hi) = array.units_of_chunk(coords);
             for_each_cell(&lo, &hi, |unit| cache.remove(&unit_key(open, unit, false)));
         }
     }

@@ -15,12 +15,14 @@ pub struct Array {
     pub path: String,
     pub meta: ArrayMetadata,
     store: Arc<dyn Store>,
+    /// The grid of inner chunks, when shards are read one inner chunk at a time.
+    inner_grid: Option<ChunkGrid>,
 }
 
 /// The cells reads are cached by: whole chunks, or the inner chunks of shards.
 pub enum ReadUnits<'a> {
     Chunks,
-    InnerChunks { sharding: &'a ShardingCodec, per_shard: Vec<u64> },
+    InnerChunks { sharding: &'a ShardingCodec },
 }
 
 /// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`. `None` when it is no node.
@@ -39,7 +41,9 @@ pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> 
 
 impl Array {
     pub fn new(store: Arc<dyn Store>, path: &str, meta: ArrayMetadata) -> Array {
-        Array { path: path.to_string(), meta, store }
+        // Parsing checked that inner chunks divide every shard edge.
+        let inner_grid = meta.codecs.partial_sharding().and_then(|s| meta.grid.subdivided(&s.inner_shape).ok());
+        Array { path: path.to_string(), meta, store, inner_grid }
     }
 
     pub fn open(store: Arc<dyn Store>, path: &str) -> Result<Array> {
@@ -59,21 +63,69 @@ impl Array {
     }
 
     pub fn read_units(&self) -> ReadUnits<'_> {
-        match self.meta.codecs.partial_sharding() {
-            Some(sharding) => {
-                let per_shard = sharding.per_shard(&self.meta.grid.chunk_shape(&vec![0; self.meta.shape.len()]));
-                ReadUnits::InnerChunks { sharding, per_shard }
-            }
-            None => ReadUnits::Chunks,
+        match (self.meta.codecs.partial_sharding(), &self.inner_grid) {
+            (Some(sharding), Some(_)) => ReadUnits::InnerChunks { sharding },
+            _ => ReadUnits::Chunks,
         }
     }
 
-    /// The grid of read units: the chunk grid, or the (regular) grid of inner chunks.
-    pub fn unit_grid(&self) -> ChunkGrid {
-        match self.read_units() {
-            ReadUnits::Chunks => self.meta.grid.clone(),
-            ReadUnits::InnerChunks { sharding, .. } => ChunkGrid::Regular { chunk_shape: sharding.inner_shape.clone() },
+    /// The grid of read units: the chunk grid, or the grid of inner chunks.
+    pub fn unit_grid(&self) -> &ChunkGrid {
+        self.inner_grid.as_ref().unwrap_or(&self.meta.grid)
+    }
+
+    /// The (outer) chunk holding read unit `unit`, and the unit's number inside it (C order).
+    pub fn chunk_of_unit(&self, unit: &[u64]) -> (Vec<u64>, usize) {
+        let Some(inner) = &self.inner_grid else { return (unit.to_vec(), 0) };
+        let grid = &self.meta.grid;
+        let mut chunk = Vec::with_capacity(unit.len());
+        let mut index = 0u64;
+        for (axis, &u) in unit.iter().enumerate() {
+            let start = inner.chunk_start(axis, u);
+            let c = grid.chunk_of(axis, start).0;
+            let local = (start - grid.chunk_start(axis, c)) / inner.chunk_len(axis, u);
+            let per_chunk = grid.chunk_len(axis, c) / inner.chunk_len(axis, u);
+            index = index * per_chunk + local;
+            chunk.push(c);
         }
+        (chunk, index as usize)
+    }
+
+    /// The grid coordinates of every chunk stored, found by listing the store (for grids far
+    /// larger than what they hold). Keys that are not this array's chunks are passed over.
+    pub fn stored_chunks(&self) -> Result<Vec<Vec<u64>>> {
+        let encoding = &self.meta.key_encoding;
+        let ndim = self.meta.shape.len();
+        let mut out = Vec::new();
+        // Keys are split into directories by '/': walk as deep as a key goes.
+        let depth = match encoding.separator() {
+            '/' => ndim + usize::from(!matches!(encoding, super::key::ChunkKeyEncoding::V2 { .. })),
+            _ => 1,
+        };
+        let mut pending = vec![(String::new(), 1usize)];
+        while let Some((rel, level)) = pending.pop() {
+            for e in self.store.list_dir(&store::join(&self.path, &rel))? {
+                let key = if rel.is_empty() { e.name.clone() } else { format!("{rel}/{}", e.name) };
+                if e.is_dir && level < depth {
+                    pending.push((key, level + 1));
+                } else if !e.is_dir
+                    && let Some(coords) = encoding.decode(&key, ndim)
+                {
+                    out.push(coords);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The first and last read unit inside (outer) chunk `chunk`.
+    pub fn units_of_chunk(&self, chunk: &[u64]) -> (Vec<u64>, Vec<u64>) {
+        let Some(inner) = &self.inner_grid else { return (chunk.to_vec(), chunk.to_vec()) };
+        let grid = &self.meta.grid;
+        let lo: Vec<u64> = chunk.iter().enumerate().map(|(a, &c)| inner.chunk_of(a, grid.chunk_start(a, c)).0).collect();
+        let hi: Vec<u64> =
+            chunk.iter().enumerate().map(|(a, &c)| inner.chunk_of(a, grid.chunk_start(a, c) + grid.chunk_len(a, c) - 1).0).collect();
+        (lo, hi)
     }
 
     /// A whole decoded chunk, or `None` when its key is absent (fill).
@@ -178,29 +230,32 @@ impl Array {
         if !matches!(meta.key_encoding, super::key::ChunkKeyEncoding::Offset { .. }) {
             return Err(Error::Unsupported("prepending needs the offset chunk key encoding".into()));
         }
-        let grid = &meta.grid;
-        let chunk = grid.chunk_len(axis, 0);
         let others: u64 = meta.shape.iter().enumerate().filter(|&(a, _)| a != axis).map(|(_, &n)| n).product();
-        let unit = chunk * others * meta.item_size() as u64;
+        let slab = others * meta.item_size() as u64;
         if len == 0 {
             return Ok(None);
         }
-        if unit == 0 || !len.is_multiple_of(unit) {
-            return Err(Error::Invalid(format!("{len} bytes is not a whole number of chunk rows along axis {axis} ({unit} bytes each)")));
+        if slab == 0 || !len.is_multiple_of(slab) {
+            return Err(Error::Invalid(format!("{len} bytes is not a whole number of {slab}-byte slabs along axis {axis}")));
         }
-        let k = len / unit;
-        let next = Array::new(self.store.clone(), &self.path, meta.prepended(axis, k)?);
-        // The new region, read in bands of one chunk along axis 0 (contiguous in C order).
+        let (next_meta, new_chunks) = meta.prepended(axis, len / slab)?;
+        let next = Array::new(self.store.clone(), &self.path, next_meta);
+        let grid = &next.meta.grid;
+        // The new region: the new chunks along `axis`, everything along the other axes. It is
+        // read in bands of one chunk along axis 0 (contiguous in C order).
         let mut region = meta.shape.clone();
-        region[axis] = k * chunk;
+        region[axis] = len / slab;
         let item = meta.item_size();
         let row = region[1..].iter().product::<u64>() * item as u64;
-        let band_chunk = grid.chunk_len(0, 0);
-        let cells_hi: Vec<u64> = region.iter().enumerate().map(|(a, &n)| n.div_ceil(grid.chunk_len(a, 0)).saturating_sub(1)).collect();
+        let cells_hi: Vec<u64> = region
+            .iter()
+            .enumerate()
+            .map(|(a, &n)| if a == axis { new_chunks - 1 } else { grid.axes[a].chunks_for(n).saturating_sub(1) })
+            .collect();
         let mut band_start = 0;
         while band_start < region[0] {
-            let b = band_start / band_chunk;
-            let rows = band_chunk.min(region[0] - band_start);
+            let b = grid.chunk_of(0, band_start).0;
+            let rows = grid.chunk_len(0, b).min(region[0] - band_start);
             let mut band = vec![0u8; (rows * row) as usize];
             read_at(band_start * row, &mut band)?;
             let mut band_shape = region.clone();
@@ -214,7 +269,7 @@ impl Array {
             let store_cell = |coords: &Vec<u64>| -> Result<String> {
                 let chunk_shape = grid.chunk_shape(coords);
                 let mut data = super::region::filled(chunk_shape.iter().product::<u64>() as usize, &meta.fill);
-                let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { c * chunk_shape[a] }).collect();
+                let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { grid.chunk_start(a, c) }).collect();
                 let extent: Vec<u64> = (0..region.len()).map(|a| chunk_shape[a].min(band_shape[a] - origin[a])).collect();
                 let src = super::region::Strided::of(&band_shape, &origin, 0);
                 let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);

@@ -79,6 +79,34 @@ impl ChunkKeyEncoding {
         key
     }
 
+    pub fn separator(&self) -> char {
+        match self {
+            ChunkKeyEncoding::Default { separator } | ChunkKeyEncoding::V2 { separator } | ChunkKeyEncoding::Offset { separator, .. } => {
+                *separator
+            }
+        }
+    }
+
+    /// The grid coordinates a key stands for, if it is a chunk key of an `ndim`-d array.
+    pub fn decode(&self, key: &str, ndim: usize) -> Option<Vec<u64>> {
+        let sep = self.separator();
+        let parts: Vec<&str> = match self {
+            ChunkKeyEncoding::V2 { .. } if ndim == 0 => return (key == "0").then(Vec::new),
+            ChunkKeyEncoding::V2 { .. } => key.split(sep).collect(),
+            _ if ndim == 0 => return (key == "c").then(Vec::new),
+            _ => key.strip_prefix('c')?.strip_prefix(sep)?.split(sep).collect(),
+        };
+        if parts.len() != ndim {
+            return None;
+        }
+        let zero = vec![0i64; ndim];
+        let offset = match self {
+            ChunkKeyEncoding::Offset { offset, .. } => offset,
+            _ => &zero,
+        };
+        parts.iter().zip(offset).map(|(p, o)| u64::try_from(p.parse::<i64>().ok()? - o).ok()).collect()
+    }
+
     pub fn describe(&self) -> String {
         match self {
             ChunkKeyEncoding::Default { separator } => format!("default \"{separator}\""),
@@ -109,6 +137,12 @@ mod tests {
         assert_eq!(off.key(&[0, 0]), "c/-2/0");
         assert_eq!(off.key(&[3, 0]), "c/1/0");
         assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "offset", "configuration": {"offset": [0]}}), 2).is_err());
+        assert_eq!(off.decode("c/-2/0", 2), Some(vec![0, 0]));
+        assert_eq!(off.decode("c/-3/0", 2), None);
+        assert_eq!(dot.decode("c.1.23.45", 3), Some(vec![1, 23, 45]));
+        assert_eq!(v2.decode("1.2", 2), Some(vec![1, 2]));
+        assert_eq!(d.decode("c/1/x/3", 3), None);
+        assert_eq!(d.decode(".c.zarrfs-1-2.tmp", 3), None);
         assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "suffix"}), 2).is_err());
         assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "default", "configuration": {"separator": "-"}}), 1).is_err());
     }

@@ -6,7 +6,7 @@ use super::codec::{
     BloscCodec, BytesCodec, BytesToBytesCodec, CodecChain, DeltaCodec, GzipCodec, Lz4Codec, TransposeCodec, ZlibCodec, ZstdCodec,
 };
 use super::dtype::DataType;
-use super::grid::{ChunkGrid, parse_shape};
+use super::grid::{AxisGrid, ChunkGrid, parse_shape};
 use super::key::ChunkKeyEncoding;
 use crate::{Error, Result};
 
@@ -120,11 +120,15 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
             return Err(Error::metadata(format!("dimension_names {other} must list one name (or null) per dimension")));
         }
     };
-    let grid = ChunkGrid::parse_v3(field(doc, "chunk_grid")?, ndim)?;
+    let grid = ChunkGrid::parse_v3(field(doc, "chunk_grid")?, &shape)?;
     let key_encoding = ChunkKeyEncoding::parse_v3(field(doc, "chunk_key_encoding")?, ndim)?;
     let fill = dtype.parse_fill(field(doc, "fill_value")?)?;
     let chunk_shape = grid.chunk_shape(&vec![0; ndim]);
     let codecs = CodecChain::parse_v3(field(doc, "codecs")?, &dtype, &chunk_shape)?;
+    if let Some(sharding) = codecs.array_to_bytes.as_sharding() {
+        // Every shard edge, not only the first, must hold whole inner chunks.
+        grid.subdivided(&sharding.inner_shape)?;
+    }
     Ok(ArrayMetadata {
         format: ZarrFormat::V3,
         shape,
@@ -249,26 +253,56 @@ impl ArrayMetadata {
         }
     }
 
-    /// The same array with another shape: the document with `shape` replaced, parsed again.
+    /// The same array with another shape: the document with `shape` replaced, parsed again. A
+    /// rectilinear edge list that no longer reaches the end gets one new edge for the growth,
+    /// as zarr-python's `resize` writes it; shrinking keeps the edges.
     pub fn with_shape(&self, shape: &[u64]) -> Result<ArrayMetadata> {
-        self.edited(|doc| doc["shape"] = json!(shape))
+        let mut grid = self.grid.clone();
+        for (axis, a) in self.grid.axes.iter().enumerate() {
+            if let AxisGrid::Edges(edges) = a
+                && shape[axis] > edges.total()
+            {
+                grid.axes[axis] = AxisGrid::Edges(edges.pushed_back(shape[axis] - edges.total())?);
+            }
+        }
+        self.edited(|doc| {
+            doc["shape"] = json!(shape);
+            if grid != self.grid {
+                doc["chunk_grid"] = grid.to_json();
+            }
+        })
     }
 
-    /// The same array after a prepend along `axis` of `k` chunks: `shape[axis]` grows by `k`
-    /// chunk lengths and `offset[axis]` drops by `k` (zarr-format.md §3.3).
-    pub fn prepended(&self, axis: usize, k: u64) -> Result<ArrayMetadata> {
+    /// The same array after `rows` new elements in front along `axis` (zarr-format.md §3.3),
+    /// and how many chunks they make. A regular axis takes whole chunks: `offset[axis]` drops by
+    /// their count. A rectilinear edge list takes any number as one new edge: `offset[axis] -= 1`.
+    pub fn prepended(&self, axis: usize, rows: u64) -> Result<(ArrayMetadata, u64)> {
         let ChunkKeyEncoding::Offset { offset, .. } = &self.key_encoding else {
             return Err(Error::Unsupported("prepending needs the offset chunk key encoding".into()));
         };
-        let ChunkGrid::Regular { chunk_shape } = &self.grid;
+        let mut grid = self.grid.clone();
+        let chunks = match &self.grid.axes[axis] {
+            AxisGrid::Step(n) if rows % n == 0 => rows / n,
+            AxisGrid::Step(n) => {
+                return Err(Error::Invalid(format!("{rows} rows along axis {axis} are not a whole number of {n}-row chunks")));
+            }
+            AxisGrid::Edges(edges) => {
+                grid.axes[axis] = AxisGrid::Edges(edges.pushed_front(rows)?);
+                1
+            }
+        };
         let mut shape = self.shape.clone();
         let mut offset = offset.clone();
-        shape[axis] += k * chunk_shape[axis];
-        offset[axis] -= i64::try_from(k).map_err(|_| Error::Invalid("prepend too large".into()))?;
-        self.edited(|doc| {
+        shape[axis] += rows;
+        offset[axis] -= i64::try_from(chunks).map_err(|_| Error::Invalid("prepend too large".into()))?;
+        let meta = self.edited(|doc| {
             doc["shape"] = json!(shape);
             doc["chunk_key_encoding"]["configuration"]["offset"] = json!(offset);
-        })
+            if grid != self.grid {
+                doc["chunk_grid"] = grid.to_json();
+            }
+        })?;
+        Ok((meta, chunks))
     }
 
     /// The same array with the `offset` chunk key encoding, zero offsets and the same separator:
