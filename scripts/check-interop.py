@@ -12,9 +12,11 @@ import tempfile
 import numpy as np
 import zarr
 
+zarr.config.set({"array.rectilinear_chunks": True})
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STORES = ["tests/fixtures/v3.zarr", "tests/fixtures/v2.zarr", "tests/fixtures/tensorstore_v3.zarr",
-          "tests/fixtures/tensorstore_v2.zarr", "demo/weather.zarr"]
+          "tests/fixtures/tensorstore_v2.zarr", "tests/fixtures/rectilinear.zarr", "demo/weather.zarr"]
 
 
 def little_endian(dtype):

@@ -6,6 +6,7 @@ then read by zarr-python 3.4 and tensorstore, which must agree with a numpy mode
 
     scripts/check-writes.py target/release/zarrfs
 """
+import json
 import os
 import shutil
 import subprocess
@@ -16,8 +17,10 @@ import numpy as np
 import tensorstore as ts
 import zarr
 
+zarr.config.set({"array.rectilinear_chunks": True})
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr"]
+STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr", "rectilinear.zarr"]
 RNG = np.random.default_rng(3)
 RESULTS = {"passed": 0, "failed": 0}
 
@@ -81,7 +84,7 @@ def check(name, got, want):
         RESULTS["passed"] += 1
     else:
         RESULTS["failed"] += 1
-        diff = next(i for i, (a, b) in enumerate(zip(got + b"\0", want + b"\1")) if a != b)
+        diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         print(f"MISMATCH {name}: {len(got)} vs {len(want)} bytes, first difference at {diff}")
 
 
@@ -120,10 +123,11 @@ def change(mnt, path, model, arr, i):
         model.write(len(model.bytes), rows)
     elif kind == 2:  # truncate down, then up
         total_rows = len(model.bytes) // model.row
+        # Whole inner chunks of 2 rows: a sharded rectilinear grid grows by one new shard edge.
         os.truncate(data, (total_rows // 2) * model.row)
-        os.truncate(data, (total_rows + 1) * model.row)
+        os.truncate(data, (total_rows + 2) * model.row)
         model.truncate(total_rows // 2)
-        model.truncate(total_rows + 1)
+        model.truncate(total_rows + 2)
     elif kind == 3:  # O_TRUNC rewrite
         with open(data, "wb") as f:
             f.write(rows)
@@ -225,6 +229,30 @@ def consolidated(binary, work, zarr_format):
     check(f"v{zarr_format} consolidated data", got[...].tobytes(), want.tobytes())
 
 
+def rectilinear_growth_matches_zarr_python(binary, work):
+    """Growth through the mount writes the chunk_shapes zarr-python's own append writes."""
+    for name, chunks in [("lists", [[2, 2, 2, 4], 3]), ("runs", [[3, 3, 3, 3], 2]), ("bare", [4, [1, 2, 3]])]:
+        a_path, b_path = os.path.join(work, f"ra-{name}.zarr"), os.path.join(work, f"rb-{name}.zarr")
+        shape = (sum(chunks[0]) if isinstance(chunks[0], list) else 12, 6)
+        for p in (a_path, b_path):
+            arr = zarr.create_array(p, shape=shape, chunks=chunks, dtype="int32", fill_value=0)
+            arr[...] = np.arange(shape[0] * 6, dtype="int32").reshape(shape)
+        new = np.full((3, 6), 9, dtype="int32")
+        zarr.open_array(a_path, mode="r+").append(new)
+        mnt = os.path.join(work, f"mnt-r-{name}")
+        os.makedirs(mnt)
+        subprocess.run([binary, "mount", b_path, mnt], check=True)
+        try:
+            with open(os.path.join(mnt, "data"), "ab") as f:
+                f.write(new.tobytes())
+        finally:
+            subprocess.run([binary, "unmount", mnt], check=True)
+        grid = lambda p: json.dumps(json.load(open(os.path.join(p, "zarr.json")))["chunk_grid"], sort_keys=True).encode()
+        check(f"rectilinear growth JSON ({name})", grid(b_path), grid(a_path))
+        check(f"rectilinear growth data ({name})", zarr.open_array(b_path, mode="r")[...].tobytes(),
+              zarr.open_array(a_path, mode="r")[...].tobytes())
+
+
 def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/zarrfs"))
     with tempfile.TemporaryDirectory() as work:
@@ -233,6 +261,7 @@ def main():
         fill_deletes_chunk(binary, work)
         consolidated(binary, work, 3)
         consolidated(binary, work, 2)
+        rectilinear_growth_matches_zarr_python(binary, work)
     print(f"writes: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
 

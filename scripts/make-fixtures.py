@@ -22,6 +22,7 @@ import zarr
 from zarr.codecs import (BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec,
                          TransposeCodec, ZstdCodec)
 
+zarr.config.set({"array.rectilinear_chunks": True})
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures")
 EXPECTED = {}
@@ -286,6 +287,35 @@ def tensorstore_v2(name):
                      "compressor": None}, sample((2, 4), "uint16"), np.s_[2:4, :])
 
 
+def rectilinear(name):
+    """Rectilinear grids as zarr-python 3.4 writes them (explicit edges, runs, mixtures, an edge
+    past the end after a shrink, growth by append, sharding over a rectilinear outer grid)."""
+    path = os.path.join(OUT, name)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    a = root.create_array("explicit", shape=(6, 5), chunks=[[1, 2, 3], [2, 3]], dtype="int16", fill_value=-3)
+    a[...] = sample((6, 5), "int16")
+    a[1:3, 0:2] = -3  # chunk (1, 0) is all fill: missing
+    record(name, "explicit", a)
+    a = root.create_array("runs", shape=(12, 5), chunks=[[3, 3, 3, 3], 2], dtype="float64", fill_value=np.nan)
+    a[0:9] = sample((9, 5), "float64")
+    record(name, "runs", a)
+    a = root.create_array("mixed", shape=(10, 4), chunks=[[1, 1, 1, 3, 4], 4], dtype="uint32", compressors=[ZstdCodec(level=2)])
+    a[...] = sample((10, 4), "uint32")
+    record(name, "mixed", a)
+    a = root.create_array("overflow", shape=(8, 3), chunks=[[4, 4], 3], dtype="int8", fill_value=2)
+    a[...] = sample((8, 3), "int8")
+    a.resize((6, 3))
+    record(name, "overflow", a)
+    a = root.create_array("appended", shape=(10, 6), chunks=[[2, 2, 2, 4], 3], dtype="int32", fill_value=-1)
+    a[...] = sample((10, 6), "int32")
+    a.append(sample((3, 6), "int32"))
+    record(name, "appended", a)
+    a = root.create_array("sharded", shape=(12, 8), chunks=(2, 4), shards=[[4, 8], [8]], dtype="uint16", fill_value=5)
+    a[...] = sample((12, 8), "uint16")
+    a[0:2, 0:4] = 5
+    record(name, "sharded", a)
+
+
 def damaged(name):
     """A store with damage: reads touching it must fail with EIO, everything else must read."""
     path = os.path.join(OUT, name)
@@ -358,6 +388,7 @@ def main():
     zarr_python_v2("v2.zarr")
     tensorstore_v3("tensorstore_v3.zarr")
     tensorstore_v2("tensorstore_v2.zarr")
+    rectilinear("rectilinear.zarr")
     damaged("damaged.zarr")
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

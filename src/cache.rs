@@ -177,11 +177,15 @@ impl ChunkCache {
                 if let Cached::Chunk(c) = v.as_ref() {
                     self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
                 }
-                s.bytes += v.cost();
-                if let Some(old) = s.lru.put(key.clone(), v.clone()) {
-                    s.bytes -= old.cost();
+                // A missing chunk costs one failed open to find again, and the kernel keeps the
+                // pages read from it: holding it would only spend memory on sparse arrays.
+                if key.is_index || !matches!(v.as_ref(), Cached::Missing) {
+                    s.bytes += v.cost();
+                    if let Some(old) = s.lru.put(key.clone(), v.clone()) {
+                        s.bytes -= old.cost();
+                    }
+                    self.evict(&mut s);
                 }
-                self.evict(&mut s);
             } else {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
             }

@@ -293,7 +293,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Mount(args) => mount(args),
-        Command::Unmount { mountpoint } => match unmount(&mountpoint) {
+        Command::Unmount { mountpoint } => match stop_daemon(&mountpoint) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("zarrfs: cannot unmount {}: {e}", mountpoint.display());
@@ -644,6 +644,31 @@ fn lazy_unmount(mountpoint: &Path) {
         // SAFETY: a valid C string.
         unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
     }
+}
+
+/// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
+/// unmounts) and wait for it to exit; a mount of something else is unmounted directly.
+fn stop_daemon(mountpoint: &Path) -> Result<(), String> {
+    let stats = std::fs::read(mountpoint.join(crate::fs::CONTROL_DIR).join(crate::fs::STATS)).ok();
+    let pid = stats.and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok()).and_then(|v| v["pid"].as_i64());
+    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0) else { return unmount(mountpoint) };
+    // SAFETY: a signal to the daemon that reported this pid.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return unmount(mountpoint);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // Gone, or a zombie nobody reaps yet.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    while alive() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
 }
 
 /// Unmount: the daemon sees the session end and exits.

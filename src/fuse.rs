@@ -198,7 +198,7 @@ impl Filesystem for FuseAdapter {
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -208,7 +208,7 @@ impl Filesystem for FuseAdapter {
         // Only the size means something here; times and modes are not kept.
         let started = Instant::now();
         let result = match size {
-            Some(size) => self.fs.truncate(ino.0, size),
+            Some(size) => self.fs.truncate(ino.0, size, fh.is_some()),
             None => self.fs.getattr(ino.0),
         };
         match self.track("setattr", started, result) {

@@ -40,6 +40,11 @@ fn zarr_python_v2_arrays_read_back() {
 }
 
 #[test]
+fn rectilinear_arrays_read_back() {
+    check_store_with_std_fs("rectilinear.zarr");
+}
+
+#[test]
 fn tensorstore_arrays_read_back() {
     check_store_with_std_fs("tensorstore_v3.zarr");
     check_store_with_std_fs("tensorstore_v2.zarr");
@@ -47,7 +52,7 @@ fn tensorstore_arrays_read_back() {
 
 #[test]
 fn dd_with_any_block_size_reads_the_same_bytes() {
-    for store in ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr"] {
+    for store in ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "rectilinear.zarr"] {
         let m = mount_store(store);
         for e in healthy(store) {
             let data = m.path(&e.path).join("data");
@@ -62,7 +67,7 @@ fn dd_with_any_block_size_reads_the_same_bytes() {
 #[test]
 fn random_preads_match() {
     let mut rng = Lcg(7);
-    for store in ["v3.zarr", "v2.zarr"] {
+    for store in ["v3.zarr", "v2.zarr", "rectilinear.zarr"] {
         let m = mount_store(store);
         for e in healthy(store) {
             let f = std::fs::File::open(m.path(&e.path).join("data")).expect("open data");

@@ -197,6 +197,7 @@ impl ZarrFs {
             },
             "dirty_bytes": self.dirty_bytes.load(Ordering::Relaxed).max(0),
             "arrays_open": arrays,
+            "pid": std::process::id(),
             "requests": self.stats.requests(),
             "errors": self.stats.errors(),
         });
@@ -431,8 +432,9 @@ impl ZarrFs {
         Ok(data.len() as u32)
     }
 
-    /// Set the size of `data` (a whole number of rows).
-    pub fn truncate(&self, ino: u64, size: u64) -> Result<Attr> {
+    /// Set the size of `data` (a whole number of rows). `truncate(2)` by path has no open file
+    /// whose close would store the change, so it is stored at once; `ftruncate` waits for close.
+    pub fn truncate(&self, ino: u64, size: u64, open_file: bool) -> Result<Attr> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         let _change = self.change()?;
         match node.kind {
@@ -440,6 +442,9 @@ impl ZarrFs {
                 let array = self.data_array(&node.path)?;
                 let added = raw::truncate(&array, &self.cache, size)?;
                 self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
+                if !open_file {
+                    self.flush_array(&array)?;
+                }
             }
             // Opening `prepend` for writing truncates it: it is always empty.
             NodeKind::Prepend if size == 0 => {}

@@ -77,7 +77,12 @@ impl OpenArray {
 
     /// Give the array a new shape in memory; the metadata is stored at the next flush.
     pub(crate) fn set_shape(&self, edits: &mut Edits, shape: &[u64]) -> Result<Arc<Array>> {
-        let next = Arc::new(self.array().with_shape(shape)?);
+        // A shape the metadata cannot take (say, a new shard edge inner chunks do not divide)
+        // is a bad size, not a broken store.
+        let next = Arc::new(self.array().with_shape(shape).map_err(|e| match e {
+            crate::Error::Metadata(m) => crate::Error::Invalid(format!("shape {shape:?}: {m}")),
+            other => other,
+        })?);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         edits.metadata_dirty = true;
         Ok(next)

@@ -86,13 +86,10 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
 /// After a chunk was stored: the cache holds the new contents (or forgets the old ones).
 fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64], edit: ChunkEdit, fill: bool) {
     match array.read_units() {
-        ReadUnits::Chunks => {
-            let value = match edit {
-                ChunkEdit::Dirty(c) if !fill => Cached::Chunk(c),
-                _ => Cached::Missing,
-            };
-            cache.insert(unit_key(open, coords, false), value);
-        }
+        ReadUnits::Chunks => match edit {
+            ChunkEdit::Dirty(c) if !fill => cache.insert(unit_key(open, coords, false), Cached::Chunk(c)),
+            _ => cache.remove(&unit_key(open, coords, false)),
+        },
         ReadUnits::InnerChunks { .. } => {
             cache.remove(&unit_key(open, coords, true));
             let (lo, hi) = array.units_of_chunk(coords);

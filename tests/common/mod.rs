@@ -91,6 +91,18 @@ impl Mount {
         m
     }
 
+    /// The daemon's resident memory, in bytes (VmRSS).
+    pub fn rss(&self) -> u64 {
+        let pid = self.child.as_ref().map(|c| c.id()).expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kb * 1024
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.mountpoint.join(rel)
     }
