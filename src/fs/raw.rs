@@ -169,7 +169,7 @@ fn read_shared(
             Cached::Chunk(c) => Some(&c[..]),
             _ => None,
         };
-        copy_out(chunk, &grid.chunk_shape(coords), &origin_of(&grid, coords), regions, &meta.shape, range.start, &mut buf, &meta.fill);
+        copy_out(chunk, &grid.chunk_shape(coords), &origin_of(grid, coords), regions, &meta.shape, range.start, &mut buf, &meta.fill);
     }
     let skip = (offset - range.start * item) as usize;
     buf.truncate(skip + (end - offset) as usize);

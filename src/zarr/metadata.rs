@@ -282,7 +282,7 @@ impl ArrayMetadata {
         };
         let mut grid = self.grid.clone();
         let chunks = match &self.grid.axes[axis] {
-            AxisGrid::Step(n) if rows % n == 0 => rows / n,
+            AxisGrid::Step(n) if rows.is_multiple_of(*n) => rows / n,
             AxisGrid::Step(n) => {
                 return Err(Error::Invalid(format!("{rows} rows along axis {axis} are not a whole number of {n}-row chunks")));
             }
