@@ -19,6 +19,7 @@ import numcodecs
 import numpy as np
 import tensorstore as ts
 import zarr
+from zarr.core.dtype import VariableLengthBytes
 from zarr.codecs import (BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec,
                          TransposeCodec, ZstdCodec)
 
@@ -37,9 +38,43 @@ def flat_bytes(a):
     return a.tobytes()
 
 
+def escape(element, bytes_type):
+    """One element as a line of `data`'s text view (design.md §1)."""
+    raw = element if isinstance(element, bytes) else element.encode()
+    out = []
+    for ch in raw.decode("utf-8", errors="surrogateescape"):
+        if ch == "\\":
+            out.append(b"\\\\")
+        elif ch == "\n":
+            out.append(b"\\n")
+        elif ch == "\r":
+            out.append(b"\\r")
+        elif "\udc80" <= ch <= "\udcff":
+            out.append(b"\\x%02x" % (ord(ch) - 0xDC00) if bytes_type else "\ufffd".encode())
+        else:
+            out.append(ch.encode())
+    return b"".join(out) + b"\n"
+
+
+def text_view(values, bytes_type):
+    return b"".join(escape(v, bytes_type) for v in values)
+
+
+def record_text(store, path, values, bytes_type):
+    rel = os.path.join("expected", store, path + ".bin")
+    full = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as f:
+        f.write(text_view(values, bytes_type))
+    EXPECTED[f"{store}/{path}"] = {"bin": rel, "text": True}
+
+
 def record(store, path, arr, bad_ranges=None):
     """Record the expected bytes of the array at store/path, read back with zarr-python."""
     data = arr[...] if arr.ndim else np.asarray(arr[()])
+    if data.dtype.kind in "OT" or isinstance(data.dtype, np.dtypes.StringDType):
+        flat = data.reshape(-1).tolist()
+        return record_text(store, path, flat, isinstance(flat[0], bytes) if flat else False)
     rel = os.path.join("expected", store, path + ".bin")
     full = os.path.join(OUT, rel)
     os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -316,6 +351,45 @@ def rectilinear(name):
     record(name, "sharded", a)
 
 
+def vlen(name):
+    """Variable-length strings and bytes, v3 and v2, as zarr-python writes them."""
+    path = os.path.join(OUT, name)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    words = ["alpha", "", "ümlaut ✓", "new\nline", "back\\slash", "carriage\rreturn", "tab\tin", "𝄞", "last"]
+    a = root.create_array("strings_1d", shape=(11,), chunks=(4,), dtype=str)
+    a[0:9] = np.array(words, dtype=object)
+    record(name, "strings_1d", a)
+    a = root.create_array("strings_2d", shape=(3, 4), chunks=(2, 3), dtype=str, fill_value="-")
+    a[...] = np.array([[f"r{r}c{c}" * (c + 1) for c in range(4)] for r in range(3)], dtype=object)
+    a[0:2, 0:3] = "-"  # an all-fill chunk: missing
+    record(name, "strings_2d", a)
+    a = root.create_array("bytes_1d", shape=(5,), chunks=(2,), dtype=VariableLengthBytes())
+    a[...] = np.array([b"abc", b"", b"\xff\xfe not utf-8", b"line\nbreak", b"\\x41"], dtype=object)
+    record(name, "bytes_1d", a)
+    g2 = zarr.open_group(os.path.join(path, "v2"), mode="w", zarr_format=2)
+    a = g2.create_array("strings", shape=(6,), chunks=(4,), dtype=str, compressors=numcodecs.Zstd(level=1))
+    a[...] = np.array(["v2", "", "é", "x\\y", "a\nb", "z"], dtype=object)
+    record(name, "v2/strings", a)
+
+
+def zarrs_fixtures(name):
+    """The zarrs-written stores from ../shared/fixtures, with their expected text."""
+    src = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "zarrs-vlen")
+    dst = os.path.join(OUT, name)
+    shutil.copytree(src, dst)
+    for root_, dirs, files in os.walk(dst):
+        os.chmod(root_, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root_, f), 0o644)
+    with open(os.path.join(dst, "zarr.json"), "w") as f:
+        json.dump({"zarr_format": 3, "node_type": "group"}, f)
+    expected = json.load(open(os.path.join(dst, "expected.json")))
+    for array, values in expected.items():
+        doc = json.load(open(os.path.join(dst, array, "zarr.json")))
+        bytes_type = doc["data_type"] != "string"
+        record_text(name, array, [bytes(v) if bytes_type else v for v in values], bytes_type)
+
+
 def damaged(name):
     """A store with damage: reads touching it must fail with EIO, everything else must read."""
     path = os.path.join(OUT, name)
@@ -363,8 +437,7 @@ def damaged(name):
     node("ignorable_field", json.dumps(dict(good, note={"must_understand": False, "x": 1})))
     shutil.copytree(os.path.join(path, "good", "c"), os.path.join(path, "ignorable_field", "c"))
     record(name, "ignorable_field", zarr.open_array(os.path.join(path, "good"), mode="r"))
-    s = root.create_array("strings", shape=(3,), chunks=(2,), dtype=str)
-    s[...] = ["a", "b", "c"]
+    node("unsupported_dtype", json.dumps(dict(good, data_type={"name": "struct", "configuration": {"fields": []}})))
 
 
 def demo():
@@ -389,6 +462,8 @@ def main():
     tensorstore_v3("tensorstore_v3.zarr")
     tensorstore_v2("tensorstore_v2.zarr")
     rectilinear("rectilinear.zarr")
+    vlen("vlen.zarr")
+    zarrs_fixtures("zarrs-vlen")
     damaged("damaged.zarr")
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

@@ -42,12 +42,22 @@ impl Cached {
     }
 }
 
+/// What a cache entry holds for its coordinates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyKind {
+    /// A read unit: a chunk, or an inner chunk of a shard.
+    Unit,
+    /// A shard's index.
+    ShardIndex,
+    /// The text of a band of chunks (variable-length arrays), by axis-0 chunk index.
+    Text,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CacheKey {
     /// The open array's id (unique per mount).
     pub array: u64,
-    /// A shard index rather than a chunk.
-    pub is_index: bool,
+    pub kind: KeyKind,
     pub coords: Box<[u64]>,
 }
 
@@ -179,7 +189,7 @@ impl ChunkCache {
                 }
                 // A missing chunk costs one failed open to find again, and the kernel keeps the
                 // pages read from it: holding it would only spend memory on sparse arrays.
-                if key.is_index || !matches!(v.as_ref(), Cached::Missing) {
+                if key.kind != KeyKind::Unit || !matches!(v.as_ref(), Cached::Missing) {
                     s.bytes += v.cost();
                     if let Some(old) = s.lru.put(key.clone(), v.clone()) {
                         s.bytes -= old.cost();
@@ -237,7 +247,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn key(i: u64) -> CacheKey {
-        CacheKey { array: 1, is_index: false, coords: vec![i].into() }
+        CacheKey { array: 1, kind: KeyKind::Unit, coords: vec![i].into() }
     }
 
     #[test]

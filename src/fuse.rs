@@ -208,7 +208,7 @@ impl Filesystem for FuseAdapter {
         // Only the size means something here; times and modes are not kept.
         let started = Instant::now();
         let result = match size {
-            Some(size) => self.fs.truncate(ino.0, size, fh.is_some()),
+            Some(size) => self.fs.truncate(ino.0, size, fh.map(|f| f.0)),
             None => self.fs.getattr(ino.0),
         };
         match self.track("setattr", started, result) {

@@ -41,7 +41,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
                 model.write(offset, &data);
             }
             Op::Truncate { rows } => {
-                core.fs.truncate(core.ino, rows * f.row, true).unwrap();
+                core.fs.truncate(core.ino, rows * f.row, Some(core.fh)).unwrap();
                 model.truncate(rows);
             }
             Op::Read { offset, len } => {

@@ -5,6 +5,7 @@ mod open;
 mod prepend;
 mod raw;
 pub mod stats;
+mod text;
 pub mod tree;
 mod writeback;
 
@@ -111,6 +112,8 @@ struct Handle {
     /// `prepend` opened for writing: the staged bytes, and who opened it.
     spool: Option<Mutex<prepend::Spool>>,
     opener: u32,
+    /// Text written to a variable-length array's `data`.
+    text: Mutex<Option<text::TextEdit>>,
     /// The furthest end of a read.
     furthest: AtomicU64,
     /// Where read-ahead has been started up to.
@@ -298,7 +301,11 @@ impl ZarrFs {
             NodeKind::Dir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o755, mtime: self.mount_time, volatile: false },
             NodeKind::MetaFile => Attr { volatile: true, ..file(self.meta_file_bytes(&node.path)?.len() as u64, 0o444) },
             NodeKind::Data => match self.dir_state(&node.path)? {
-                DirState::Array(a) => file(a.array().meta.byte_len(), if self.config.read_only { 0o444 } else { 0o644 }),
+                DirState::Array(a) => {
+                    let meta = &a.array().meta;
+                    let size = if meta.dtype.is_variable() { text::index(&a, &self.cache, &self.pool)?.len() } else { meta.byte_len() };
+                    file(size, if self.config.read_only { 0o444 } else { 0o644 })
+                }
                 _ => return Err(Error::NotFound),
             },
             NodeKind::Prepend => file(0, 0o200),
@@ -423,6 +430,10 @@ impl ZarrFs {
             return Err(Error::NotPermitted("only data and prepend are written to".into()));
         }
         let array = self.data_array(&node.path)?;
+        if array.array().meta.dtype.is_variable() {
+            self.write_text(&array, fh, offset, data)?;
+            return Ok(data.len() as u32);
+        }
         tracing::trace!(offset, len = data.len(), "write data");
         let added = raw::write(&array, &self.cache, &self.pool, offset, data)?;
         let total = self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed) + added as i64;
@@ -432,12 +443,49 @@ impl ZarrFs {
         Ok(data.len() as u32)
     }
 
+    /// Text written to a variable-length array: after a cut to zero, the new text; at the end,
+    /// lines to append; anywhere else it cannot keep element boundaries (EOPNOTSUPP).
+    fn write_text(&self, array: &Arc<OpenArray>, fh: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let handle = self.handle(fh).ok_or(Error::Invalid("unknown file handle".into()))?;
+        let mut edit = lock(&handle.text);
+        if edit.is_none() {
+            let size = text::index(array, &self.cache, &self.pool)?.len();
+            if offset != size {
+                return Err(Error::Unsupported(
+                    "writes into the middle of a text view cannot keep element boundaries: rewrite it (O_TRUNC) or append lines".into(),
+                ));
+            }
+            *edit = Some(text::TextEdit { mode: text::TextMode::Append { base: size }, spool: prepend::Spool::create(&self.config.spool_dir)? });
+        }
+        let Some(edit) = edit.as_mut() else { return Ok(()) };
+        match edit.mode {
+            text::TextMode::Rewrite => edit.spool.write(offset, data),
+            text::TextMode::Append { base } if offset >= base => edit.spool.write(offset - base, data),
+            text::TextMode::Append { .. } => Err(Error::Unsupported("appended lines are written at the end".into())),
+        }
+    }
+
     /// Set the size of `data` (a whole number of rows). `truncate(2)` by path has no open file
     /// whose close would store the change, so it is stored at once; `ftruncate` waits for close.
-    pub fn truncate(&self, ino: u64, size: u64, open_file: bool) -> Result<Attr> {
+    pub fn truncate(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         let _change = self.change()?;
+        let open_file = fh.is_some();
         match node.kind {
+            NodeKind::Data if self.data_array(&node.path)?.array().meta.dtype.is_variable() => {
+                let array = self.data_array(&node.path)?;
+                if size == text::index(&array, &self.cache, &self.pool)?.len() {
+                    return self.getattr(ino);
+                }
+                if size != 0 {
+                    return Err(Error::Unsupported("a text view is cut to zero (and rewritten) or appended to, not cut elsewhere".into()));
+                }
+                match fh.and_then(|fh| self.handle(fh)) {
+                    // The new text follows through this handle.
+                    Some(h) => *lock(&h.text) = Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? }),
+                    None => self.commit_text(&array, text::TextMode::Rewrite, &[])?,
+                }
+            }
             NodeKind::Data => {
                 let array = self.data_array(&node.path)?;
                 let added = raw::truncate(&array, &self.cache, size)?;
@@ -466,11 +514,43 @@ impl ZarrFs {
     pub fn flush(&self, fh: u64, pid: u32) -> Result<()> {
         let Some(handle) = self.handle(fh) else { return Ok(()) };
         let Some(array) = handle.array.clone() else { return Ok(()) };
+        if pid == handle.opener
+            && let Some(edit) = lock(&handle.text).take()
+        {
+            return self.commit_text(&array, edit.mode, &edit.contents()?);
+        }
         match &handle.spool {
             Some(spool) if pid == handle.opener => self.commit_prepend(&array, &mut lock(spool)),
             Some(_) => Ok(()),
             None if array.is_dirty() => self.flush_array(&array),
             None => Ok(()),
+        }
+    }
+
+    /// Store text written to a variable-length array: the new elements, or the appended ones.
+    fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, contents: &[u8]) -> Result<()> {
+        let _change = self.change()?;
+        let bytes_type = array.array().meta.dtype == crate::zarr::dtype::DataType::Bytes;
+        let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let result = text::parse(contents, bytes_type).and_then(|elements| match mode {
+            text::TextMode::Rewrite => text::rewrite(array, &elements, new_id),
+            text::TextMode::Append { .. } => text::append(array, &elements, new_id),
+        });
+        if let Err(e) = &result {
+            tracing::warn!(array = %display_path(&array.array().path), "text refused: {e}");
+        }
+        // What the kernel cached is what was written, not necessarily how it renders now.
+        self.invalidate_data(array);
+        result
+    }
+
+    fn invalidate_data(&self, array: &Arc<OpenArray>) {
+        if let (Some(kernel), Some(dir)) = (self.kernel.get(), self.tree.find_dir(&array.array().path)) {
+            for name in [DATA, crate::zarr::metadata::DOCUMENT_NAMES[0], crate::zarr::metadata::DOCUMENT_NAMES[1]] {
+                if let Some(ino) = self.tree.find(dir, name) {
+                    kernel.invalidate(ino);
+                }
+            }
         }
     }
 
@@ -484,13 +564,7 @@ impl ZarrFs {
             .inspect_err(|e| tracing::warn!(array = %display_path(&array.array().path), "prepend refused: {e}"))?;
         self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
         // The data file changed under the kernel's cache: every page moved.
-        if let (Some(kernel), Some(dir)) = (self.kernel.get(), self.tree.find_dir(&array.array().path)) {
-            for name in [DATA, crate::zarr::metadata::DOCUMENT_NAMES[0], crate::zarr::metadata::DOCUMENT_NAMES[1]] {
-                if let Some(ino) = self.tree.find(dir, name) {
-                    kernel.invalidate(ino);
-                }
-            }
-        }
+        self.invalidate_data(array);
         Ok(())
     }
 
@@ -550,7 +624,9 @@ impl ZarrFs {
     pub fn release(&self, fh: u64) {
         let Some(handle) = lock(&self.handles).remove(&fh) else { return };
         let Some(array) = handle.array.clone() else { return };
+        let text = lock(&handle.text).take();
         let result = match &handle.spool {
+            _ if text.is_some() => text.map_or(Ok(()), |t| t.contents().and_then(|c| self.commit_text(&array, t.mode, &c))),
             Some(spool) => self.commit_prepend(&array, &mut lock(spool)),
             None if array.is_dirty() => self.flush_array(&array),
             None => Ok(()),
@@ -575,6 +651,9 @@ impl ZarrFs {
             },
             NodeKind::Data => {
                 let array = self.data_array(&node.path)?;
+                if array.array().meta.dtype.is_variable() {
+                    return text::read(&array, &self.cache, &self.pool, offset, size);
+                }
                 if let Some(h) = self.handle(fh) {
                     self.read_ahead(&array, &h, offset, size);
                 }

@@ -36,6 +36,8 @@ pub struct OpenArray {
     cache_id: AtomicU64,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
+    /// Variable-length arrays: where each band's text ends, once known.
+    pub(crate) text: Mutex<Option<Arc<super::text::TextIndex>>>,
     /// A flush holds it exclusively; reads and writes share it. So a flush never runs while a
     /// read loads stale store data into the cache, or while a write merges into a chunk.
     store_lock: RwLock<()>,
@@ -54,6 +56,7 @@ impl OpenArray {
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
             edits: Mutex::new(Edits::default()),
+            text: Mutex::new(None),
             store_lock: RwLock::new(()),
             write_lock: Mutex::new(()),
         }
@@ -70,8 +73,8 @@ impl OpenArray {
 
     /// Serve `array` from now on (its metadata is stored); grid indices may have moved, so
     /// cached chunks are left behind under the old cache id.
-    pub(crate) fn replace(&self, array: Array, cache_id: u64) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(array);
+    pub(crate) fn replace(&self, array: Arc<Array>, cache_id: u64) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = array;
         self.cache_id.store(cache_id, Ordering::Relaxed);
     }
 

@@ -41,6 +41,10 @@ impl Spool {
         self.len
     }
 
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.file.read_exact_at(buf, offset)?)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -72,7 +76,7 @@ pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
             let adopted = open.array().adopted_offset()?;
             adopted.store_metadata()?;
             tracing::info!(array = %display_path(&adopted.path), "switched to the offset chunk key encoding");
-            open.replace(adopted, open.cache_id());
+            open.replace(Arc::new(adopted), open.cache_id());
             Ok(())
         }
         (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) => Err(Error::Unsupported(format!(
@@ -100,7 +104,7 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
         Some(next) => {
             next.store_metadata()?;
             tracing::info!(array = %display_path(&next.path), bytes = len, shape = ?next.meta.shape, "prepended");
-            open.replace(next, new_cache_id);
+            open.replace(Arc::new(next), new_cache_id);
             Ok(())
         }
         None => Ok(()),

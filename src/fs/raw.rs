@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::display_path;
 use super::open::{ChunkEdit, OpenArray, lock};
-use crate::cache::{CacheKey, Cached, ChunkCache, WorkerPool};
+use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell};
@@ -49,7 +49,8 @@ pub(crate) fn cells_of(grid: &ChunkGrid, shape: &[u64], range: FlatRange) -> Vec
 }
 
 pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> CacheKey {
-    CacheKey { array: open.cache_id(), is_index, coords: coords.into() }
+    let kind = if is_index { KeyKind::ShardIndex } else { KeyKind::Unit };
+    CacheKey { array: open.cache_id(), kind, coords: coords.into() }
 }
 
 /// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
@@ -342,6 +343,37 @@ pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Re
     resize_shared(open, cache, size / row)
 }
 
+/// Call `f` for the chunks wholly past row `rows` along axis 0: enumerated when few, else
+/// those stored, so that cutting a grid of 2^40 chunks costs what is stored, not the grid.
+pub(crate) fn for_each_chunk_outside(array: &Array, rows: u64, f: &mut dyn FnMut(&[u64]) -> Result<()>) -> Result<()> {
+    let meta = &array.meta;
+    if meta.shape.is_empty() {
+        return Ok(());
+    }
+    let old_grid = meta.grid.grid_shape(&meta.shape);
+    let first_out = meta.grid.axes[0].chunks_for(rows);
+    if first_out >= old_grid[0] || old_grid[1..].contains(&0) {
+        return Ok(());
+    }
+    let cells = u128::from(old_grid[0] - first_out) * old_grid[1..].iter().map(|&n| u128::from(n)).product::<u128>();
+    if cells > 1 << 16 {
+        for coords in array.stored_chunks()?.into_iter().filter(|c| c[0] >= first_out) {
+            f(&coords)?;
+        }
+        return Ok(());
+    }
+    let mut lo = vec![first_out];
+    lo.extend(vec![0; old_grid.len() - 1]);
+    let hi: Vec<u64> = old_grid.iter().map(|&n| n - 1).collect();
+    let mut result = Ok(());
+    for_each_cell(&lo, &hi, |coords| {
+        if result.is_ok() {
+            result = f(coords);
+        }
+    });
+    result
+}
+
 /// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion; the chunks the
 /// old or the new end cuts through get fill past the end, so growing never resurrects old values.
 fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result<isize> {
@@ -373,19 +405,12 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let cut = rows.min(old_rows);
     let (cut_chunk, cut_offset) = grid.chunk_of(0, cut);
     if rows < old_rows {
-        // The chunks wholly outside: enumerated when few, else those stored (and changed), so
-        // that cutting a grid of 2^40 chunks costs what is stored, not the grid.
-        let cells = u128::from(old_grid[0] - new_grid[0]) * old_grid[1..].iter().map(|&n| u128::from(n)).product::<u128>();
         let mut doomed: Vec<Vec<u64>> = Vec::new();
-        if cells <= 1 << 16 {
-            for c0 in new_grid[0]..old_grid[0] {
-                let (lo, hi) = band(c0);
-                for_each_cell(&lo, &hi, |coords| doomed.push(coords.to_vec()));
-            }
-        } else {
-            doomed = array.stored_chunks()?.into_iter().filter(|c| c[0] >= new_grid[0]).collect();
-            doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
-        }
+        for_each_chunk_outside(&array, rows, &mut |coords| {
+            doomed.push(coords.to_vec());
+            Ok(())
+        })?;
+        doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
         let mut edits = lock(&open.edits);
         for coords in doomed {
             if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {

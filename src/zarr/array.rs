@@ -137,6 +137,26 @@ impl Array {
         self.meta.codecs.decode(bytes, &self.chunk_repr(coords)).map(Some).map_err(|e| e.in_key(&key))
     }
 
+    /// The elements of a chunk of variable-length elements (C order, padding included), or
+    /// `None` when its key is absent.
+    pub fn retrieve_elements(&self, coords: &[u64]) -> Result<Option<Vec<Vec<u8>>>> {
+        let key = self.chunk_key(coords);
+        let Some(bytes) = self.store.get(&key)? else { return Ok(None) };
+        let n = self.meta.grid.chunk_shape(coords).iter().product::<u64>() as usize;
+        self.meta.codecs.decode_elements(bytes, n).map(Some).map_err(|e| e.in_key(&key))
+    }
+
+    /// Store a chunk of variable-length elements, or delete it when every element is the fill.
+    pub fn store_elements(&self, coords: &[u64], elements: &[Vec<u8>]) -> Result<String> {
+        let key = self.chunk_key(coords);
+        if elements.iter().all(|e| *e == self.meta.fill) {
+            self.store.delete(&key)?;
+        } else {
+            self.store.set(&key, &self.meta.codecs.encode_elements(elements)?)?;
+        }
+        Ok(key)
+    }
+
     /// The index of the shard at `shard`, or `None` when the shard is absent.
     pub fn retrieve_shard_index(&self, sharding: &ShardingCodec, shard: &[u64]) -> Result<Option<ShardIndex>> {
         let key = self.chunk_key(shard);

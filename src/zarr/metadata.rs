@@ -105,9 +105,6 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
     let shape = parse_shape(field(doc, "shape")?, "shape")?;
     let ndim = shape.len();
     let dtype = DataType::parse_v3(field(doc, "data_type")?)?;
-    if dtype.is_variable() {
-        return Err(Error::Unsupported(format!("variable-length {} arrays are not served as files yet", dtype.name())));
-    }
     if let Some(st) = doc.get("storage_transformers")
         && st.as_array().is_none_or(|a| !a.is_empty())
     {
@@ -161,9 +158,6 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
     let filter_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
     let first_filter = filters.first().and_then(filter_id);
     let (dtype, big_endian) = DataType::parse_v2(field(doc, "dtype")?, first_filter.as_deref())?;
-    if dtype.is_variable() {
-        return Err(Error::Unsupported(format!("variable-length {} arrays are not served as files yet", dtype.name())));
-    }
     let item = dtype.size().unwrap_or(1);
     let grid = ChunkGrid::regular(chunks, ndim)?;
     let separator = match doc.get("dimension_separator").and_then(Value::as_str) {
@@ -187,7 +181,9 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         }
     }
     let mut bytes_to_bytes: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
-    for f in &filters {
+    // For `|O` arrays the first filter (vlen-utf8 / vlen-bytes) turns elements into bytes.
+    let filters = if dtype.is_variable() { &filters[1..] } else { &filters[..] };
+    for f in filters {
         match filter_id(f).as_deref() {
             Some("delta") => bytes_to_bytes.push(Box::new(DeltaCodec::parse_v2(f)?)),
             Some(other) => return Err(Error::metadata(format!("unsupported v2 filter {other:?}"))),
@@ -208,7 +204,15 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         }),
     }
     let endian = if big_endian { json!({"endian": "big"}) } else { json!({"endian": "little"}) };
-    let codecs = CodecChain { array_to_array, array_to_bytes: Box::new(BytesCodec::parse(&endian, &dtype)?), bytes_to_bytes };
+    let array_to_bytes: Box<dyn super::codec::ArrayToBytesCodec> = match (&dtype, first_filter.as_deref()) {
+        (DataType::String, _) => Box::new(super::codec::VlenInterleavedCodec { name: "vlen-utf8" }),
+        (DataType::Bytes, _) => Box::new(super::codec::VlenInterleavedCodec { name: "vlen-bytes" }),
+        _ => Box::new(BytesCodec::parse(&endian, &dtype)?),
+    };
+    if dtype.is_variable() && !array_to_array.is_empty() {
+        return Err(Error::Unsupported("order \"F\" for variable-length elements".into()));
+    }
+    let codecs = CodecChain { array_to_array, array_to_bytes, bytes_to_bytes };
     Ok(ArrayMetadata {
         format: ZarrFormat::V2,
         shape,
@@ -398,7 +402,7 @@ mod tests {
         assert!(array(&v3(json!({"fancy": {"must_understand": false}}))).is_ok());
         assert!(msg(v3(json!({"storage_transformers": [{"name": "x"}]}))).contains("storage transformers"));
         assert!(msg(v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lzma"}]}))).contains("lzma"));
-        assert!(msg(v3(json!({"codecs": ["bytes"]}))).contains("object"));
+        assert!(array(&v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, "crc32c"]}))).is_ok(), "short-hand names");
         assert!(msg(v3(json!({"chunk_grid": {"name": "hexagonal"}}))).contains("hexagonal"));
         assert!(msg(v3(json!({"data_type": "float128"}))).contains("float128"));
         assert!(msg(v3(json!({"dimension_names": ["y"]}))).contains("dimension_names"));
@@ -406,7 +410,9 @@ mod tests {
         assert!(msg(v3(json!({"fill_value": "0x01"}))).contains("fill_value"));
         assert!(msg(v3(json!({"codecs": [{"name": "zstd"}]}))).contains("zstd"));
         let vlen = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8"}]}));
-        assert!(matches!(array(&vlen), Err(Error::Unsupported(_))));
+        assert!(array(&vlen).is_ok());
+        let mismatch = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "bytes"}]}));
+        assert!(msg(mismatch).contains("does not fit"));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
         assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group)));
     }
@@ -426,6 +432,9 @@ mod tests {
         let mut obj = doc;
         obj["dtype"] = json!("|O");
         obj["filters"] = json!([{"id": "vlen-utf8"}]);
-        assert!(matches!(parse_v2_array(&obj), Err(Error::Unsupported(_))));
+        obj["fill_value"] = json!("");
+        obj["order"] = json!("C");
+        let strings = parse_v2_array(&obj).unwrap();
+        assert_eq!((strings.dtype.clone(), strings.codecs.array_to_bytes.name()), (DataType::String, "vlen-utf8"));
     }
 }

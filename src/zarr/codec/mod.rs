@@ -10,6 +10,7 @@ mod gzip;
 mod lz4;
 mod sharding;
 mod transpose;
+mod vlen;
 mod zlib;
 mod zstd;
 
@@ -21,6 +22,7 @@ pub use self::gzip::GzipCodec;
 pub use self::lz4::Lz4Codec;
 pub use self::sharding::{ShardIndex, ShardingCodec};
 pub use self::transpose::TransposeCodec;
+pub use self::vlen::{VlenInterleavedCodec, ZarrsVlenCodec};
 pub use self::zlib::ZlibCodec;
 pub use self::zstd::ZstdCodec;
 
@@ -70,6 +72,17 @@ pub trait ArrayToBytesCodec: CodecTraits {
     fn as_sharding(&self) -> Option<&ShardingCodec> {
         None
     }
+    /// Whether this codec holds variable-length elements (and the two methods below work).
+    fn is_variable(&self) -> bool {
+        false
+    }
+    /// The `n` elements of a chunk of variable-length elements.
+    fn decode_elements(&self, _bytes: Vec<u8>, _n: usize) -> Result<Vec<Vec<u8>>> {
+        Err(Error::metadata(format!("{} does not hold variable-length elements", self.name())))
+    }
+    fn encode_elements(&self, _elements: &[Vec<u8>]) -> Result<Vec<u8>> {
+        Err(Error::metadata(format!("{} does not hold variable-length elements", self.name())))
+    }
 }
 
 pub trait BytesToBytesCodec: CodecTraits {
@@ -103,7 +116,16 @@ impl CodecChain {
         let mut b2b: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
         let mut shape = chunk_shape.to_vec();
         for item in items {
-            let obj = item.as_object().ok_or_else(|| Error::metadata(format!("a codec must be an object, got {item}")))?;
+            // The spec's short-hand: a bare name stands for {"name": name}.
+            let expanded;
+            let item = match item {
+                Value::String(name) => {
+                    expanded = serde_json::json!({"name": name});
+                    &expanded
+                }
+                other => other,
+            };
+            let obj = item.as_object().ok_or_else(|| Error::metadata(format!("a codec must be an object or a name, got {item}")))?;
             let name = obj.get("name").and_then(Value::as_str).ok_or_else(|| Error::metadata(format!("codec without a name: {item}")))?;
             let empty = Value::Object(Default::default());
             let config = obj.get("configuration").unwrap_or(&empty);
@@ -117,15 +139,25 @@ impl CodecChain {
                     shape = t.encoded_shape(&shape);
                     a2a.push(Box::new(t));
                 }
-                "bytes" | "sharding_indexed" => {
+                "bytes" | "sharding_indexed" | "vlen-utf8" | "vlen-bytes" | "vlen_v2" | "zarrs.vlen_v2" | "vlen" | "zarrs.vlen"
+                | "https://codec.zarrs.dev/array_to_bytes/vlen_v2" | "https://codec.zarrs.dev/array_to_bytes/vlen" => {
                     if a2b.is_some() {
                         return Err(Error::metadata("codecs has more than one array→bytes codec"));
                     }
-                    a2b = Some(if name == "bytes" {
-                        Box::new(BytesCodec::parse(config, dtype)?)
-                    } else {
-                        Box::new(ShardingCodec::parse(config, dtype, &shape)?)
-                    });
+                    let codec: Box<dyn ArrayToBytesCodec> = match name {
+                        "bytes" => Box::new(BytesCodec::parse(config, dtype)?),
+                        "sharding_indexed" => Box::new(ShardingCodec::parse(config, dtype, &shape)?),
+                        "vlen-utf8" | "vlen-bytes" => Box::new(VlenInterleavedCodec { name: if name == "vlen-utf8" { "vlen-utf8" } else { "vlen-bytes" } }),
+                        "vlen" | "zarrs.vlen" | "https://codec.zarrs.dev/array_to_bytes/vlen" => Box::new(ZarrsVlenCodec::parse(config)?),
+                        _ => Box::new(VlenInterleavedCodec { name: "zarrs.vlen_v2" }),
+                    };
+                    if codec.is_variable() != dtype.is_variable() {
+                        return Err(Error::metadata(format!("codec {name} does not fit the data type {}", dtype.name())));
+                    }
+                    if codec.is_variable() && !a2a.is_empty() {
+                        return Err(Error::metadata("array→array codecs before a variable-length codec are not supported"));
+                    }
+                    a2b = Some(codec);
                 }
                 _ => {
                     if a2b.is_none() {
@@ -177,6 +209,23 @@ impl CodecChain {
             data = c.encode(data, &reprs[i])?;
         }
         let mut bytes = self.array_to_bytes.encode(data, reprs.last().unwrap_or(repr))?;
+        for c in &self.bytes_to_bytes {
+            bytes = c.encode(bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    /// A chunk of variable-length elements: its `n` elements in C order.
+    pub fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
+        let mut bytes = bytes;
+        for c in self.bytes_to_bytes.iter().rev() {
+            bytes = c.decode(bytes)?;
+        }
+        self.array_to_bytes.decode_elements(bytes, n)
+    }
+
+    pub fn encode_elements(&self, elements: &[Vec<u8>]) -> Result<Vec<u8>> {
+        let mut bytes = self.array_to_bytes.encode_elements(elements)?;
         for c in &self.bytes_to_bytes {
             bytes = c.encode(bytes)?;
         }

@@ -1,0 +1,342 @@
+//! `data` of variable-length (`string`, `bytes`) arrays: text, one element per line in C
+//! order; in each element `\` is written `\\`, a newline `\n`, a carriage return `\r`, and in
+//! `bytes` arrays a byte that is not part of valid UTF-8 `\xHH`. The text is rendered by bands
+//! (the chunks sharing an axis-0 index), cached, and indexed by each band's length.
+
+use std::sync::Arc;
+
+use super::open::{OpenArray, lock};
+use super::raw::for_each_chunk_outside;
+use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
+use crate::zarr::array::Array;
+use crate::zarr::dtype::DataType;
+use crate::zarr::region::for_each_cell;
+use crate::{Error, Result};
+
+/// Text written to `data` of a variable-length array, staged until close.
+pub struct TextEdit {
+    pub mode: TextMode,
+    pub spool: super::prepend::Spool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextMode {
+    /// After truncation to zero: the whole new text.
+    Rewrite,
+    /// Lines written at the end of the text, which was `base` bytes long.
+    Append { base: u64 },
+}
+
+impl TextEdit {
+    /// The staged text, read back.
+    pub fn contents(&self) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.spool.len() as usize];
+        self.spool.read_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+}
+
+/// Cumulative end offset of each band's text.
+pub(crate) struct TextIndex {
+    ends: Vec<u64>,
+}
+
+impl TextIndex {
+    pub fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+}
+
+/// Append `element` escaped, and a newline.
+pub fn escape(element: &[u8], bytes_type: bool, out: &mut Vec<u8>) {
+    let mut rest = element;
+    while !rest.is_empty() {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s.len(), 0),
+            Err(e) => (e.valid_up_to(), e.error_len().unwrap_or(rest.len() - e.valid_up_to())),
+        };
+        for &b in &rest[..valid] {
+            match b {
+                b'\\' => out.extend(b"\\\\"),
+                b'\n' => out.extend(b"\\n"),
+                b'\r' => out.extend(b"\\r"),
+                _ => out.push(b),
+            }
+        }
+        for &b in &rest[valid..valid + bad] {
+            if bytes_type {
+                out.extend(format!("\\x{b:02x}").as_bytes());
+            } else {
+                // A string element that is not UTF-8 (the store is damaged): shown, not lost.
+                out.extend("\u{fffd}".as_bytes());
+            }
+        }
+        rest = &rest[valid + bad..];
+    }
+    out.push(b'\n');
+}
+
+/// One line of text back to an element. A malformed escape, or a `string` element that is not
+/// UTF-8, is EINVAL.
+pub fn unescape(line: &[u8], bytes_type: bool, number: usize) -> Result<Vec<u8>> {
+    let bad = |what: &str| Error::Invalid(format!("line {}: {what}", number + 1));
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] != b'\\' {
+            out.push(line[i]);
+            i += 1;
+            continue;
+        }
+        match line.get(i + 1) {
+            Some(b'\\') => out.push(b'\\'),
+            Some(b'n') => out.push(b'\n'),
+            Some(b'r') => out.push(b'\r'),
+            Some(b'x') if bytes_type => {
+                let hex = line.get(i + 2..i + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.ok_or_else(|| bad("\\x needs two hex digits"))?);
+                i += 2;
+            }
+            Some(c) => return Err(bad(&format!("unknown escape \\{}", *c as char))),
+            None => return Err(bad("a lone backslash at the end")),
+        }
+        i += 2;
+    }
+    if !bytes_type && std::str::from_utf8(&out).is_err() {
+        return Err(bad("not valid UTF-8 in a string array"));
+    }
+    Ok(out)
+}
+
+fn is_bytes(array: &Array) -> bool {
+    array.meta.dtype == DataType::Bytes
+}
+
+fn band_key(open: &OpenArray, band: u64) -> CacheKey {
+    CacheKey { array: open.cache_id(), kind: KeyKind::Text, coords: vec![band].into() }
+}
+
+/// The rows of band `band`, clipped to the array.
+fn band_rows(array: &Array, band: u64) -> (u64, u64) {
+    let grid = &array.meta.grid;
+    let start = grid.chunk_start(0, band);
+    (start, (start + grid.chunk_len(0, band)).min(array.meta.shape[0]))
+}
+
+/// Every element of the chunks of a band, by chunk coordinates (fill for missing chunks).
+fn band_elements(array: &Array, band: u64) -> Result<Vec<(Vec<u64>, Vec<Vec<u8>>)>> {
+    let meta = &array.meta;
+    let grid_shape = meta.grid.grid_shape(&meta.shape);
+    let mut lo = vec![0u64; grid_shape.len()];
+    let mut hi: Vec<u64> = grid_shape.iter().map(|&n| n.saturating_sub(1)).collect();
+    lo[0] = band;
+    hi[0] = band;
+    let mut coords = Vec::new();
+    if grid_shape.iter().skip(1).all(|&n| n > 0) {
+        for_each_cell(&lo, &hi, |c| coords.push(c.to_vec()));
+    }
+    coords
+        .into_iter()
+        .map(|c| {
+            let n = meta.grid.chunk_shape(&c).iter().product::<u64>() as usize;
+            let elements = array.retrieve_elements(&c)?.unwrap_or_else(|| vec![meta.fill.clone(); n]);
+            Ok((c, elements))
+        })
+        .collect()
+}
+
+/// The element at `index` (array coordinates) among a band's decoded chunks.
+fn element_at<'a>(array: &Array, chunks: &'a [(Vec<u64>, Vec<Vec<u8>>)], index: &[u64]) -> &'a [u8] {
+    let grid = &array.meta.grid;
+    let (coords, local): (Vec<u64>, Vec<u64>) = index.iter().enumerate().map(|(a, &i)| grid.chunk_of(a, i)).unzip();
+    let Some((c, elements)) = chunks.iter().find(|(c, _)| *c == coords) else { return &[] };
+    let shape = grid.chunk_shape(c);
+    let flat = local.iter().zip(&shape).fold(0u64, |acc, (l, s)| acc * s + l) as usize;
+    elements.get(flat).map_or(&[], |e| &e[..])
+}
+
+/// The text of one band, through the cache.
+fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> Result<Arc<Cached>> {
+    cache.get_or_load(&band_key(open, band), || {
+        let meta = &array.meta;
+        let mut out = Vec::new();
+        if meta.shape.is_empty() {
+            let elements = array.retrieve_elements(&[])?.unwrap_or_else(|| vec![meta.fill.clone()]);
+            escape(elements.first().map_or(&[][..], |e| &e[..]), is_bytes(array), &mut out);
+            return Ok(Cached::Chunk(out));
+        }
+        let chunks = band_elements(array, band)?;
+        let (r0, r1) = band_rows(array, band);
+        let mut lo = vec![r0];
+        let mut hi = vec![r1.saturating_sub(1)];
+        lo.extend(meta.shape[1..].iter().map(|_| 0));
+        hi.extend(meta.shape[1..].iter().map(|&n| n.saturating_sub(1)));
+        if r1 > r0 && meta.shape[1..].iter().all(|&n| n > 0) {
+            for_each_cell(&lo, &hi, |index| escape(element_at(array, &chunks, index), is_bytes(array), &mut out));
+        }
+        Ok(Cached::Chunk(out))
+    })
+}
+
+fn bands(array: &Array) -> u64 {
+    if array.meta.shape.is_empty() { 1 } else { array.meta.grid.grid_shape(&array.meta.shape)[0] }
+}
+
+/// The text's layout, rendering every band once (in parallel) when it is not known yet.
+pub fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) -> Result<Arc<TextIndex>> {
+    if let Some(ix) = lock(&open.text).clone() {
+        return Ok(ix);
+    }
+    let array = open.array();
+    let n = bands(&array);
+    for band in 1..n {
+        let (open2, cache2) = (open.clone(), cache.clone());
+        pool.submit(move || {
+            let _ = band_text(&open2, &open2.array(), &cache2, band);
+        });
+    }
+    let mut ends = Vec::with_capacity(n as usize);
+    let mut total = 0u64;
+    for band in 0..n {
+        let text = band_text(open, &array, cache, band)?;
+        total += match text.as_ref() {
+            Cached::Chunk(t) => t.len() as u64,
+            _ => 0,
+        };
+        ends.push(total);
+    }
+    let ix = Arc::new(TextIndex { ends });
+    *lock(&open.text) = Some(ix.clone());
+    Ok(ix)
+}
+
+/// Bytes `offset .. offset + size` of the text.
+pub fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, size: u32) -> Result<Vec<u8>> {
+    let _shared = open.shared();
+    let ix = index(open, cache, pool)?;
+    let array = open.array();
+    let end = (offset + u64::from(size)).min(ix.len());
+    let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+    let mut band = ix.ends.partition_point(|&e| e <= offset);
+    while (out.len() as u64) < end.saturating_sub(offset) && band < ix.ends.len() {
+        let start = if band == 0 { 0 } else { ix.ends[band - 1] };
+        let text = band_text(open, &array, cache, band as u64)?;
+        if let Cached::Chunk(t) = text.as_ref() {
+            let from = (offset.max(start) - start) as usize;
+            let to = ((end - start) as usize).min(t.len());
+            out.extend(&t[from.min(to)..to]);
+        }
+        band += 1;
+    }
+    Ok(out)
+}
+
+/// Parse text into elements, one per line (a last line without a newline counts).
+pub fn parse(text: &[u8], bytes_type: bool) -> Result<Vec<Vec<u8>>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    body.split(|&b| b == b'\n').enumerate().map(|(i, line)| unescape(line, bytes_type, i)).collect()
+}
+
+/// Replace the array's elements with `elements` (C order): a 1-D array takes their count as
+/// its length; any other must get exactly its element count. Every chunk is written (or
+/// deleted when all fill), chunks past a shorter end are deleted, then the metadata.
+pub fn rewrite(open: &Arc<OpenArray>, elements: &[Vec<u8>], new_cache_id: u64) -> Result<()> {
+    let _writer = open.writer();
+    let _exclusive = open.exclusive();
+    let old = open.array();
+    let meta = &old.meta;
+    let count: u64 = meta.shape.iter().product();
+    let array = match meta.shape.len() {
+        1 if elements.len() as u64 != count => {
+            let mut edits = lock(&open.edits);
+            open.set_shape(&mut edits, &[elements.len() as u64])?
+        }
+        _ if elements.len() as u64 != count => {
+            return Err(Error::Invalid(format!("{} lines for an array of {count} elements ({:?})", elements.len(), meta.shape)));
+        }
+        _ => old.clone(),
+    };
+    store_from(&array, elements, 0)?;
+    if meta.shape.len() == 1 {
+        for_each_chunk_outside(&old, elements.len() as u64, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
+    }
+    finish(open, &array, new_cache_id)
+}
+
+/// Append elements to a 1-D array.
+pub fn append(open: &Arc<OpenArray>, elements: &[Vec<u8>], new_cache_id: u64) -> Result<()> {
+    let _writer = open.writer();
+    let _exclusive = open.exclusive();
+    let old = open.array();
+    if old.meta.shape.len() != 1 {
+        return Err(Error::Invalid(format!("lines can be appended to 1-D arrays only; this one is {:?}", old.meta.shape)));
+    }
+    if elements.is_empty() {
+        return Ok(());
+    }
+    let n = old.meta.shape[0];
+    let array = {
+        let mut edits = lock(&open.edits);
+        open.set_shape(&mut edits, &[n + elements.len() as u64])?
+    };
+    // The chunk the old end cuts through keeps its first elements.
+    let (first, offset) = array.meta.grid.chunk_of(0, n);
+    let mut all = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first])?.unwrap_or_default() };
+    all.truncate(offset as usize);
+    all.resize(offset as usize, array.meta.fill.clone());
+    all.extend_from_slice(elements);
+    store_from(&array, &all, array.meta.grid.chunk_start(0, first))?;
+    finish(open, &array, new_cache_id)
+}
+
+/// Store the chunks holding `elements`, which start at flat element `start` (a chunk start).
+fn store_from(array: &Array, elements: &[Vec<u8>], start: u64) -> Result<()> {
+    let meta = &array.meta;
+    if meta.shape.is_empty() {
+        array.store_elements(&[], &elements[..1.min(elements.len())])?;
+        return Ok(());
+    }
+    let grid = &meta.grid;
+    let grid_shape = grid.grid_shape(&meta.shape);
+    if grid_shape.contains(&0) {
+        return Ok(());
+    }
+    let strides = crate::zarr::region::c_strides(&meta.shape);
+    let first_band = grid.chunk_of(0, start / strides[0]).0;
+    let lo: Vec<u64> = std::iter::once(first_band).chain(grid_shape[1..].iter().map(|_| 0)).collect();
+    let hi: Vec<u64> = grid_shape.iter().map(|&n| n - 1).collect();
+    let mut result = Ok(());
+    for_each_cell(&lo, &hi, |coords| {
+        if result.is_err() {
+            return;
+        }
+        let shape = grid.chunk_shape(coords);
+        let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect();
+        let mut chunk = Vec::with_capacity(shape.iter().product::<u64>() as usize);
+        let hi_local: Vec<u64> = shape.iter().map(|&n| n - 1).collect();
+        for_each_cell(&vec![0; shape.len()], &hi_local, |local| {
+            let index: Vec<u64> = local.iter().zip(&origin).map(|(l, o)| l + o).collect();
+            let inside = index.iter().zip(&meta.shape).all(|(i, n)| i < n);
+            let flat = index.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>();
+            let element = if inside { flat.checked_sub(start).and_then(|f| elements.get(f as usize)) } else { None };
+            chunk.push(element.cloned().unwrap_or_else(|| meta.fill.clone()));
+        });
+        result = array.store_elements(coords, &chunk).map(|_| ());
+    });
+    result
+}
+
+/// After a rewrite or an append: the metadata, and a fresh text layout (cached bands are left
+/// behind under the old cache id).
+fn finish(open: &Arc<OpenArray>, array: &Arc<Array>, new_cache_id: u64) -> Result<()> {
+    let metadata_dirty = std::mem::take(&mut lock(&open.edits).metadata_dirty);
+    if metadata_dirty {
+        array.store_metadata()?;
+    }
+    open.replace(array.clone(), new_cache_id);
+    *lock(&open.text) = None;
+    Ok(())
+}
