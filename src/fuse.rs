@@ -113,6 +113,9 @@ impl Filesystem for FuseAdapter {
         let _ = config.set_max_write(1 << 20);
         // Keep cached pages across opens; the kernel drops them when size or mtime changes.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        // O_TRUNC arrives with the open (not as a separate truncate without a file handle), so
+        // that a text view knows which handle the new text comes through.
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         Ok(())
     }
 
@@ -146,7 +149,8 @@ impl Filesystem for FuseAdapter {
             Ok(a) if !a.volatile => FopenFlags::FOPEN_KEEP_CACHE,
             _ => FopenFlags::empty(),
         };
-        match self.track("open", Instant::now(), self.fs.open(ino.0, write, req.pid())) {
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        match self.track("open", Instant::now(), self.fs.open(ino.0, write, truncate, req.pid())) {
             Ok(fh) => reply.opened(FileHandle(fh), keep),
             Err(e) => reply.error(errno(&e)),
         }
@@ -177,11 +181,12 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.track("write", Instant::now(), self.fs.write(ino.0, fh.0, offset, data)) {
+        let append = flags.0 & libc::O_APPEND != 0;
+        match self.track("write", Instant::now(), self.fs.write(ino.0, fh.0, offset, data, append)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }

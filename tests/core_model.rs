@@ -20,7 +20,7 @@ fn open(store: &Arc<MemoryStore>, f: &Fixture) -> Core {
     let fs = ZarrFs::new(store.clone(), Config { cache_size: 1 << 16, ..Config::default() });
     let dir = fs.lookup(1, f.name).expect("array");
     let ino = fs.lookup(dir.ino, "data").expect("data").ino;
-    let fh = fs.open(ino, true, 0).expect("open");
+    let fh = fs.open(ino, true, false, 0).expect("open");
     Core { fs, ino, fh }
 }
 
@@ -37,7 +37,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Write { offset, len, seed } => {
                 let (offset, len) = f.align(offset, len);
                 let data = payload(f, offset, len, seed);
-                core.fs.write(core.ino, core.fh, offset, &data).unwrap();
+                core.fs.write(core.ino, core.fh, offset, &data, false).unwrap();
                 model.write(offset, &data);
             }
             Op::Truncate { rows } => {

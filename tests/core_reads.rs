@@ -56,7 +56,7 @@ fn open_data(fs: &ZarrFs, path: &str) -> (u64, u64) {
         ino = fs.lookup(ino, part).unwrap_or_else(|e| panic!("{path}: {e}")).ino;
     }
     let ino = fs.lookup(ino, "data").expect("data").ino;
-    (ino, fs.open(ino, false, 0).expect("open"))
+    (ino, fs.open(ino, false, false, 0).expect("open"))
 }
 
 fn setup() -> (Arc<CountingStore>, ZarrFs) {

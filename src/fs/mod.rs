@@ -303,8 +303,13 @@ impl ZarrFs {
             NodeKind::Data => match self.dir_state(&node.path)? {
                 DirState::Array(a) => {
                     let meta = &a.array().meta;
-                    let size = if meta.dtype.is_variable() { text::index(&a, &self.cache, &self.pool)?.len() } else { meta.byte_len() };
-                    file(size, if self.config.read_only { 0o444 } else { 0o644 })
+                    let perm = if self.config.read_only { 0o444 } else { 0o644 };
+                    if meta.dtype.is_variable() {
+                        // A text view's size moves with every rewrite the kernel cannot predict.
+                        Attr { volatile: true, ..file(text::index(&a, &self.cache, &self.pool)?.len(), perm) }
+                    } else {
+                        file(meta.byte_len(), perm)
+                    }
                 }
                 _ => return Err(Error::NotFound),
             },
@@ -373,8 +378,8 @@ impl ZarrFs {
         Ok(stored)
     }
 
-    /// Open a file for the process `pid`; returns the handle id.
-    pub fn open(&self, ino: u64, write: bool, pid: u32) -> Result<u64> {
+    /// Open a file for the process `pid` (`truncate`: O_TRUNC); returns the handle id.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool, pid: u32) -> Result<u64> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         if node.kind == NodeKind::Dir || node.kind == NodeKind::ControlDir {
             return Err(Error::Invalid("is a directory".into()));
@@ -401,6 +406,13 @@ impl ZarrFs {
         };
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
         lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, ..Handle::default() }));
+        if truncate && write && node.kind == NodeKind::Data {
+            drop(_change);
+            if let Err(e) = self.truncate(ino, 0, Some(fh)) {
+                lock(&self.handles).remove(&fh);
+                return Err(e);
+            }
+        }
         Ok(fh)
     }
 
@@ -417,7 +429,7 @@ impl ZarrFs {
 
     /// Write to `data` (over the dirty limit, the array is flushed before returning), or stage
     /// bytes written to `prepend`.
-    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8], append: bool) -> Result<u32> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         let _change = self.change()?;
         if node.kind == NodeKind::Prepend {
@@ -431,7 +443,7 @@ impl ZarrFs {
         }
         let array = self.data_array(&node.path)?;
         if array.array().meta.dtype.is_variable() {
-            self.write_text(&array, fh, offset, data)?;
+            self.write_text(&array, fh, offset, data, append)?;
             return Ok(data.len() as u32);
         }
         tracing::trace!(offset, len = data.len(), "write data");
@@ -445,20 +457,29 @@ impl ZarrFs {
 
     /// Text written to a variable-length array: after a cut to zero, the new text; at the end,
     /// lines to append; anywhere else it cannot keep element boundaries (EOPNOTSUPP).
-    fn write_text(&self, array: &Arc<OpenArray>, fh: u64, offset: u64, data: &[u8]) -> Result<()> {
+    /// (`append`: the file was opened O_APPEND, so every write goes at the end, whatever size
+    /// the kernel thinks the text has.)
+    fn write_text(&self, array: &Arc<OpenArray>, fh: u64, offset: u64, data: &[u8], append: bool) -> Result<()> {
         let handle = self.handle(fh).ok_or(Error::Invalid("unknown file handle".into()))?;
         let mut edit = lock(&handle.text);
         if edit.is_none() {
             let size = text::index(array, &self.cache, &self.pool)?.len();
-            if offset != size {
+            if offset != size && !append {
                 return Err(Error::Unsupported(
                     "writes into the middle of a text view cannot keep element boundaries: rewrite it (O_TRUNC) or append lines".into(),
                 ));
             }
-            *edit = Some(text::TextEdit { mode: text::TextMode::Append { base: size }, spool: prepend::Spool::create(&self.config.spool_dir)? });
+            *edit = Some(text::TextEdit {
+                mode: text::TextMode::Append { base: size },
+                spool: prepend::Spool::create(&self.config.spool_dir)?,
+            });
         }
         let Some(edit) = edit.as_mut() else { return Ok(()) };
         match edit.mode {
+            text::TextMode::Append { .. } if append => {
+                let end = edit.spool.len();
+                edit.spool.write(end, data)
+            }
             text::TextMode::Rewrite => edit.spool.write(offset, data),
             text::TextMode::Append { base } if offset >= base => edit.spool.write(offset - base, data),
             text::TextMode::Append { .. } => Err(Error::Unsupported("appended lines are written at the end".into())),
@@ -482,7 +503,10 @@ impl ZarrFs {
                 }
                 match fh.and_then(|fh| self.handle(fh)) {
                     // The new text follows through this handle.
-                    Some(h) => *lock(&h.text) = Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? }),
+                    Some(h) => {
+                        *lock(&h.text) =
+                            Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? })
+                    }
                     None => self.commit_text(&array, text::TextMode::Rewrite, &[])?,
                 }
             }

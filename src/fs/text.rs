@@ -123,8 +123,11 @@ fn band_rows(array: &Array, band: u64) -> (u64, u64) {
     (start, (start + grid.chunk_len(0, band)).min(array.meta.shape[0]))
 }
 
+/// A chunk's coordinates and its elements.
+type ChunkElements = (Vec<u64>, Vec<Vec<u8>>);
+
 /// Every element of the chunks of a band, by chunk coordinates (fill for missing chunks).
-fn band_elements(array: &Array, band: u64) -> Result<Vec<(Vec<u64>, Vec<Vec<u8>>)>> {
+fn band_elements(array: &Array, band: u64) -> Result<Vec<ChunkElements>> {
     let meta = &array.meta;
     let grid_shape = meta.grid.grid_shape(&meta.shape);
     let mut lo = vec![0u64; grid_shape.len()];
@@ -146,7 +149,7 @@ fn band_elements(array: &Array, band: u64) -> Result<Vec<(Vec<u64>, Vec<Vec<u8>>
 }
 
 /// The element at `index` (array coordinates) among a band's decoded chunks.
-fn element_at<'a>(array: &Array, chunks: &'a [(Vec<u64>, Vec<Vec<u8>>)], index: &[u64]) -> &'a [u8] {
+fn element_at<'a>(array: &Array, chunks: &'a [ChunkElements], index: &[u64]) -> &'a [u8] {
     let grid = &array.meta.grid;
     let (coords, local): (Vec<u64>, Vec<u64>) = index.iter().enumerate().map(|(a, &i)| grid.chunk_of(a, i)).unzip();
     let Some((c, elements)) = chunks.iter().find(|(c, _)| *c == coords) else { return &[] };

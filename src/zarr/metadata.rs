@@ -402,7 +402,10 @@ mod tests {
         assert!(array(&v3(json!({"fancy": {"must_understand": false}}))).is_ok());
         assert!(msg(v3(json!({"storage_transformers": [{"name": "x"}]}))).contains("storage transformers"));
         assert!(msg(v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lzma"}]}))).contains("lzma"));
-        assert!(array(&v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, "crc32c"]}))).is_ok(), "short-hand names");
+        assert!(
+            array(&v3(json!({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, "crc32c"]}))).is_ok(),
+            "short-hand names"
+        );
         assert!(msg(v3(json!({"chunk_grid": {"name": "hexagonal"}}))).contains("hexagonal"));
         assert!(msg(v3(json!({"data_type": "float128"}))).contains("float128"));
         assert!(msg(v3(json!({"dimension_names": ["y"]}))).contains("dimension_names"));

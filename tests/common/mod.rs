@@ -157,6 +157,18 @@ impl Drop for Mount {
     }
 }
 
+/// Open `path` with `opts`, write `bytes`, and close explicitly: the close's error is returned
+/// (it is where zarrfs commits prepends and text).
+pub fn write_and_close(path: &Path, opts: &std::fs::OpenOptions, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::IntoRawFd;
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    let fd = f.into_raw_fd();
+    // SAFETY: we own fd.
+    if unsafe { libc::close(fd) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
 /// A copy of a fixture store (or any directory) in a fresh temporary directory.
 pub fn copy_store(src: &Path) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -139,15 +139,25 @@ impl CodecChain {
                     shape = t.encoded_shape(&shape);
                     a2a.push(Box::new(t));
                 }
-                "bytes" | "sharding_indexed" | "vlen-utf8" | "vlen-bytes" | "vlen_v2" | "zarrs.vlen_v2" | "vlen" | "zarrs.vlen"
-                | "https://codec.zarrs.dev/array_to_bytes/vlen_v2" | "https://codec.zarrs.dev/array_to_bytes/vlen" => {
+                "bytes"
+                | "sharding_indexed"
+                | "vlen-utf8"
+                | "vlen-bytes"
+                | "vlen_v2"
+                | "zarrs.vlen_v2"
+                | "vlen"
+                | "zarrs.vlen"
+                | "https://codec.zarrs.dev/array_to_bytes/vlen_v2"
+                | "https://codec.zarrs.dev/array_to_bytes/vlen" => {
                     if a2b.is_some() {
                         return Err(Error::metadata("codecs has more than one array→bytes codec"));
                     }
                     let codec: Box<dyn ArrayToBytesCodec> = match name {
                         "bytes" => Box::new(BytesCodec::parse(config, dtype)?),
                         "sharding_indexed" => Box::new(ShardingCodec::parse(config, dtype, &shape)?),
-                        "vlen-utf8" | "vlen-bytes" => Box::new(VlenInterleavedCodec { name: if name == "vlen-utf8" { "vlen-utf8" } else { "vlen-bytes" } }),
+                        "vlen-utf8" | "vlen-bytes" => {
+                            Box::new(VlenInterleavedCodec { name: if name == "vlen-utf8" { "vlen-utf8" } else { "vlen-bytes" } })
+                        }
                         "vlen" | "zarrs.vlen" | "https://codec.zarrs.dev/array_to_bytes/vlen" => Box::new(ZarrsVlenCodec::parse(config)?),
                         _ => Box::new(VlenInterleavedCodec { name: "zarrs.vlen_v2" }),
                     };

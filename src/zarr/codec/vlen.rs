@@ -155,7 +155,11 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
         offsets
             .windows(2)
-            .map(|w| data.get(w[0] as usize..w[1] as usize).map(<[u8]>::to_vec).ok_or_else(|| corrupt("zarrs.vlen: offsets out of order or past the data")))
+            .map(|w| {
+                data.get(w[0] as usize..w[1] as usize)
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| corrupt("zarrs.vlen: offsets out of order or past the data"))
+            })
             .collect()
     }
 
@@ -173,7 +177,8 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         if !self.wide_index && data.len() > u32::MAX as usize {
             return Err(Error::Invalid("a chunk of more than 4 GiB of elements needs a uint64 index".into()));
         }
-        let index = self.index.encode(offsets, &ChunkRepr { shape: vec![elements.len() as u64 + 1], dtype: self.index_type(), fill: &[0; 8] })?;
+        let index =
+            self.index.encode(offsets, &ChunkRepr { shape: vec![elements.len() as u64 + 1], dtype: self.index_type(), fill: &[0; 8] })?;
         let total = data.len() as u64;
         let data = self.data.encode(data, &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
         let len = (index.len() as u64).to_le_bytes();

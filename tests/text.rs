@@ -1,0 +1,112 @@
+//! Variable-length arrays as text through a mount: rewrites, appends and what is refused.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Mount, copy_store, fixtures, write_and_close};
+
+fn rewrite() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.write(true).truncate(true);
+    o
+}
+
+fn append() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.append(true);
+    o
+}
+
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshot(&p));
+        } else {
+            out.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn rewrites_and_appends_read_back_after_a_remount() {
+    let (_dir, store) = copy_store(&fixtures().join("vlen.zarr"));
+    let new_1d = "one\n\ntwo\\\\three\nfour\\nlines\nütf ✓\n";
+    let new_2d = (0..12).map(|i| format!("e{i}\n")).collect::<String>();
+    // NUL is valid UTF-8: it reads back as itself, only 0xff stays escaped.
+    let bytes = "raw\\xff\\x00end\nplain\n";
+    let bytes_shown = "raw\\xff\0end\nplain\n";
+    {
+        let m = Mount::new(&store, &[]);
+        // 1-D: resized to the line count.
+        write_and_close(&m.path("strings_1d/data"), &rewrite(), new_1d.as_bytes()).unwrap();
+        assert_eq!(std::fs::read_to_string(m.path("strings_1d/data")).unwrap(), new_1d);
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path("strings_1d/zarr.json")).unwrap()).unwrap();
+        assert_eq!(doc["shape"], serde_json::json!([5]));
+        // Appending lines grows a 1-D array.
+        let out = Command::new("sh").arg("-c").arg(format!("echo 'five' >> {}", m.path("strings_1d/data").display())).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // N-D: the line count must be the element count.
+        write_and_close(&m.path("strings_2d/data"), &rewrite(), new_2d.as_bytes()).unwrap();
+        // bytes: \xHH for bytes that are not UTF-8.
+        write_and_close(&m.path("bytes_1d/data"), &rewrite(), bytes.as_bytes()).unwrap();
+        // v2 |O + vlen-utf8 + zstd.
+        write_and_close(&m.path("v2/strings/data"), &rewrite(), b"a\nb\n").unwrap();
+    }
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read_to_string(m.path("strings_1d/data")).unwrap(), format!("{new_1d}five\n"));
+    assert_eq!(std::fs::read_to_string(m.path("strings_2d/data")).unwrap(), new_2d);
+    assert_eq!(std::fs::read_to_string(m.path("bytes_1d/data")).unwrap(), bytes_shown);
+    assert_eq!(std::fs::read_to_string(m.path("v2/strings/data")).unwrap(), "a\nb\n");
+}
+
+#[test]
+fn zarrs_codecs_are_rewritten_with_their_own_codecs() {
+    let (_dir, store) = copy_store(&fixtures().join("zarrs-vlen"));
+    let text = "x\ny\\\\z\n\n";
+    {
+        let m = Mount::new(&store, &[]);
+        for array in ["zarrs_vlen_u32", "zarrs_vlen_u64", "zarrs_vlen_v2", "vlen_utf8"] {
+            write_and_close(&m.path(array).join("data"), &rewrite(), text.as_bytes()).unwrap_or_else(|e| panic!("{array}: {e}"));
+        }
+    }
+    let m = Mount::new(&store, &[]);
+    for array in ["zarrs_vlen_u32", "zarrs_vlen_u64", "zarrs_vlen_v2", "vlen_utf8"] {
+        assert_eq!(std::fs::read_to_string(m.path(array).join("data")).unwrap(), text, "{array}");
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(array).join("zarr.json")).unwrap()).unwrap();
+        assert_eq!(doc["shape"], serde_json::json!([3]), "{array}");
+    }
+}
+
+#[test]
+fn bad_text_is_refused_and_changes_nothing() {
+    let (_dir, store) = copy_store(&fixtures().join("vlen.zarr"));
+    let before = snapshot(&store);
+    {
+        let m = Mount::new(&store, &[]);
+        let einval = |array: &str, opts: &OpenOptions, text: &[u8]| {
+            let err = write_and_close(&m.path(array).join("data"), opts, text).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{array}: {:?}", String::from_utf8_lossy(text));
+        };
+        einval("strings_1d", &rewrite(), b"fine\nbad \\q escape\n");
+        einval("strings_1d", &rewrite(), b"dangling\\");
+        einval("strings_1d", &rewrite(), b"not \xff utf-8\n");
+        einval("strings_1d", &rewrite(), b"no \\x41 in strings\n");
+        einval("bytes_1d", &rewrite(), b"short \\x4\n");
+        einval("strings_2d", &rewrite(), b"too\nfew\n");
+        einval("strings_2d", &append(), b"more\n");
+        // Writes into the middle cannot keep element boundaries.
+        let f = OpenOptions::new().write(true).open(m.path("strings_1d/data")).unwrap();
+        assert_eq!(f.write_at(b"x", 2).unwrap_err().raw_os_error(), Some(libc::EOPNOTSUPP));
+        let expected = std::fs::read(fixtures().join("expected/vlen.zarr/strings_1d.bin")).unwrap();
+        assert_eq!(std::fs::read(m.path("strings_1d/data")).unwrap(), expected, "the mount shows the old text");
+    }
+    assert_eq!(snapshot(&store), before, "the store is unchanged");
+}
