@@ -16,7 +16,25 @@ zarr.config.set({"array.rectilinear_chunks": True})
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STORES = ["tests/fixtures/v3.zarr", "tests/fixtures/v2.zarr", "tests/fixtures/tensorstore_v3.zarr",
-          "tests/fixtures/tensorstore_v2.zarr", "tests/fixtures/rectilinear.zarr", "demo/weather.zarr"]
+          "tests/fixtures/tensorstore_v2.zarr", "tests/fixtures/rectilinear.zarr", "tests/fixtures/vlen.zarr", "demo/weather.zarr"]
+
+
+def escape(element, bytes_type):
+    """One element as a line of the text view (design.md §1)."""
+    raw = element if isinstance(element, bytes) else element.encode()
+    out = []
+    for ch in raw.decode("utf-8", errors="surrogateescape"):
+        if ch == "\\":
+            out.append(b"\\\\")
+        elif ch == "\n":
+            out.append(b"\\n")
+        elif ch == "\r":
+            out.append(b"\\r")
+        elif "\udc80" <= ch <= "\udcff":
+            out.append(b"\\x%02x" % (ord(ch) - 0xDC00))
+        else:
+            out.append(ch.encode())
+    return b"".join(out) + b"\n"
 
 
 def little_endian(dtype):
@@ -42,6 +60,15 @@ def main():
             try:
                 for path, arr in arrays(zarr.open_group(store_path, mode="r")):
                     want = np.ascontiguousarray(arr[...])
+                    if want.dtype.kind in "OT" or isinstance(want.dtype, np.dtypes.StringDType):
+                        values = want.reshape(-1).tolist()
+                        text = b"".join(escape(v, isinstance(v, bytes)) for v in values)
+                        with open(os.path.join(mnt, path, "data"), "rb") as f:
+                            same = f.read() == text
+                        passed, failed = passed + same, failed + (not same)
+                        if not same:
+                            print(f"MISMATCH {store}/{path} (text)")
+                        continue
                     dtype = little_endian(want.dtype)
                     data = os.path.join(mnt, path, "data")
                     if os.path.getsize(data) == 0:

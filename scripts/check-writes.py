@@ -253,6 +253,54 @@ def rectilinear_growth_matches_zarr_python(binary, work):
               zarr.open_array(a_path, mode="r")[...].tobytes())
 
 
+def escape(element, bytes_type):
+    raw = element if isinstance(element, bytes) else element.encode()
+    out = []
+    for ch in raw.decode("utf-8", errors="surrogateescape"):
+        if ch == "\\":
+            out.append(b"\\\\")
+        elif ch == "\n":
+            out.append(b"\\n")
+        elif ch == "\r":
+            out.append(b"\\r")
+        elif "\udc80" <= ch <= "\udcff":
+            out.append(b"\\x%02x" % (ord(ch) - 0xDC00))
+        else:
+            out.append(ch.encode())
+    return b"".join(out) + b"\n"
+
+
+def text_round_trips(binary, work):
+    """Text rewritten and appended through the mount, read back by zarr-python."""
+    store = os.path.join(work, "text.zarr")
+    shutil.copytree(os.path.join(ROOT, "tests/fixtures/vlen.zarr"), store)
+    new_1d = ["zeta", "", "ünï\ncode\\", "tab\tx", "\r"]
+    more = ["appended", "two"]
+    new_2d = [f"cell {i}" for i in range(12)]
+    new_bytes = [b"\x00\xff", b"plain", b""]
+    mnt = os.path.join(work, "mnt-text")
+    os.makedirs(mnt)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    try:
+        with open(os.path.join(mnt, "strings_1d", "data"), "wb") as f:
+            f.write(b"".join(escape(v, False) for v in new_1d))
+        with open(os.path.join(mnt, "strings_1d", "data"), "ab") as f:
+            f.write(b"".join(escape(v, False) for v in more))
+        with open(os.path.join(mnt, "strings_2d", "data"), "wb") as f:
+            f.write(b"".join(escape(v, False) for v in new_2d))
+        with open(os.path.join(mnt, "bytes_1d", "data"), "wb") as f:
+            f.write(b"".join(escape(v, True) for v in new_bytes))
+        with open(os.path.join(mnt, "v2", "strings", "data"), "ab") as f:
+            f.write(b"tail\n")
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=True)
+    got = lambda p: [x.decode() if isinstance(x, bytes) and p != "bytes_1d" else x for x in zarr.open_array(store, path=p, mode="r")[...].reshape(-1).tolist()]
+    check("text rewrite + append (1-D strings)", repr(got("strings_1d")).encode(), repr(new_1d + more).encode())
+    check("text rewrite (2-D strings)", repr(got("strings_2d")).encode(), repr(new_2d).encode())
+    check("text rewrite (bytes)", repr(got("bytes_1d")).encode(), repr(new_bytes).encode())
+    check("text append (v2 |O)", repr(got("v2/strings")).encode(), repr(["v2", "", "é", "x\\y", "a\nb", "z", "tail"]).encode())
+
+
 def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/zarrfs"))
     with tempfile.TemporaryDirectory() as work:
@@ -262,6 +310,7 @@ def main():
         consolidated(binary, work, 3)
         consolidated(binary, work, 2)
         rectilinear_growth_matches_zarr_python(binary, work)
+        text_round_trips(binary, work)
     print(f"writes: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
 

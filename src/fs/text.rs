@@ -3,6 +3,7 @@
 //! `bytes` arrays a byte that is not part of valid UTF-8 `\xHH`. The text is rendered by bands
 //! (the chunks sharing an axis-0 index), cached, and indexed by each band's length.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::open::{OpenArray, lock};
@@ -149,10 +150,10 @@ fn band_elements(array: &Array, band: u64) -> Result<Vec<ChunkElements>> {
 }
 
 /// The element at `index` (array coordinates) among a band's decoded chunks.
-fn element_at<'a>(array: &Array, chunks: &'a [ChunkElements], index: &[u64]) -> &'a [u8] {
+fn element_at<'a>(array: &Array, chunks: &'a [ChunkElements], by_coords: &HashMap<&[u64], usize>, index: &[u64]) -> &'a [u8] {
     let grid = &array.meta.grid;
     let (coords, local): (Vec<u64>, Vec<u64>) = index.iter().enumerate().map(|(a, &i)| grid.chunk_of(a, i)).unzip();
-    let Some((c, elements)) = chunks.iter().find(|(c, _)| *c == coords) else { return &[] };
+    let Some((c, elements)) = by_coords.get(coords.as_slice()).map(|&i| &chunks[i]) else { return &[] };
     let shape = grid.chunk_shape(c);
     let flat = local.iter().zip(&shape).fold(0u64, |acc, (l, s)| acc * s + l) as usize;
     elements.get(flat).map_or(&[], |e| &e[..])
@@ -169,13 +170,14 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
             return Ok(Cached::Chunk(out));
         }
         let chunks = band_elements(array, band)?;
+        let by_coords: HashMap<&[u64], usize> = chunks.iter().enumerate().map(|(i, (c, _))| (c.as_slice(), i)).collect();
         let (r0, r1) = band_rows(array, band);
         let mut lo = vec![r0];
         let mut hi = vec![r1.saturating_sub(1)];
         lo.extend(meta.shape[1..].iter().map(|_| 0));
         hi.extend(meta.shape[1..].iter().map(|&n| n.saturating_sub(1)));
         if r1 > r0 && meta.shape[1..].iter().all(|&n| n > 0) {
-            for_each_cell(&lo, &hi, |index| escape(element_at(array, &chunks, index), is_bytes(array), &mut out));
+            for_each_cell(&lo, &hi, |index| escape(element_at(array, &chunks, &by_coords, index), is_bytes(array), &mut out));
         }
         Ok(Cached::Chunk(out))
     })
