@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import numpy as np
+from textview import escape
 import zarr
 
 zarr.config.set({"array.rectilinear_chunks": True})
@@ -19,22 +20,6 @@ STORES = ["tests/fixtures/v3.zarr", "tests/fixtures/v2.zarr", "tests/fixtures/te
           "tests/fixtures/tensorstore_v2.zarr", "tests/fixtures/rectilinear.zarr", "tests/fixtures/vlen.zarr", "demo/weather.zarr"]
 
 
-def escape(element, bytes_type):
-    """One element as a line of the text view (design.md §1)."""
-    raw = element if isinstance(element, bytes) else element.encode()
-    out = []
-    for ch in raw.decode("utf-8", errors="surrogateescape"):
-        if ch == "\\":
-            out.append(b"\\\\")
-        elif ch == "\n":
-            out.append(b"\\n")
-        elif ch == "\r":
-            out.append(b"\\r")
-        elif "\udc80" <= ch <= "\udcff":
-            out.append(b"\\x%02x" % (ord(ch) - 0xDC00))
-        else:
-            out.append(ch.encode())
-    return b"".join(out) + b"\n"
 
 
 def little_endian(dtype):

@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 import numpy as np
+from textview import escape
 import tensorstore as ts
 import zarr
 
@@ -253,21 +254,6 @@ def rectilinear_growth_matches_zarr_python(binary, work):
               zarr.open_array(a_path, mode="r")[...].tobytes())
 
 
-def escape(element, bytes_type):
-    raw = element if isinstance(element, bytes) else element.encode()
-    out = []
-    for ch in raw.decode("utf-8", errors="surrogateescape"):
-        if ch == "\\":
-            out.append(b"\\\\")
-        elif ch == "\n":
-            out.append(b"\\n")
-        elif ch == "\r":
-            out.append(b"\\r")
-        elif "\udc80" <= ch <= "\udcff":
-            out.append(b"\\x%02x" % (ord(ch) - 0xDC00))
-        else:
-            out.append(ch.encode())
-    return b"".join(out) + b"\n"
 
 
 def text_round_trips(binary, work):

@@ -17,6 +17,7 @@ import sys
 
 import numcodecs
 import numpy as np
+from textview import text_view
 import tensorstore as ts
 import zarr
 from zarr.core.dtype import VariableLengthBytes
@@ -38,26 +39,8 @@ def flat_bytes(a):
     return a.tobytes()
 
 
-def escape(element, bytes_type):
-    """One element as a line of `data`'s text view (design.md §1)."""
-    raw = element if isinstance(element, bytes) else element.encode()
-    out = []
-    for ch in raw.decode("utf-8", errors="surrogateescape"):
-        if ch == "\\":
-            out.append(b"\\\\")
-        elif ch == "\n":
-            out.append(b"\\n")
-        elif ch == "\r":
-            out.append(b"\\r")
-        elif "\udc80" <= ch <= "\udcff":
-            out.append(b"\\x%02x" % (ord(ch) - 0xDC00) if bytes_type else "\ufffd".encode())
-        else:
-            out.append(ch.encode())
-    return b"".join(out) + b"\n"
 
 
-def text_view(values, bytes_type):
-    return b"".join(escape(v, bytes_type) for v in values)
 
 
 def record_text(store, path, values, bytes_type):

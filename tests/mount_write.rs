@@ -181,21 +181,8 @@ fn a_chunk_written_full_of_fill_is_deleted() {
     f.write_at(&fill, 0).unwrap(); // rows 0..4: shard row 0, both shards
     drop(f);
     assert!(!store.join("sharded/end/c/0/0").exists() && !store.join("sharded/end/c/0/1").exists());
-    let no_temp = walk_files(&store).into_iter().filter(|p| p.contains(".zarrfs-")).collect::<Vec<_>>();
+    let no_temp = common::snapshot(&store).into_keys().filter(|p| p.contains(".zarrfs-")).collect::<Vec<_>>();
     assert!(no_temp.is_empty(), "temporary files left: {no_temp:?}");
-}
-
-fn walk_files(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p.display().to_string());
-        }
-    }
-    out
 }
 
 #[test]

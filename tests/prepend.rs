@@ -2,16 +2,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::IntoRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::SystemTime;
 
-use common::{Mount, bin};
+use common::{Mount, bin, snapshot};
 use serde_json::json;
 
 /// A store with one array per case, all `int16` with rows of 3 elements, chunks of 2 rows.
@@ -42,28 +39,9 @@ fn rows(start: i16, n: usize) -> Vec<u8> {
     (0..n as i32 * 3).map(|i| (start as i32 + i) as i16).flat_map(i16::to_le_bytes).collect()
 }
 
-/// Every stored file under `dir` with its bytes and mtime.
-fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(snapshot(&p));
-        } else {
-            let meta = std::fs::metadata(&p).unwrap();
-            out.insert(p.display().to_string(), (std::fs::read(&p).unwrap(), meta.modified().unwrap()));
-        }
-    }
-    out
-}
-
-/// Write `bytes` to `path` and close it explicitly: the close's error is the commit's.
+/// Write `bytes` to `path` and close it: the close's error is the commit's.
 fn write_and_close(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().write(true).open(path)?;
-    f.write_all(bytes)?;
-    let fd = f.into_raw_fd();
-    // SAFETY: we own fd.
-    if unsafe { libc::close(fd) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    common::write_and_close(path, OpenOptions::new().write(true), bytes)
 }
 
 fn offset_encoding(offset: i64, separator: &str) -> serde_json::Value {

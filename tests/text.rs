@@ -4,10 +4,9 @@ mod common;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::process::Command;
 
-use common::{Mount, copy_store, fixtures, write_and_close};
+use common::{Mount, copy_store, fixtures, snapshot, write_and_close};
 
 fn rewrite() -> OpenOptions {
     let mut o = OpenOptions::new();
@@ -19,20 +18,6 @@ fn append() -> OpenOptions {
     let mut o = OpenOptions::new();
     o.append(true);
     o
-}
-
-fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(snapshot(&p));
-        } else {
-            out.push((p.display().to_string(), std::fs::read(&p).unwrap()));
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -4,9 +4,10 @@
 
 pub mod model;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -167,6 +168,21 @@ pub fn write_and_close(path: &Path, opts: &std::fs::OpenOptions, bytes: &[u8]) -
     let fd = f.into_raw_fd();
     // SAFETY: we own fd.
     if unsafe { libc::close(fd) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// Every stored file under `dir` with its bytes and mtime.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshot(&p));
+        } else {
+            let meta = std::fs::metadata(&p).unwrap();
+            out.insert(p.display().to_string(), (std::fs::read(&p).unwrap(), meta.modified().unwrap()));
+        }
+    }
+    out
 }
 
 /// A copy of a fixture store (or any directory) in a fresh temporary directory.
