@@ -16,19 +16,19 @@ struct Core {
     fh: u64,
 }
 
-fn open(store: &Arc<MemoryStore>, f: &Fixture) -> Core {
-    let fs = ZarrFs::new(store.clone(), Config { cache_size: 1 << 16, ..Config::default() });
+fn open(store: &Arc<MemoryStore>, f: &Fixture, dirty_limit: usize) -> Core {
+    let fs = ZarrFs::new(store.clone(), Config { cache_size: 1 << 16, dirty_limit, ..Config::default() });
     let dir = fs.lookup(1, f.name).expect("array");
     let ino = fs.lookup(dir.ino, "data").expect("data").ino;
     let fh = fs.open(ino, true, false, 0).expect("open");
     Core { fs, ino, fh }
 }
 
-fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(f: &Fixture, ops: &[Op], dirty_limit: usize) -> Result<(), TestCaseError> {
     let store = Arc::new(MemoryStore::new());
     store.set(&format!("{}/{}", f.name, f.doc_name), f.doc.as_bytes()).unwrap();
     store.set("zarr.json", br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
-    let mut core = open(&store, f);
+    let mut core = open(&store, f, dirty_limit);
     let size = core.fs.getattr(core.ino).unwrap().size;
     let mut model = Model { bytes: Vec::new(), row: f.row, fill: f.fill.clone() };
     model.truncate(size / f.row);
@@ -56,7 +56,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Reopen => {
                 core.fs.flush(core.fh, 0).unwrap();
                 core.fs.release(core.fh);
-                core = open(&store, f);
+                core = open(&store, f, dirty_limit);
             }
         }
         let attr = core.fs.getattr(core.ino).unwrap();
@@ -66,7 +66,7 @@ fn run(f: &Fixture, ops: &[Op]) -> Result<(), TestCaseError> {
     }
     // After a last flush, a fresh reader of the store sees the same.
     core.fs.flush(core.fh, 0).unwrap();
-    let fresh = open(&store, f);
+    let fresh = open(&store, f, dirty_limit);
     let all = fresh.fs.read(fresh.ino, fresh.fh, 0, model.bytes.len() as u32).unwrap();
     prop_assert!(all == model.bytes, "{}: the store differs from the model", f.name);
     // No chunk equal to fill is stored, and nothing but chunks and the document.
@@ -80,8 +80,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn core_matches_the_model(which in 0usize..4, ops in ops(700)) {
+    fn core_matches_the_model(which in 0usize..4, ops in ops(700), small_dirty_limit in any::<bool>()) {
+        // A tiny dirty limit makes writes store chunks in the background and at the limit.
         let fs = fixtures();
-        run(&fs[which], &ops)?;
+        run(&fs[which], &ops, if small_dirty_limit { 1024 } else { 256 << 20 })?;
     }
 }

@@ -30,10 +30,11 @@ fn model_store(f: &common::model::Fixture) -> (tempfile::TempDir, std::path::Pat
     (dir, store)
 }
 
-fn run_model(which: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run_model(which: usize, ops: &[Op], small_dirty_limit: bool) -> Result<(), TestCaseError> {
     let f = &model_fixtures()[which];
     let (_dir, store) = model_store(f);
-    let m = Mount::new(&store, &[]);
+    // A tiny dirty limit makes writes store chunks in the background and at the limit.
+    let m = Mount::new(&store, if small_dirty_limit { &["--dirty-limit", "1K"] } else { &[] });
     let path = m.path(f.name).join("data");
     let mut file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let mut model = Model { bytes: Vec::new(), row: f.row, fill: f.fill.clone() };
@@ -86,8 +87,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
     #[test]
-    fn mount_matches_the_model(which in 0usize..4, ops in ops(700)) {
-        run_model(which, &ops)?;
+    fn mount_matches_the_model(which in 0usize..4, ops in ops(700), small_dirty_limit in any::<bool>()) {
+        run_model(which, &ops, small_dirty_limit)?;
     }
 }
 

@@ -122,6 +122,10 @@ struct Handle {
     streak: AtomicU64,
 }
 
+/// An array holding this many changed bytes starts storing the chunks its writers moved on
+/// from (`writeback::store_in_background`).
+const BACKGROUND_START: usize = 8 << 20;
+
 /// Read-ahead starts once a reader has read this much sequentially: scattered small reads
 /// decode only what they touch.
 const MIN_STREAK: u64 = 1 << 20;
@@ -141,7 +145,7 @@ pub struct ZarrFs {
     pool: WorkerPool,
     mount_time: SystemTime,
     /// Bytes of changed chunks held, all arrays together.
-    dirty_bytes: AtomicI64,
+    dirty_bytes: Arc<AtomicI64>,
     kernel: std::sync::OnceLock<Box<dyn KernelCache>>,
     stats: stats::Stats,
     /// Cleared when the daemon stops. Every change holds it shared while it runs, so that
@@ -166,7 +170,7 @@ impl ZarrFs {
             handles: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             mount_time: SystemTime::now(),
-            dirty_bytes: AtomicI64::new(0),
+            dirty_bytes: Arc::new(AtomicI64::new(0)),
             kernel: std::sync::OnceLock::new(),
             stats: stats::Stats::default(),
             accepting: std::sync::RwLock::new(true),
@@ -451,6 +455,8 @@ impl ZarrFs {
         let total = self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed) + added as i64;
         if total > self.config.dirty_limit as i64 {
             self.flush_array(&array)?;
+        } else if lock(&array.edits).dirty_bytes >= (self.config.dirty_limit / 8).min(BACKGROUND_START) {
+            writeback::store_in_background(&array, &self.cache, &self.pool, &self.dirty_bytes);
         }
         Ok(data.len() as u32)
     }

@@ -1,9 +1,9 @@
 //! An array being served: its current metadata (which may be ahead of the store until the next
 //! flush) and the chunks written but not yet stored.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::Result;
 use crate::zarr::array::Array;
@@ -14,6 +14,8 @@ pub(crate) enum ChunkEdit {
     Dirty(Vec<u8>),
     /// The chunk is to be deleted (it lies outside after a shrink); it reads as fill.
     Deleted,
+    /// Being stored in the background; reads still come from here until it is.
+    Storing(Arc<Vec<u8>>),
 }
 
 #[derive(Default)]
@@ -23,6 +25,11 @@ pub(crate) struct Edits {
     pub metadata_dirty: bool,
     /// Keys written or deleted since the last fsync.
     pub unsynced: BTreeSet<String>,
+    /// Chunks a background store is under way for (one at a time per chunk, so that stores of
+    /// one chunk land in order).
+    pub storing: HashSet<Vec<u64>>,
+    /// The chunks the latest write touched: likely to be written again, so not stored early.
+    pub recent: Vec<Vec<u64>>,
 }
 
 impl Edits {
@@ -36,6 +43,8 @@ pub struct OpenArray {
     cache_id: AtomicU64,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
+    /// Signalled when a background store finishes.
+    pub(crate) stored: Condvar,
     /// Variable-length arrays: where each band's text ends, once known.
     pub(crate) text: Mutex<Option<Arc<super::text::TextIndex>>>,
     /// A flush holds it exclusively; reads and writes share it. So a flush never runs while a
@@ -56,6 +65,7 @@ impl OpenArray {
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
             edits: Mutex::new(Edits::default()),
+            stored: Condvar::new(),
             text: Mutex::new(None),
             store_lock: RwLock::new(()),
             write_lock: Mutex::new(()),
@@ -110,6 +120,14 @@ impl OpenArray {
 
     pub fn is_dirty(&self) -> bool {
         !lock(&self.edits).is_clean()
+    }
+
+    /// Wait until no background store is under way (with the edits locked).
+    pub(crate) fn wait_stored<'a>(&self, mut edits: MutexGuard<'a, Edits>) -> MutexGuard<'a, Edits> {
+        while !edits.storing.is_empty() {
+            edits = self.stored.wait(edits).unwrap_or_else(|p| p.into_inner());
+        }
+        edits
     }
 
     pub fn metadata_dirty(&self) -> bool {

@@ -149,7 +149,12 @@ fn read_shared(
         for (i, (coords, regions)) in units.iter().enumerate() {
             let outer = array.chunk_of_unit(coords).0;
             match edits.chunks.get(&outer) {
-                Some(ChunkEdit::Dirty(chunk)) => {
+                Some(edit @ (ChunkEdit::Dirty(_) | ChunkEdit::Storing(_))) => {
+                    let chunk: &[u8] = match edit {
+                        ChunkEdit::Storing(c) => c,
+                        ChunkEdit::Dirty(c) => c,
+                        ChunkEdit::Deleted => &[],
+                    };
                     let shape = meta.grid.chunk_shape(&outer);
                     copy_out(Some(chunk), &shape, &origin_of(&meta.grid, &outer), regions, &meta.shape, range.start, &mut buf, &meta.fill);
                 }
@@ -247,10 +252,15 @@ fn edit_chunk(
     let chunk = match edits.chunks.entry(coords.to_vec()) {
         Entry::Occupied(o) => {
             let slot = o.into_mut();
-            if let ChunkEdit::Deleted = slot {
-                let f = fresh();
-                added += f.len() as isize;
-                *slot = ChunkEdit::Dirty(f);
+            let restart = match slot {
+                ChunkEdit::Deleted => Some(fresh()),
+                // Being stored: change a copy; the store under way finishes with the old one.
+                ChunkEdit::Storing(c) => Some(c.to_vec()),
+                ChunkEdit::Dirty(_) => None,
+            };
+            if let Some(c) = restart {
+                added += c.len() as isize;
+                *slot = ChunkEdit::Dirty(c);
             }
             slot
         }
@@ -290,6 +300,8 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     }
     let meta = &array.meta;
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
+    let cells = cells_of(&meta.grid, &meta.shape, range);
+    lock(&open.edits).recent = cells.iter().map(|(c, _)| c.clone()).collect();
     // Whole elements: the bytes of partly written elements at either end come from the file.
     let base = range.start * item;
     let mut buf = vec![0u8; ((range.end - range.start) * item) as usize];
@@ -301,7 +313,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
         buf[n - tail.len()..].copy_from_slice(&tail);
     }
     buf[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    for (coords, regions) in cells_of(&meta.grid, &meta.shape, range) {
+    for (coords, regions) in cells {
         let covered: u64 = regions.iter().map(|r| r.iter().map(|(s, e)| e - s).product::<u64>()).sum();
         let from_fill = covered == in_bounds(&meta.grid, &meta.shape, &coords);
         let chunk_shape = meta.grid.chunk_shape(&coords);
@@ -436,7 +448,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             let needs_reset = {
                 let edits = lock(&open.edits);
                 match edits.chunks.get(&coords) {
-                    Some(ChunkEdit::Dirty(_)) => true,
+                    Some(ChunkEdit::Dirty(_) | ChunkEdit::Storing(_)) => true,
                     Some(ChunkEdit::Deleted) => false,
                     None => {
                         drop(edits);

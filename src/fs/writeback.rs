@@ -2,6 +2,7 @@
 //! fill), then the metadata; `sync` makes what was written durable.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::display_path;
 use super::open::{ChunkEdit, OpenArray, lock};
@@ -22,7 +23,7 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (i
 pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (isize, Result<()>) {
     let array = open.array();
     let (chunks, metadata_dirty, bytes) = {
-        let mut edits = lock(&open.edits);
+        let mut edits = open.wait_stored(lock(&open.edits));
         let bytes = std::mem::take(&mut edits.dirty_bytes);
         (std::mem::take(&mut edits.chunks), std::mem::take(&mut edits.metadata_dirty), bytes)
     };
@@ -36,6 +37,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         pool.submit(move || {
             let result = match &edit {
                 ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk),
+                ChunkEdit::Storing(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Deleted => array.delete_chunk(&coords),
             };
             let _ = tx.send((coords, edit, result));
@@ -58,6 +60,10 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 if let ChunkEdit::Dirty(c) = &edit {
                     restored += c.len();
                 }
+                let edit = match edit {
+                    ChunkEdit::Storing(c) => ChunkEdit::Dirty(c.to_vec()),
+                    other => other,
+                };
                 edits.chunks.entry(coords).or_insert(edit);
                 first_error.get_or_insert(e);
             }
@@ -81,6 +87,63 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         }
     }
     (restored as isize - bytes as isize, first_error.map_or(Ok(()), Err))
+}
+
+/// Store, on the pool, the changed chunks the latest write did not touch — for a sequential
+/// writer these are complete — while writing goes on: encoding overlaps writing, and little is
+/// left for close(). Readers keep reading them from memory until each is stored; a write to one
+/// changes a copy. A chunk that fails stays changed, for close() to try again and report.
+pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, total: &Arc<AtomicI64>) {
+    let array = open.array();
+    let picked: Vec<(Vec<u64>, Arc<Vec<u8>>)> = {
+        let mut guard = lock(&open.edits);
+        let edits = &mut *guard;
+        let mut picked = Vec::new();
+        for (coords, edit) in edits.chunks.iter_mut() {
+            if edits.recent.contains(coords) || edits.storing.contains(coords) {
+                continue;
+            }
+            if let ChunkEdit::Dirty(buf) = edit {
+                let buf = Arc::new(std::mem::take(buf));
+                *edit = ChunkEdit::Storing(buf.clone());
+                picked.push((coords.clone(), buf));
+            }
+        }
+        edits.storing.extend(picked.iter().map(|(c, _)| c.clone()));
+        picked
+    };
+    for (coords, buf) in picked {
+        let (open, cache, array, total) = (open.clone(), cache.clone(), array.clone(), total.clone());
+        pool.submit(move || {
+            let result = array.store_chunk(&coords, &buf);
+            let mut edits = lock(&open.edits);
+            edits.storing.remove(&coords);
+            let current = matches!(edits.chunks.get(&coords), Some(ChunkEdit::Storing(b)) if Arc::ptr_eq(b, &buf));
+            match result {
+                Ok((key, _)) => {
+                    edits.unsynced.insert(key);
+                    edits.dirty_bytes = edits.dirty_bytes.saturating_sub(buf.len());
+                    total.fetch_sub(buf.len() as i64, Ordering::Relaxed);
+                    if current {
+                        // The cache forgets the old contents before readers stop finding the new.
+                        forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, true);
+                        edits.chunks.remove(&coords);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
+                    if current {
+                        edits.chunks.insert(coords, ChunkEdit::Dirty(buf.to_vec()));
+                    } else {
+                        edits.dirty_bytes = edits.dirty_bytes.saturating_sub(buf.len());
+                        total.fetch_sub(buf.len() as i64, Ordering::Relaxed);
+                    }
+                }
+            }
+            drop(edits);
+            open.stored.notify_all();
+        });
+    }
 }
 
 /// After a chunk was stored: the cache holds the new contents (or forgets the old ones).

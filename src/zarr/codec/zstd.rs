@@ -1,7 +1,5 @@
 //! `zstd` (bytes→bytes): a standard zstd frame, with or without checksum and content size.
 
-use std::io::Write;
-
 use serde_json::{Value, json};
 
 use super::{BytesToBytesCodec, CodecTraits, corrupt};
@@ -42,29 +40,53 @@ impl BytesToBytesCodec for ZstdCodec {
     fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         // With a content size, decode straight into a buffer of that size (no copies); without
         // one (or for several frames), stream. Both verify checksums.
+        thread_local! {
+            static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+        }
         if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(&bytes)
             && n <= MAX_ONE_SHOT
-            && let Ok(out) = zstd::bulk::decompress(&bytes, n as usize)
-            && out.len() as u64 == n
         {
-            return Ok(out);
+            let one_shot = DECOMPRESSOR.with(|cell| {
+                let mut cell = cell.borrow_mut();
+                if cell.is_none() {
+                    *cell = zstd::bulk::Decompressor::new().ok();
+                }
+                cell.as_mut().and_then(|d| d.decompress(&bytes, n as usize).ok())
+            });
+            if let Some(out) = one_shot.filter(|o| o.len() as u64 == n) {
+                return Ok(out);
+            }
         }
         zstd::stream::decode_all(&bytes[..]).map_err(|e| corrupt(format!("zstd: {e}")))
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut enc = zstd::stream::Encoder::new(Vec::with_capacity(bytes.len() / 2 + 64), self.level)?;
-        enc.include_checksum(self.checksum)?;
-        enc.include_contentsize(true)?;
-        enc.set_pledged_src_size(Some(bytes.len() as u64))?;
-        enc.write_all(&bytes)?;
-        Ok(enc.finish()?)
+        // One-shot compression (the frame records the content size) with a compressor kept per
+        // thread and setting: no context allocation and no window copies per chunk.
+        thread_local! {
+            static COMPRESSOR: std::cell::RefCell<Option<((i32, bool), zstd::bulk::Compressor<'static>)>> = const { std::cell::RefCell::new(None) };
+        }
+        COMPRESSOR.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let setting = (self.level, self.checksum);
+            if cell.as_ref().is_none_or(|(s, _)| *s != setting) {
+                let mut c = zstd::bulk::Compressor::new(self.level)?;
+                c.include_checksum(self.checksum)?;
+                c.include_contentsize(true)?;
+                *cell = Some((setting, c));
+            }
+            match cell.as_mut() {
+                Some((_, c)) => Ok(c.compress(&bytes)?),
+                None => Err(corrupt("zstd: no compressor")),
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn frames_with_and_without_content_size_and_checksum() {
