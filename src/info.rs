@@ -31,7 +31,8 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
         "chunk_grid": a.grid.describe(),
         "chunk_key_encoding": a.key_encoding.describe(),
         "codecs": a.codecs.describe(),
-        "data_bytes": a.byte_len(),
+        // Variable-length arrays show text, whose size is known only once rendered.
+        "data_bytes": if a.dtype.is_variable() { Value::Null } else { json!(a.byte_len()) },
     })
 }
 
@@ -70,15 +71,18 @@ pub fn render(nodes: &[Value]) -> String {
                     .as_array()
                     .map(|a| a.iter().map(|c| format!("{}{}", c["name"].as_str().unwrap_or("?"), c["configuration"])).collect())
                     .unwrap_or_default();
+                let size = match n["data_bytes"].as_u64() {
+                    Some(b) => format!("{b} bytes"),
+                    None => "text".to_string(),
+                };
                 s.push_str(&format!(
-                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({} bytes)\n",
+                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size})\n",
                     n["zarr_format"],
                     n["data_type"].as_str().unwrap_or("?"),
                     n["shape"],
                     n["chunk_grid"].as_str().unwrap_or("?"),
                     n["chunk_key_encoding"].as_str().unwrap_or("?"),
-                    codecs.join(" | "),
-                    n["data_bytes"]
+                    codecs.join(" | ")
                 ));
             }
         }
