@@ -72,6 +72,14 @@ fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) ->
     result
 }
 
+/// Read units smaller than this are loaded by the reading thread, not handed to workers.
+const PARALLEL_UNIT_BYTES: u64 = 64 << 10;
+
+/// Decoded bytes of the read unit at `coords`.
+fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
+    array.unit_grid().chunk_shape(coords).iter().product::<u64>() * array.meta.item_size() as u64
+}
+
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
 /// flush of the array runs.
 fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coords: Vec<u64>) {
@@ -164,9 +172,12 @@ fn read_shared(
         }
     }
     // The workers start on all but the first unit; this thread loads them in order, joining
-    // loads already under way and doing those not yet started.
+    // loads already under way and doing those not yet started. Small units are not worth a
+    // worker's round trip: this thread alone is faster at them.
     for &i in to_load.iter().skip(1) {
-        warm(open, cache, pool, units[i].0.clone());
+        if unit_bytes(array, &units[i].0) >= PARALLEL_UNIT_BYTES {
+            warm(open, cache, pool, units[i].0.clone());
+        }
     }
     for i in to_load {
         let (coords, regions) = &units[i];
@@ -196,7 +207,9 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
     }
     let range = FlatRange { start: offset / item, end: (offset + len).min(total).div_ceil(item) };
     for (coords, _) in cells_of(array.unit_grid(), &meta.shape, range) {
-        warm(open, cache, pool, coords);
+        if unit_bytes(&array, &coords) >= PARALLEL_UNIT_BYTES {
+            warm(open, cache, pool, coords);
+        }
     }
 }
 
