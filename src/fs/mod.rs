@@ -513,7 +513,8 @@ impl ZarrFs {
                         *lock(&h.text) =
                             Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? })
                     }
-                    None => self.commit_text(&array, text::TextMode::Rewrite, &[])?,
+                    // `_change` is held already: a second shared hold could wait behind a stop.
+                    None => self.store_text(&array, text::TextMode::Rewrite, &[])?,
                 }
             }
             NodeKind::Data => {
@@ -560,6 +561,11 @@ impl ZarrFs {
     /// Store text written to a variable-length array: the new elements, or the appended ones.
     fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, contents: &[u8]) -> Result<()> {
         let _change = self.change()?;
+        self.store_text(array, mode, contents)
+    }
+
+    /// `commit_text`, with permission to change already held.
+    fn store_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, contents: &[u8]) -> Result<()> {
         let bytes_type = array.array().meta.dtype == crate::zarr::dtype::DataType::Bytes;
         let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let result = text::parse(contents, bytes_type).and_then(|elements| match mode {
