@@ -222,10 +222,6 @@ impl ZarrFs {
         &self.cache
     }
 
-    pub fn read_only(&self) -> bool {
-        self.config.read_only
-    }
-
     /// What the directory at `path` is; parsed once and kept.
     fn dir_state(&self, path: &str) -> Result<DirState> {
         if let Some(s) = lock(&self.dirs).get(path) {

@@ -249,10 +249,6 @@ impl ChunkGrid {
         json!({"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": shapes}})
     }
 
-    pub fn ndim(&self) -> usize {
-        self.axes.len()
-    }
-
     /// Number of chunks along each axis for an array of `shape`.
     pub fn grid_shape(&self, shape: &[u64]) -> Vec<u64> {
         self.axes.iter().zip(shape).map(|(a, &n)| a.chunks_for(n)).collect()
