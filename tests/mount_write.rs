@@ -296,7 +296,9 @@ fn wait_blocks(out: &mut impl BufRead, n: usize) -> usize {
         if out.read_line(&mut line).unwrap() == 0 {
             break;
         }
-        last = line.trim().parse().unwrap();
+        if let Ok(i) = line.trim().parse() {
+            last = i;
+        }
     }
     last
 }
@@ -317,34 +319,39 @@ fn kill_group(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
+/// A mount of a fresh stream store with the block writer running and its progress readable.
+struct Stream {
+    _dir: tempfile::TempDir,
+    store: std::path::PathBuf,
+    mount: Mount,
+    writer: std::process::Child,
+    progress: BufReader<std::process::ChildStdout>,
+}
+
+fn start_stream() -> Stream {
+    let (_dir, store) = empty_stream_store();
+    let mount = Mount::new(&store, &[]);
+    let mut writer = start_writer(&mount.path("log/data"));
+    let progress = BufReader::new(writer.stdout.take().expect("stdout"));
+    Stream { _dir, store, mount, writer, progress }
+}
+
 #[test]
 fn a_writer_killed_mid_stream_loses_nothing_it_fsynced() {
-    let (_dir, store) = empty_stream_store();
-    let mut m = Mount::new(&store, &[]);
-    let mut writer = start_writer(&m.path("log/data"));
-    let mut out = BufReader::new(writer.stdout.take().unwrap());
-    let durable = wait_blocks(&mut out, 12);
-    kill_group(&mut writer);
-    assert!(m.stop().is_some_and(|s| s.success()));
-    check_stream(&store, durable);
+    let mut s = start_stream();
+    let durable = wait_blocks(&mut s.progress, 12);
+    kill_group(&mut s.writer);
+    assert!(s.mount.stop().is_some_and(|st| st.success()));
+    check_stream(&s.store, durable);
 }
 
 #[test]
 fn a_daemon_killed_mid_stream_leaves_every_chunk_whole() {
-    let (_dir, store) = empty_stream_store();
-    let mut m = Mount::new(&store, &[]);
-    let mut writer = start_writer(&m.path("log/data"));
-    let mut out = BufReader::new(writer.stdout.take().unwrap());
-    let mut durable = wait_blocks(&mut out, 10);
-    m.kill();
-    // The writer may have seen one more fsync return before the daemon died.
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Ok(i) = line.trim().parse() {
-            durable = i;
-        }
-        line.clear();
-    }
-    kill_group(&mut writer);
-    check_stream(&store, durable);
+    let mut s = start_stream();
+    let durable = wait_blocks(&mut s.progress, 10);
+    s.mount.kill();
+    // The writer may have seen one more fsync return before the daemon died: read to the end.
+    let durable = durable.max(wait_blocks(&mut s.progress, usize::MAX));
+    kill_group(&mut s.writer);
+    check_stream(&s.store, durable);
 }
