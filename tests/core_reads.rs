@@ -45,6 +45,11 @@ impl Store for CountingStore {
     fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
         self.inner.list_dir(prefix)
     }
+    fn list_names_upto(&self, prefix: &str, max: usize) -> zarrfs::Result<Option<Vec<String>>> {
+        let names = self.inner.list_names_upto(prefix, max)?;
+        self.note(format!("list {prefix} upto {max}: {}", names.as_ref().map_or("more".to_string(), |n| n.len().to_string())), prefix);
+        Ok(names)
+    }
     fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
         self.inner.sync(keys)
     }
@@ -100,4 +105,57 @@ fn a_read_decodes_only_the_chunks_it_touches() {
     fs.read(ino, fh, 8, 8).unwrap();
     assert!(store.take().is_empty(), "cached chunk is not read again");
     assert_eq!(fs.cache().stats.misses.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+/// A store of one uint8 (rows, 2) array in chunks of one row, with `stored` rows written as
+/// `[row % 256, 1]`.
+fn tiny_chunks(rows: u64, stored: &[u64], separator: &str) -> (tempfile::TempDir, Arc<CountingStore>, ZarrFs) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tiny");
+    std::fs::create_dir_all(&root).unwrap();
+    let meta = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [rows, 2], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": separator}},
+        "fill_value": 7, "codecs": [{"name": "bytes"}]});
+    std::fs::write(root.join("zarr.json"), meta.to_string()).unwrap();
+    std::fs::write(dir.path().join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let inner = LocalStore::new(dir.path());
+    for &r in stored {
+        inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
+    }
+    let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()) });
+    let fs = ZarrFs::new(store.clone(), Config::default());
+    (dir, store, fs)
+}
+
+fn expected_rows(first: u64, rows: u64, stored: &[u64]) -> Vec<u8> {
+    (first..first + rows).flat_map(|r| if stored.contains(&r) { [(r % 256) as u8, 1] } else { [7, 7] }).collect()
+}
+
+#[test]
+fn a_read_across_many_absent_chunks_lists_their_directory_instead_of_probing_each() {
+    for separator in ["/", "."] {
+        let stored = [5, 3000];
+        let (_dir, store, fs) = tiny_chunks(4096, &stored, separator);
+        let (ino, fh) = open_data(&fs, "tiny");
+        assert_eq!(fs.read(ino, fh, 0, 8192).unwrap(), expected_rows(0, 4096, &stored));
+        let listed = if separator == "/" { "list tiny/c upto 4096: 2" } else { "list tiny upto 4096: 3" };
+        let gets = |rows: &[u64]| rows.iter().map(|r| format!("get tiny/c{separator}{r}{separator}0")).collect::<Vec<_>>();
+        assert_eq!(store.take(), [vec![listed.to_string()], gets(&stored)].concat());
+        // A few units are probed one by one: a listing would cost more than it saves.
+        assert_eq!(fs.read(ino, fh, 2 * 3001, 8).unwrap(), expected_rows(3001, 4, &stored));
+        assert_eq!(store.take(), gets(&[3001, 3002, 3003, 3004]));
+    }
+}
+
+#[test]
+fn a_directory_with_more_names_than_the_read_touches_is_not_listed_whole() {
+    let stored: Vec<u64> = (0..200).step_by(2).collect();
+    let (_dir, store, fs) = tiny_chunks(1000, &stored, "/");
+    let (ino, fh) = open_data(&fs, "tiny");
+    // 40 units against a directory of 100 names: the listing stops at 40 and every unit is probed.
+    assert_eq!(fs.read(ino, fh, 0, 80).unwrap(), expected_rows(0, 40, &stored));
+    let log = store.take();
+    assert_eq!(log[0], "list tiny/c upto 40: more");
+    assert_eq!(log[1..], (0..40).map(|r| format!("get tiny/c/{r}/0")).collect::<Vec<_>>());
 }

@@ -29,7 +29,7 @@ pub(crate) struct Edits {
     /// one chunk land in order).
     pub storing: HashSet<Vec<u64>>,
     /// The chunks the latest write touched: likely to be written again, so not stored early.
-    pub recent: Vec<Vec<u64>>,
+    pub recent: HashSet<Vec<u64>>,
 }
 
 impl Edits {

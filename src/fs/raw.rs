@@ -2,8 +2,9 @@
 //! cache (in parallel on the worker pool); writes merge into whole chunks kept in memory until
 //! the next flush (`writeback`); shape changes along axis 0 grow and shrink the file.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::display_path;
@@ -11,41 +12,136 @@ use super::open::{ChunkEdit, OpenArray, lock};
 use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
-use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell};
+use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell, try_for_each_cell};
 use crate::{Error, Result};
 
-/// The cells of `grid` a flat element range touches, each with the boxes of the range inside it.
-pub(crate) fn cells_of(grid: &ChunkGrid, shape: &[u64], range: FlatRange) -> Vec<(Vec<u64>, Vec<Region>)> {
-    let mut order: Vec<Vec<u64>> = Vec::new();
-    let mut parts: HashMap<Vec<u64>, Vec<Region>> = HashMap::new();
-    for b in range.boxes(shape) {
+/// Call `f` with each cell of `grid` the boxes touch and the part of the box inside it, box by
+/// box (the cells of a box in C order), until `f` breaks.
+fn visit_cells(grid: &ChunkGrid, boxes: &[Region], mut f: impl FnMut(&[u64], &[(u64, u64)]) -> ControlFlow<()>) {
+    let mut inside = Vec::with_capacity(grid.axes.len());
+    for b in boxes {
         let lo: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.0).0).collect();
         let hi: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0).collect();
-        for_each_cell(&lo, &hi, |coords| {
-            let inter: Region = coords
-                .iter()
-                .enumerate()
-                .map(|(a, &c)| {
-                    let start = grid.chunk_start(a, c);
-                    (b[a].0.max(start), b[a].1.min(start + grid.chunk_len(a, c)))
-                })
-                .collect();
-            parts
-                .entry(coords.to_vec())
-                .or_insert_with(|| {
-                    order.push(coords.to_vec());
-                    Vec::new()
-                })
-                .push(inter);
+        let flow = try_for_each_cell(&lo, &hi, |coords| {
+            inside.clear();
+            inside.extend(coords.iter().enumerate().map(|(a, &c)| {
+                let start = grid.chunk_start(a, c);
+                (b[a].0.max(start), b[a].1.min(start + grid.chunk_len(a, c)))
+            }));
+            f(coords, &inside)
         });
+        if flow.is_break() {
+            return;
+        }
     }
-    order
-        .into_iter()
-        .map(|c| {
-            let regions = parts.remove(&c).unwrap_or_default();
-            (c, regions)
-        })
-        .collect()
+}
+
+/// Per axis, how many cells of `grid` the box `b` touches.
+fn cells_per_axis(grid: &ChunkGrid, b: &[(u64, u64)]) -> Vec<u64> {
+    b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0 - grid.chunk_of(a, r.0).0 + 1).collect()
+}
+
+/// The boxes of `range` in batches touching at most `max_cells` cells each (save a box inside
+/// one cell), boxes cut at cell borders where needed: a huge read of tiny chunks is done in
+/// pieces of bounded memory; an ordinary read is one batch.
+fn batches(grid: &ChunkGrid, shape: &[u64], range: FlatRange, max_cells: u64) -> Vec<Vec<Region>> {
+    let mut pieces = Vec::new();
+    for b in range.boxes(shape) {
+        split_box(grid, b, max_cells, &mut pieces);
+    }
+    let mut out: Vec<Vec<Region>> = Vec::new();
+    let mut cells_in_last = u64::MAX;
+    for piece in pieces {
+        let cells = cells_per_axis(grid, &piece).iter().product::<u64>();
+        match out.last_mut() {
+            Some(last) if cells_in_last.saturating_add(cells) <= max_cells => {
+                last.push(piece);
+                cells_in_last += cells;
+            }
+            _ => {
+                out.push(vec![piece]);
+                cells_in_last = cells;
+            }
+        }
+    }
+    out
+}
+
+/// Cut `b` at cell borders into boxes of at most `max_cells` cells each (a box inside one cell
+/// stays whole).
+fn split_box(grid: &ChunkGrid, b: Region, max_cells: u64, out: &mut Vec<Region>) {
+    let cells = cells_per_axis(grid, &b);
+    let Some(axis) = cells.iter().position(|&n| n > 1).filter(|_| cells.iter().product::<u64>() > max_cells) else {
+        out.push(b);
+        return;
+    };
+    let cut = grid.chunk_start(axis, grid.chunk_of(axis, b[axis].0).0 + cells[axis] / 2);
+    let (mut lo, mut hi) = (b.clone(), b);
+    lo[axis].1 = cut;
+    hi[axis].0 = cut;
+    split_box(grid, lo, max_cells, out);
+    split_box(grid, hi, max_cells, out);
+}
+
+/// The cells of a grid a flat element range touches, each with the boxes of the range inside
+/// it, in C order of the cells. Held in flat vectors: one read can touch tens of thousands of
+/// tiny chunks, and a few allocations per cell would cost more than the cell's work.
+pub(crate) struct Cells {
+    ndim: usize,
+    /// `ndim` coordinates per cell.
+    coords: Vec<u64>,
+    /// Per cell, the end of its boxes in `spans`, counted in boxes.
+    ends: Vec<usize>,
+    /// `ndim` spans per box.
+    spans: Vec<(u64, u64)>,
+}
+
+impl Cells {
+    /// The cells of `grid` the boxes (of one flat range) touch.
+    pub(crate) fn of(grid: &ChunkGrid, boxes: &[Region]) -> Cells {
+        let ndim = grid.axes.len();
+        let (mut coords, mut spans, mut n) = (Vec::new(), Vec::new(), 0usize);
+        visit_cells(grid, boxes, |c, inside| {
+            coords.extend_from_slice(c);
+            spans.extend_from_slice(inside);
+            n += 1;
+            ControlFlow::Continue(())
+        });
+        if boxes.len() <= 1 {
+            return Cells { ndim, coords, ends: (1..=n).collect(), spans };
+        }
+        // Boxes share the cells at their borders: order by cell (each box is already in C
+        // order, and the sort is stable) and give each cell all its boxes.
+        let cell = |i: usize| &coords[i * ndim..(i + 1) * ndim];
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&i, &j| cell(i).cmp(cell(j)));
+        let mut merged = Cells { ndim, coords: Vec::with_capacity(coords.len()), ends: Vec::new(), spans: Vec::with_capacity(spans.len()) };
+        for (k, &i) in order.iter().enumerate() {
+            if k == 0 || cell(order[k - 1]) != cell(i) {
+                merged.coords.extend_from_slice(cell(i));
+                merged.ends.push(merged.ends.last().copied().unwrap_or(0));
+            }
+            merged.spans.extend_from_slice(&spans[i * ndim..(i + 1) * ndim]);
+            if let Some(end) = merged.ends.last_mut() {
+                *end += 1;
+            }
+        }
+        merged
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub(crate) fn coords(&self, i: usize) -> &[u64] {
+        &self.coords[i * self.ndim..(i + 1) * self.ndim]
+    }
+
+    /// The boxes of the range inside cell `i`.
+    pub(crate) fn boxes(&self, i: usize) -> impl Iterator<Item = &[(u64, u64)]> {
+        let first = if i == 0 { 0 } else { self.ends[i - 1] };
+        (first..self.ends[i]).map(move |b| &self.spans[b * self.ndim..(b + 1) * self.ndim])
+    }
 }
 
 pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> CacheKey {
@@ -75,6 +171,13 @@ fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) ->
 /// Read units smaller than this are loaded by the reading thread, not handed to workers.
 const PARALLEL_UNIT_BYTES: u64 = 64 << 10;
 
+/// Reads with at least this many units to load first learn from one listing which of them are
+/// absent (`Array::known_absent`), instead of probing each.
+const ABSENT_LISTING_UNITS: usize = 32;
+
+/// Reads go in batches of at most this many units (bounding their memory).
+const READ_BATCH_CELLS: u64 = 4096;
+
 /// Decoded bytes of the read unit at `coords`.
 fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
     array.unit_grid().chunk_shape(coords).iter().product::<u64>() * array.meta.item_size() as u64
@@ -93,35 +196,39 @@ fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coord
     }
 }
 
-/// Copy `regions` of a source (a decoded chunk of `src_shape` whose first element is at
-/// `src_origin`; fill when `None`) into `dst`, a flat range of the array starting at element `base`.
-#[allow(clippy::too_many_arguments)]
-fn copy_out(
-    src: Option<&[u8]>,
-    src_shape: &[u64],
-    src_origin: &[u64],
-    regions: &[Region],
-    shape: &[u64],
+/// The buffer of a flat range of the array: its elements from `base` on.
+struct RangeBuf<'a> {
+    shape: &'a [u64],
     base: u64,
-    dst: &mut [u8],
-    fill: &[u8],
-) {
-    for region in regions {
-        let origin: Vec<u64> = region.iter().map(|r| r.0).collect();
-        let extent: Vec<u64> = region.iter().map(|r| r.1 - r.0).collect();
-        let view = Strided::of(shape, &origin, base);
-        match src {
-            Some(chunk) => {
-                let local: Vec<u64> = origin.iter().zip(src_origin).map(|(o, s)| o - s).collect();
-                copy_box(chunk, &Strided::of(src_shape, &local, 0), dst, &view, &extent, fill.len());
-            }
-            None => fill_box(dst, &view, &extent, fill),
-        }
-    }
+    item: usize,
+    bytes: Vec<u8>,
 }
 
-fn origin_of(grid: &ChunkGrid, coords: &[u64]) -> Vec<u64> {
-    coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect()
+impl RangeBuf<'_> {
+    /// For a box of the range inside the chunk at `coords` of `grid`: its view in this buffer,
+    /// its view in the chunk, and its extent.
+    fn views(&self, grid: &ChunkGrid, coords: &[u64], b: &[(u64, u64)]) -> (Strided, Strided, Vec<u64>) {
+        let origin: Vec<u64> = b.iter().map(|r| r.0).collect();
+        let local: Vec<u64> = origin.iter().enumerate().map(|(a, o)| o - grid.chunk_start(a, coords[a])).collect();
+        let extent = b.iter().map(|r| r.1 - r.0).collect();
+        (Strided::of(self.shape, &origin, self.base), Strided::of(&grid.chunk_shape(coords), &local, 0), extent)
+    }
+
+    /// Copy `boxes` out of the decoded chunk at `coords` of `grid`.
+    fn copy_from_chunk<'b>(&mut self, grid: &ChunkGrid, coords: &[u64], chunk: &[u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
+        for b in boxes {
+            let (in_range, in_chunk, extent) = self.views(grid, coords, b);
+            copy_box(chunk, &in_chunk, &mut self.bytes, &in_range, &extent, self.item);
+        }
+    }
+
+    /// Copy `boxes` into the decoded chunk at `coords` of `grid`.
+    fn copy_into_chunk<'b>(&self, grid: &ChunkGrid, coords: &[u64], chunk: &mut [u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
+        for b in boxes {
+            let (in_range, in_chunk, extent) = self.views(grid, coords, b);
+            copy_box(&self.bytes, &in_range, chunk, &in_chunk, &extent, self.item);
+        }
+    }
 }
 
 /// Bytes `offset .. offset + size` of the array's flat file (short at the end of the file).
@@ -147,53 +254,73 @@ fn read_shared(
     }
     let end = (offset + size).min(total);
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
-    let mut buf = vec![0u8; ((range.end - range.start) * item) as usize];
+    // Fill to start with: units absent or deleted need no copy.
+    let mut buf = RangeBuf {
+        shape: &meta.shape,
+        base: range.start,
+        item: item as usize,
+        bytes: filled((range.end - range.start) as usize, &meta.fill),
+    };
     let grid = array.unit_grid();
-    let units = cells_of(grid, &meta.shape, range);
+    for batch in batches(grid, &meta.shape, range, READ_BATCH_CELLS) {
+        read_units(open, array, cache, pool, &Cells::of(grid, &batch), &mut buf)?;
+    }
+    let mut bytes = buf.bytes;
+    let skip = (offset - range.start * item) as usize;
+    bytes.truncate(skip + (end - offset) as usize);
+    if skip > 0 {
+        bytes.drain(..skip);
+    }
+    Ok(bytes)
+}
+
+/// Copy the units of `units` into `buf`: from chunks changed in memory, else through the cache.
+fn read_units(
+    open: &Arc<OpenArray>,
+    array: &Array,
+    cache: &Arc<ChunkCache>,
+    pool: &WorkerPool,
+    units: &Cells,
+    buf: &mut RangeBuf,
+) -> Result<()> {
+    let (meta, grid) = (&array.meta, array.unit_grid());
     // Units inside chunks changed in memory are served from there; the rest are loaded.
     let mut to_load = Vec::new();
-    {
-        let edits = lock(&open.edits);
-        for (i, (coords, regions)) in units.iter().enumerate() {
-            let outer = array.chunk_of_unit(coords).0;
-            match edits.chunks.get(&outer) {
-                Some(edit @ (ChunkEdit::Dirty(_) | ChunkEdit::Storing(_))) => {
-                    let chunk: &[u8] = match edit {
-                        ChunkEdit::Storing(c) => c,
-                        ChunkEdit::Dirty(c) => c,
-                        ChunkEdit::Deleted => &[],
-                    };
-                    let shape = meta.grid.chunk_shape(&outer);
-                    copy_out(Some(chunk), &shape, &origin_of(&meta.grid, &outer), regions, &meta.shape, range.start, &mut buf, &meta.fill);
-                }
-                Some(ChunkEdit::Deleted) => copy_out(None, &[], &[], regions, &meta.shape, range.start, &mut buf, &meta.fill),
+    let edits = lock(&open.edits);
+    if edits.chunks.is_empty() {
+        to_load.extend(0..units.len());
+    } else {
+        for i in 0..units.len() {
+            let outer = array.chunk_of_unit(units.coords(i)).0;
+            match edits.chunks.get(outer.as_ref()) {
+                Some(ChunkEdit::Dirty(c)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
+                Some(ChunkEdit::Storing(c)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
+                Some(ChunkEdit::Deleted) => {}
                 None => to_load.push(i),
             }
         }
+    }
+    drop(edits);
+    if to_load.len() >= ABSENT_LISTING_UNITS {
+        // A listing error leaves every unit to its own probe, which reports it precisely.
+        let chunks: Vec<Cow<[u64]>> = to_load.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
+        let mut absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default().into_iter();
+        to_load.retain(|_| !absent.next().unwrap_or(false));
     }
     // The workers start on all but the first unit; this thread loads them in order, joining
     // loads already under way and doing those not yet started. Small units are not worth a
     // worker's round trip: this thread alone is faster at them.
     for &i in to_load.iter().skip(1) {
-        if unit_bytes(array, &units[i].0) >= PARALLEL_UNIT_BYTES {
-            warm(open, cache, pool, units[i].0.clone());
+        if unit_bytes(array, units.coords(i)) >= PARALLEL_UNIT_BYTES {
+            warm(open, cache, pool, units.coords(i).to_vec());
         }
     }
     for i in to_load {
-        let (coords, regions) = &units[i];
-        let data = load_unit(open, array, cache, coords)?;
-        let chunk = match data.as_ref() {
-            Cached::Chunk(c) => Some(&c[..]),
-            _ => None,
-        };
-        copy_out(chunk, &grid.chunk_shape(coords), &origin_of(grid, coords), regions, &meta.shape, range.start, &mut buf, &meta.fill);
+        if let Cached::Chunk(chunk) = load_unit(open, array, cache, units.coords(i))?.as_ref() {
+            buf.copy_from_chunk(grid, units.coords(i), chunk, units.boxes(i));
+        }
     }
-    let skip = (offset - range.start * item) as usize;
-    buf.truncate(skip + (end - offset) as usize);
-    if skip > 0 {
-        buf.drain(..skip);
-    }
-    Ok(buf)
+    Ok(())
 }
 
 /// Start decoding the units of the next `len` bytes after `offset` on the pool, without waiting.
@@ -206,11 +333,16 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
         return;
     }
     let range = FlatRange { start: offset / item, end: (offset + len).min(total).div_ceil(item) };
-    for (coords, _) in cells_of(array.unit_grid(), &meta.shape, range) {
-        if unit_bytes(&array, &coords) >= PARALLEL_UNIT_BYTES {
-            warm(open, cache, pool, coords);
+    // Only units worth a worker are warmed: a window holds few of them, and looking through
+    // more cells than that many (tiny chunks) is not worth it either.
+    let mut budget = 4 * len.div_ceil(PARALLEL_UNIT_BYTES);
+    visit_cells(array.unit_grid(), &range.boxes(&meta.shape), |coords, _| {
+        if unit_bytes(&array, coords) >= PARALLEL_UNIT_BYTES {
+            warm(open, cache, pool, coords.to_vec());
         }
-    }
+        budget = budget.saturating_sub(1);
+        if budget == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    });
 }
 
 /// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write.
@@ -313,39 +445,30 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     }
     let meta = &array.meta;
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
-    let cells = cells_of(&meta.grid, &meta.shape, range);
-    lock(&open.edits).recent = cells.iter().map(|(c, _)| c.clone()).collect();
+    let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
+    lock(&open.edits).recent = (0..cells.len()).map(|i| cells.coords(i).to_vec()).collect();
     // Whole elements: the bytes of partly written elements at either end come from the file.
     let base = range.start * item;
-    let mut buf = vec![0u8; ((range.end - range.start) * item) as usize];
+    let mut buf = RangeBuf {
+        shape: &meta.shape,
+        base: range.start,
+        item: item as usize,
+        bytes: vec![0u8; ((range.end - range.start) * item) as usize],
+    };
     if !offset.is_multiple_of(item) || !end.is_multiple_of(item) {
         let head = read_shared(open, &array, cache, pool, base, item)?;
-        let n = buf.len();
+        let n = buf.bytes.len();
         let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
-        buf[..head.len()].copy_from_slice(&head);
-        buf[n - tail.len()..].copy_from_slice(&tail);
+        buf.bytes[..head.len()].copy_from_slice(&head);
+        buf.bytes[n - tail.len()..].copy_from_slice(&tail);
     }
-    buf[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    for (coords, regions) in cells {
-        let covered: u64 = regions.iter().map(|r| r.iter().map(|(s, e)| e - s).product::<u64>()).sum();
-        let from_fill = covered == in_bounds(&meta.grid, &meta.shape, &coords);
-        let chunk_shape = meta.grid.chunk_shape(&coords);
-        let origin = origin_of(&meta.grid, &coords);
-        added += edit_chunk(open, &array, cache, &coords, from_fill, |chunk| {
-            for region in &regions {
-                let start: Vec<u64> = region.iter().map(|r| r.0).collect();
-                let extent: Vec<u64> = region.iter().map(|r| r.1 - r.0).collect();
-                let local: Vec<u64> = start.iter().zip(&origin).map(|(s, o)| s - o).collect();
-                copy_box(
-                    &buf,
-                    &Strided::of(&meta.shape, &start, range.start),
-                    chunk,
-                    &Strided::of(&chunk_shape, &local, 0),
-                    &extent,
-                    item as usize,
-                );
-            }
-        })?;
+    buf.bytes[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
+    for i in 0..cells.len() {
+        let coords = cells.coords(i);
+        let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
+        let from_fill = covered == in_bounds(&meta.grid, &meta.shape, coords);
+        added +=
+            edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
     Ok(added)
 }
@@ -480,4 +603,53 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let mut edits = lock(&open.edits);
     open.set_shape(&mut edits, &new_shape)?;
     Ok(added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every element of the range lies in exactly one box of exactly the cell that holds it;
+        /// in a batch, cells come once each, in C order, and no more than the batch allows.
+        #[test]
+        fn batches_of_cells_cover_the_range_once_each(
+            shape in proptest::collection::vec(1u64..6, 0..4),
+            chunk in proptest::collection::vec(1u64..4, 4),
+            a in 0u64..400,
+            len in 0u64..400,
+            max_cells in 1u64..12,
+        ) {
+            let ndim = shape.len();
+            let grid = ChunkGrid::regular(chunk[..ndim].to_vec(), ndim).unwrap();
+            let total: u64 = shape.iter().product();
+            let range = FlatRange { start: a.min(total), end: (a + len).min(total) };
+            let strides = crate::zarr::region::c_strides(&shape);
+            let mut seen = vec![0u32; (range.end - range.start) as usize];
+            for batch in batches(&grid, &shape, range, max_cells) {
+            let cells = Cells::of(&grid, &batch);
+            prop_assert!(cells.len() as u64 <= max_cells);
+            for i in 0..cells.len() {
+                let coords = cells.coords(i);
+                if i > 0 {
+                    prop_assert!(cells.coords(i - 1) < coords);
+                }
+                for b in cells.boxes(i) {
+                    let lo: Vec<u64> = b.iter().map(|r| r.0).collect();
+                    let hi: Vec<u64> = b.iter().map(|r| r.1 - 1).collect();
+                    for_each_cell(&lo, &hi, |index| {
+                        for (axis, &x) in index.iter().enumerate() {
+                            assert_eq!(grid.chunk_of(axis, x).0, coords[axis]);
+                        }
+                        let flat: u64 = index.iter().zip(&strides).map(|(x, s)| x * s).sum();
+                        assert!((range.start..range.end).contains(&flat));
+                        seen[(flat - range.start) as usize] += 1;
+                    });
+                }
+            }
+            }
+            prop_assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+        }
+    }
 }

@@ -102,6 +102,20 @@ impl Store for LocalStore {
         Ok(())
     }
 
+    fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
+        let Some(read) = absent_as_none(fs::read_dir(self.path(prefix)))? else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut names = Vec::new();
+        for entry in read {
+            if names.len() == max {
+                return Ok(None);
+            }
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(Some(names))
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let Some(read) = absent_as_none(fs::read_dir(self.path(prefix)))? else {
             return Ok(Vec::new());

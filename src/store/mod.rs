@@ -36,6 +36,12 @@ pub trait Store: Send + Sync {
     fn delete(&self, key: &str) -> Result<()>;
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
+    /// The names directly under `prefix` when there are at most `max` of them, else `None`: a
+    /// listing whose cost stays within `max` names however large the directory is.
+    fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
+        let entries = self.list_dir(prefix)?;
+        Ok((entries.len() <= max).then(|| entries.into_iter().map(|e| e.name).collect()))
+    }
     /// Make the given keys (written or deleted) durable: their data and their directories.
     fn sync(&self, keys: &[String]) -> Result<()>;
 }

@@ -1,6 +1,7 @@
 //! An array in a store: its metadata and the chunks it reads, by grid cell or (sharded) by
 //! inner chunk. It knows nothing of caching or files.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
@@ -55,7 +56,17 @@ impl Array {
     }
 
     pub fn chunk_key(&self, coords: &[u64]) -> String {
-        store::join(&self.path, &self.meta.key_encoding.key(coords))
+        let mut key = String::with_capacity(self.path.len() + 4 + coords.len() * 8);
+        self.push_chunk_key(coords, &mut key);
+        key
+    }
+
+    fn push_chunk_key(&self, coords: &[u64], out: &mut String) {
+        if !self.path.is_empty() {
+            out.push_str(&self.path);
+            out.push('/');
+        }
+        self.meta.key_encoding.push_key(coords, out);
     }
 
     pub fn chunk_repr(&self, coords: &[u64]) -> ChunkRepr<'_> {
@@ -75,8 +86,8 @@ impl Array {
     }
 
     /// The (outer) chunk holding read unit `unit`, and the unit's number inside it (C order).
-    pub fn chunk_of_unit(&self, unit: &[u64]) -> (Vec<u64>, usize) {
-        let Some(inner) = &self.inner_grid else { return (unit.to_vec(), 0) };
+    pub fn chunk_of_unit<'a>(&self, unit: &'a [u64]) -> (Cow<'a, [u64]>, usize) {
+        let Some(inner) = &self.inner_grid else { return (Cow::Borrowed(unit), 0) };
         let grid = &self.meta.grid;
         let mut chunk = Vec::with_capacity(unit.len());
         let mut index = 0u64;
@@ -88,7 +99,7 @@ impl Array {
             index = index * per_chunk + local;
             chunk.push(c);
         }
-        (chunk, index as usize)
+        (Cow::Owned(chunk), index as usize)
     }
 
     /// The grid coordinates of every chunk stored, found by listing the store (for grids far
@@ -116,6 +127,35 @@ impl Array {
             }
         }
         Ok(out)
+    }
+
+    /// Which of `chunks` are surely not stored, from one listing of the directory their keys
+    /// share, taken only when it holds no more names than there are chunks (so it costs no more
+    /// than probing them one by one would). `false` means "may be stored". Sparse arrays with
+    /// tiny chunks make a read touch thousands of absent keys; this answers them together.
+    pub fn known_absent<'a>(&self, chunks: impl Iterator<Item = &'a [u64]>) -> Result<Vec<bool>> {
+        let (mut keys, mut ends) = (String::new(), Vec::new());
+        for c in chunks {
+            self.push_chunk_key(c, &mut keys);
+            ends.push(keys.len());
+        }
+        let key = |i: usize| &keys[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
+        let Some(&first_end) = ends.first() else { return Ok(Vec::new()) };
+        let first = &keys[..first_end];
+        let common =
+            (1..ends.len()).fold(first.len(), |n, i| first.bytes().zip(key(i).bytes()).take(n).take_while(|(a, b)| a == b).count());
+        let slash = first.as_bytes()[..common].iter().rposition(|&b| b == b'/');
+        let (dir, dir_len) = slash.map_or(("", 0), |i| (&first[..i], i + 1));
+        let Some(names) = self.store.list_names_upto(dir, ends.len())? else {
+            return Ok(vec![false; ends.len()]);
+        };
+        let names: std::collections::HashSet<String> = names.into_iter().collect();
+        Ok((0..ends.len())
+            .map(|i| {
+                let rest = &key(i)[dir_len..];
+                !names.contains(rest.split('/').next().unwrap_or(rest))
+            })
+            .collect())
     }
 
     /// The first and last read unit inside (outer) chunk `chunk`.

@@ -49,34 +49,42 @@ impl ChunkKeyEncoding {
     /// The key of the chunk at grid `coords`, relative to the array's prefix.
     pub fn key(&self, coords: &[u64]) -> String {
         let mut key = String::with_capacity(2 + coords.len() * 4);
+        self.push_key(coords, &mut key);
+        key
+    }
+
+    /// Append the key of the chunk at `coords` to `out` (no allocation per coordinate: reads of
+    /// tiny chunks form thousands of keys).
+    pub fn push_key(&self, coords: &[u64], out: &mut String) {
+        use std::fmt::Write;
+        // Writing to a String cannot fail.
         match self {
             ChunkKeyEncoding::Default { separator } => {
-                key.push('c');
+                out.push('c');
                 for c in coords {
-                    key.push(*separator);
-                    key.push_str(&c.to_string());
+                    out.push(*separator);
+                    let _ = write!(out, "{c}");
                 }
             }
             ChunkKeyEncoding::Offset { offset, separator } => {
-                key.push('c');
+                out.push('c');
                 for (c, o) in coords.iter().zip(offset) {
-                    key.push(*separator);
-                    key.push_str(&(i128::from(*c) + i128::from(*o)).to_string());
+                    out.push(*separator);
+                    let _ = write!(out, "{}", i128::from(*c) + i128::from(*o));
                 }
             }
             ChunkKeyEncoding::V2 { separator } => {
                 if coords.is_empty() {
-                    key.push('0');
+                    out.push('0');
                 }
                 for (i, c) in coords.iter().enumerate() {
                     if i > 0 {
-                        key.push(*separator);
+                        out.push(*separator);
                     }
-                    key.push_str(&c.to_string());
+                    let _ = write!(out, "{c}");
                 }
             }
         }
-        key
     }
 
     pub fn separator(&self) -> char {

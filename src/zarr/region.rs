@@ -1,6 +1,8 @@
 //! Boxes of elements: a flat C-order byte range of an array as a few boxes, and strided copies
 //! between C-order buffers (chunk to file range, inner chunk to shard).
 
+use std::ops::ControlFlow;
+
 /// A half-open range of elements in the C-order flattening of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlatRange {
@@ -61,16 +63,24 @@ fn decompose(shape: &[u64], lo: u64, hi: u64, prefix: &mut Region, out: &mut Vec
 
 /// Call `f` for every coordinate in the box `lo..=hi`, last axis fastest.
 pub fn for_each_cell(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64])) {
+    let _ = try_for_each_cell(lo, hi, |c| {
+        f(c);
+        ControlFlow::Continue(())
+    });
+}
+
+/// `for_each_cell`, stopping when `f` breaks.
+pub fn try_for_each_cell(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64]) -> ControlFlow<()>) -> ControlFlow<()> {
     if lo.iter().zip(hi).any(|(l, h)| l > h) {
-        return;
+        return ControlFlow::Continue(());
     }
     let mut coords = lo.to_vec();
     loop {
-        f(&coords);
+        f(&coords)?;
         let mut axis = coords.len();
         loop {
             if axis == 0 {
-                return;
+                return ControlFlow::Continue(());
             }
             axis -= 1;
             if coords[axis] < hi[axis] {
@@ -195,7 +205,10 @@ pub fn fill_pattern(dst: &mut [u8], fill: &[u8]) {
 /// A buffer of `n` elements of fill.
 pub fn filled(n: usize, fill: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; n * fill.len()];
-    fill_pattern(&mut v, fill);
+    // Zeroed memory comes from the allocator as is: no second pass.
+    if fill.iter().any(|&b| b != 0) {
+        fill_pattern(&mut v, fill);
+    }
     v
 }
 
