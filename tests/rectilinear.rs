@@ -71,6 +71,14 @@ fn a_trillion_chunks_mount_read_write_grow_and_prepend_at_the_cost_of_one_run() 
     let mut tail = [0u8; 2];
     f.read_exact_at(&mut tail, (N + 3) * 2).unwrap();
     assert_eq!(tail, [10, 11]);
+    // A sequential read of a million one-row chunks (all absent but four): done in batches of
+    // bounded memory.
+    let out =
+        std::process::Command::new("dd").arg(format!("if={}", data.display())).args(["bs=1M", "count=2", "status=none"]).output().unwrap();
+    let mut expected = vec![7u8; 2 << 20];
+    expected[..8].copy_from_slice(&[20, 21, 22, 23, 24, 25, 1, 2]);
+    expected[12348 * 2..12349 * 2].copy_from_slice(&[3, 4]);
+    assert!(out.stdout == expected, "dd read {} bytes, not the expected 2 MiB", out.stdout.len());
     let rss = m.rss();
     assert!(rss < 64 << 20, "the daemon holds {} MiB", rss >> 20);
 }
