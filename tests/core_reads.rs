@@ -158,4 +158,7 @@ fn a_directory_with_more_names_than_the_read_touches_is_not_listed_whole() {
     let log = store.take();
     assert_eq!(log[0], "list tiny/c upto 40: more");
     assert_eq!(log[1..], (0..40).map(|r| format!("get tiny/c/{r}/0")).collect::<Vec<_>>());
+    // Stored units are now cached and absent ones are not: only the 20 absent are asked for.
+    assert_eq!(fs.read(ino, fh, 0, 80).unwrap(), expected_rows(0, 40, &stored));
+    assert_eq!(store.take(), (1..40).step_by(2).map(|r| format!("get tiny/c/{r}/0")).collect::<Vec<_>>());
 }

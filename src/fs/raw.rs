@@ -301,11 +301,18 @@ fn read_units(
         }
     }
     drop(edits);
-    if to_load.len() >= ABSENT_LISTING_UNITS {
-        // A listing error leaves every unit to its own probe, which reports it precisely.
-        let chunks: Vec<Cow<[u64]>> = to_load.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
-        let mut absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default().into_iter();
-        to_load.retain(|_| !absent.next().unwrap_or(false));
+    // Units neither cached nor on their way may be absent: when many, one listing tells which.
+    // A listing error leaves every unit to its own probe, which reports it precisely.
+    let unknown: Vec<usize> =
+        to_load.iter().copied().filter(|&i| !cache.is_present_or_loading(&unit_key(open, units.coords(i), false))).collect();
+    if unknown.len() >= ABSENT_LISTING_UNITS {
+        let chunks: Vec<Cow<[u64]>> = unknown.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
+        let absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default();
+        let mut is_absent = vec![false; units.len()];
+        for (&i, a) in unknown.iter().zip(absent) {
+            is_absent[i] = a;
+        }
+        to_load.retain(|&i| !is_absent[i]);
     }
     // The workers start on all but the first unit; this thread loads them in order, joining
     // loads already under way and doing those not yet started. Small units are not worth a
