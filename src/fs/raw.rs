@@ -41,9 +41,9 @@ fn cells_per_axis(grid: &ChunkGrid, b: &[(u64, u64)]) -> Vec<u64> {
     b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0 - grid.chunk_of(a, r.0).0 + 1).collect()
 }
 
-/// The boxes of `range` in batches touching at most `max_cells` cells each (save a box inside
-/// one cell), boxes cut at cell borders where needed: a huge read of tiny chunks is done in
-/// pieces of bounded memory; an ordinary read is one batch.
+/// The boxes of `range` in batches touching at most `max_cells` cells each, boxes cut at cell
+/// borders where needed: a huge read of tiny chunks is done in pieces of bounded memory; an
+/// ordinary read is one batch.
 fn batches(grid: &ChunkGrid, shape: &[u64], range: FlatRange, max_cells: u64) -> Vec<Vec<Region>> {
     let mut pieces = Vec::new();
     for b in range.boxes(shape) {
@@ -67,8 +67,7 @@ fn batches(grid: &ChunkGrid, shape: &[u64], range: FlatRange, max_cells: u64) ->
     out
 }
 
-/// Cut `b` at cell borders into boxes of at most `max_cells` cells each (a box inside one cell
-/// stays whole).
+/// Cut `b` at cell borders into boxes of at most `max_cells` (≥ 1) cells each.
 fn split_box(grid: &ChunkGrid, b: Region, max_cells: u64, out: &mut Vec<Region>) {
     let cells = cells_per_axis(grid, &b);
     let Some(axis) = cells.iter().position(|&n| n > 1).filter(|_| cells.iter().product::<u64>() > max_cells) else {
