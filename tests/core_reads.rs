@@ -1,4 +1,4 @@
-//! The core without FUSE: which store reads a read of `data` costs.
+//! The core without FUSE: which store accesses reads (and writes) of `data` cost.
 
 mod common;
 
@@ -109,7 +109,7 @@ fn a_read_decodes_only_the_chunks_it_touches() {
 
 /// A store of one uint8 (rows, 2) array in chunks of one row, with `stored` rows written as
 /// `[row % 256, 1]`.
-fn tiny_chunks(rows: u64, stored: &[u64], separator: &str) -> (tempfile::TempDir, Arc<CountingStore>, ZarrFs) {
+fn tiny_chunks(rows: u64, stored: &[u64], separator: &str, config: Config) -> (tempfile::TempDir, Arc<CountingStore>, ZarrFs) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("tiny");
     std::fs::create_dir_all(&root).unwrap();
@@ -124,7 +124,7 @@ fn tiny_chunks(rows: u64, stored: &[u64], separator: &str) -> (tempfile::TempDir
         inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
     }
     let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()) });
-    let fs = ZarrFs::new(store.clone(), Config::default());
+    let fs = ZarrFs::new(store.clone(), config);
     (dir, store, fs)
 }
 
@@ -136,7 +136,7 @@ fn expected_rows(first: u64, rows: u64, stored: &[u64]) -> Vec<u8> {
 fn a_read_across_many_absent_chunks_lists_their_directory_instead_of_probing_each() {
     for separator in ["/", "."] {
         let stored = [5, 3000];
-        let (_dir, store, fs) = tiny_chunks(4096, &stored, separator);
+        let (_dir, store, fs) = tiny_chunks(4096, &stored, separator, Config::default());
         let (ino, fh) = open_data(&fs, "tiny");
         assert_eq!(fs.read(ino, fh, 0, 8192).unwrap(), expected_rows(0, 4096, &stored));
         let listed = if separator == "/" { "list tiny/c upto 4096: 2" } else { "list tiny upto 4096: 3" };
@@ -151,7 +151,7 @@ fn a_read_across_many_absent_chunks_lists_their_directory_instead_of_probing_eac
 #[test]
 fn a_directory_with_more_names_than_the_read_touches_is_not_listed_whole() {
     let stored: Vec<u64> = (0..200).step_by(2).collect();
-    let (_dir, store, fs) = tiny_chunks(1000, &stored, "/");
+    let (_dir, store, fs) = tiny_chunks(1000, &stored, "/", Config::default());
     let (ino, fh) = open_data(&fs, "tiny");
     // 40 units against a directory of 100 names: the listing stops at 40 and every unit is probed.
     assert_eq!(fs.read(ino, fh, 0, 80).unwrap(), expected_rows(0, 40, &stored));
@@ -161,4 +161,17 @@ fn a_directory_with_more_names_than_the_read_touches_is_not_listed_whole() {
     // Stored units are now cached and absent ones are not: only the 20 absent are asked for.
     assert_eq!(fs.read(ino, fh, 0, 80).unwrap(), expected_rows(0, 40, &stored));
     assert_eq!(store.take(), (1..40).step_by(2).map(|r| format!("get tiny/c/{r}/0")).collect::<Vec<_>>());
+}
+
+#[test]
+fn tiny_chunks_count_their_entries_against_the_dirty_limit() {
+    // 32 KiB in two-byte chunks is 16 384 changed chunks, which hold far more than 32 KiB.
+    let (dir, _store, fs) = tiny_chunks(1 << 14, &[], "/", Config { dirty_limit: 1 << 20, ..Config::default() });
+    let (ino, _) = open_data(&fs, "tiny");
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    fs.write(ino, fh, 0, &vec![1u8; 32 << 10], false).unwrap();
+    // The limit made the write store them before any flush or close.
+    let stored = std::fs::read_dir(dir.path().join("tiny/c")).map_or(0, |d| d.count());
+    assert_eq!(stored, 1 << 14);
+    assert_eq!(std::fs::read(dir.path().join("tiny/c/16383/0")).unwrap(), [1, 1]);
 }

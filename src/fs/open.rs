@@ -18,6 +18,13 @@ pub(crate) enum ChunkEdit {
     Storing(Arc<Vec<u8>>),
 }
 
+/// What a changed chunk counts against the dirty limit: its bytes and the entry that holds it,
+/// which is most of it for tiny chunks (a limit in chunk bytes alone would let a write of a few
+/// MiB in two-byte chunks hold gigabytes).
+pub(crate) fn dirty_cost(chunk: &[u8]) -> usize {
+    chunk.len() + 256
+}
+
 #[derive(Default)]
 pub(crate) struct Edits {
     pub chunks: HashMap<Vec<u64>, ChunkEdit>,

@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::display_path;
-use super::open::{ChunkEdit, OpenArray, lock};
+use super::open::{ChunkEdit, OpenArray, dirty_cost, lock};
 use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
@@ -410,14 +410,14 @@ fn edit_chunk(
                 ChunkEdit::Dirty(_) => None,
             };
             if let Some(c) = restart {
-                added += c.len() as isize;
+                added += dirty_cost(&c) as isize;
                 *slot = ChunkEdit::Dirty(c);
             }
             slot
         }
         Entry::Vacant(v) => {
             let c = loaded.unwrap_or_else(fresh);
-            added += c.len() as isize;
+            added += dirty_cost(&c) as isize;
             v.insert(ChunkEdit::Dirty(c))
         }
     };
@@ -568,7 +568,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         let mut edits = lock(&open.edits);
         for coords in doomed {
             if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {
-                added -= old.len() as isize;
+                added -= dirty_cost(&old) as isize;
             }
         }
         edits.dirty_bytes = edits.dirty_bytes.saturating_add_signed(added);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::display_path;
-use super::open::{ChunkEdit, OpenArray, lock};
+use super::open::{ChunkEdit, OpenArray, dirty_cost, lock};
 use super::raw::unit_key;
 use crate::cache::{Cached, ChunkCache, WorkerPool};
 use crate::zarr::array::{Array, ReadUnits};
@@ -58,7 +58,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
                 let mut edits = lock(&open.edits);
                 if let ChunkEdit::Dirty(c) = &edit {
-                    restored += c.len();
+                    restored += dirty_cost(c);
                 }
                 let edit = match edit {
                     ChunkEdit::Storing(c) => ChunkEdit::Dirty(c.to_vec()),
@@ -122,8 +122,8 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             match result {
                 Ok((key, _)) => {
                     edits.unsynced.insert(key);
-                    edits.dirty_bytes = edits.dirty_bytes.saturating_sub(buf.len());
-                    total.fetch_sub(buf.len() as i64, Ordering::Relaxed);
+                    edits.dirty_bytes = edits.dirty_bytes.saturating_sub(dirty_cost(&buf));
+                    total.fetch_sub(dirty_cost(&buf) as i64, Ordering::Relaxed);
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
                         forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, true);
@@ -135,8 +135,8 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                     if current {
                         edits.chunks.insert(coords, ChunkEdit::Dirty(buf.to_vec()));
                     } else {
-                        edits.dirty_bytes = edits.dirty_bytes.saturating_sub(buf.len());
-                        total.fetch_sub(buf.len() as i64, Ordering::Relaxed);
+                        edits.dirty_bytes = edits.dirty_bytes.saturating_sub(dirty_cost(&buf));
+                        total.fetch_sub(dirty_cost(&buf) as i64, Ordering::Relaxed);
                     }
                 }
             }
