@@ -96,3 +96,24 @@ fn sharded_rectilinear_grids_grow_by_whole_inner_chunks_only() {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("sharded/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shapes"], json!([[4, 8, 2], [8]]));
 }
+
+#[test]
+fn changed_one_row_chunks_count_their_entries_against_the_dirty_limit() {
+    // 32 KiB written in two-byte chunks is 16 384 changed chunks: far more held than 32 KiB.
+    let rows = 1u64 << 14;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.zarr");
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [rows, 2], "data_type": "uint8",
+        "chunk_grid": {"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": [[[1, rows]], 2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    let m = Mount::new(&store, &["--dirty-limit", "1M"]);
+    let f = OpenOptions::new().write(true).open(m.path("data")).unwrap();
+    f.write_all_at(&vec![1u8; 2 * rows as usize], 0).unwrap();
+    // Still open, never fsynced: the limit alone made the daemon store them.
+    let stored = std::fs::read_dir(store.join("c")).map_or(0, |d| d.count());
+    assert!(stored >= rows as usize / 2, "{stored} of {rows} chunks stored before close");
+    drop(f);
+    assert_eq!(std::fs::read_dir(store.join("c")).unwrap().count(), rows as usize);
+}
