@@ -144,14 +144,12 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        // Keep cached pages across opens, except for documents that change behind the kernel.
-        let keep = match self.fs.getattr(ino.0) {
-            Ok(a) if !a.volatile => FopenFlags::FOPEN_KEEP_CACHE,
-            _ => FopenFlags::empty(),
-        };
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.track("open", Instant::now(), self.fs.open(ino.0, write, truncate, req.pid())) {
-            Ok(fh) => reply.opened(FileHandle(fh), keep),
+            Ok(fh) => {
+                let keep = if self.fs.keep_cache(ino.0) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
+                reply.opened(FileHandle(fh), keep)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -1,4 +1,5 @@
-//! The core without FUSE: which store accesses reads (and writes) of `data` cost.
+//! The core without FUSE: what reads and writes of `data` ask of the store, and of the kernel's
+//! page cache.
 
 mod common;
 
@@ -174,4 +175,21 @@ fn tiny_chunks_count_their_entries_against_the_dirty_limit() {
     let stored = std::fs::read_dir(dir.path().join("tiny/c")).map_or(0, |d| d.count());
     assert_eq!(stored, 1 << 14);
     assert_eq!(std::fs::read(dir.path().join("tiny/c/16383/0")).unwrap(), [1, 1]);
+}
+
+#[test]
+fn after_a_prepend_the_next_open_of_data_drops_the_kernels_pages() {
+    let (_dir, _store, fs) = tiny_chunks(8, &[0], "/", Config { adopt_offset: true, ..Config::default() });
+    let (data, _) = open_data(&fs, "tiny");
+    assert!(fs.keep_cache(data), "nothing changed yet");
+    let array = fs.lookup(1, "tiny").unwrap().ino;
+    let prepend = fs.lookup(array, "prepend").unwrap().ino;
+    let fh = fs.open(prepend, true, false, 0).unwrap();
+    fs.write(prepend, fh, 0, &[9, 9], false).unwrap();
+    fs.release(fh);
+    // Every page moved: the first open after the prepend must not keep them; later ones may.
+    assert!(!fs.keep_cache(data));
+    assert!(fs.keep_cache(data));
+    let fh = fs.open(data, false, false, 0).unwrap();
+    assert_eq!(fs.read(data, fh, 0, 4).unwrap(), [9, 9, 0, 1]);
 }

@@ -11,7 +11,7 @@ mod writeback;
 
 pub use open::OpenArray;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -147,6 +147,9 @@ pub struct ZarrFs {
     /// Bytes of changed chunks held, all arrays together.
     dirty_bytes: Arc<AtomicI64>,
     kernel: std::sync::OnceLock<Box<dyn KernelCache>>,
+    /// Files the core changed under the kernel's page cache: their next open drops the cached
+    /// pages at once (the queued invalidation may come after that open's first read).
+    stale: Mutex<HashSet<u64>>,
     stats: stats::Stats,
     /// Cleared when the daemon stops. Every change holds it shared while it runs, so that
     /// `stop_changes` returns only once none is under way: everything acknowledged is then in
@@ -172,6 +175,7 @@ impl ZarrFs {
             mount_time: SystemTime::now(),
             dirty_bytes: Arc::new(AtomicI64::new(0)),
             kernel: std::sync::OnceLock::new(),
+            stale: Mutex::new(HashSet::new()),
             stats: stats::Stats::default(),
             accepting: std::sync::RwLock::new(true),
         }
@@ -577,13 +581,22 @@ impl ZarrFs {
     }
 
     fn invalidate_data(&self, array: &Arc<OpenArray>) {
-        if let (Some(kernel), Some(dir)) = (self.kernel.get(), self.tree.find_dir(&array.array().path)) {
-            for name in [DATA, crate::zarr::metadata::DOCUMENT_NAMES[0], crate::zarr::metadata::DOCUMENT_NAMES[1]] {
-                if let Some(ino) = self.tree.find(dir, name) {
+        let Some(dir) = self.tree.find_dir(&array.array().path) else { return };
+        for name in [DATA, crate::zarr::metadata::DOCUMENT_NAMES[0], crate::zarr::metadata::DOCUMENT_NAMES[1]] {
+            if let Some(ino) = self.tree.find(dir, name) {
+                lock(&self.stale).insert(ino);
+                if let Some(kernel) = self.kernel.get() {
                     kernel.invalidate(ino);
                 }
             }
         }
+    }
+
+    /// Whether an open of `ino` that just succeeded may keep the kernel's cached pages: not for
+    /// documents that change behind the kernel's back, nor once after the core changed the file.
+    pub fn keep_cache(&self, ino: u64) -> bool {
+        let changed = lock(&self.stale).remove(&ino);
+        !changed && matches!(self.getattr(ino), Ok(a) if !a.volatile)
     }
 
     fn commit_prepend(&self, array: &Arc<OpenArray>, spool: &mut prepend::Spool) -> Result<()> {
