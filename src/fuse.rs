@@ -73,16 +73,22 @@ fn ttl(a: &Attr) -> Duration {
     if a.volatile { Duration::ZERO } else { TTL }
 }
 
-/// Tells the kernel to drop what it cached of a file the daemon changed itself, on a thread of
-/// its own: never from a request handler, which may hold the very pages (fuse-notes.md §6).
+/// Tells the kernel to drop what it cached of a file the daemon changed itself. Attributes at
+/// once (an attribute-only invalidation touches no page, so it is safe inside a request handler,
+/// and the new size is seen as soon as the change returns); pages on a thread of its own, never
+/// from a request handler, which may hold the very pages (fuse-notes.md §6). The next open drops
+/// them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
 pub struct Invalidator {
+    notifier: Notifier,
     tx: crossbeam_channel::Sender<u64>,
 }
 
 impl Invalidator {
     pub fn new(notifier: Notifier) -> Invalidator {
         let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let pages = notifier.clone();
         let spawned = std::thread::Builder::new().name("zarrfs-invalidate".into()).spawn(move || {
+            let notifier = pages;
             while let Ok(ino) = rx.recv() {
                 if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
                     tracing::debug!(ino, "kernel cache invalidation failed: {e}");
@@ -92,12 +98,15 @@ impl Invalidator {
         if let Err(e) = spawned {
             tracing::error!("cannot start the invalidation thread: {e}");
         }
-        Invalidator { tx }
+        Invalidator { notifier, tx }
     }
 }
 
 impl KernelCache for Invalidator {
     fn invalidate(&self, ino: u64) {
+        if let Err(e) = self.notifier.inval_inode(INodeNo(ino), -1, 0) {
+            tracing::debug!(ino, "kernel attribute invalidation failed: {e}");
+        }
         let _ = self.tx.send(ino);
     }
 }

@@ -82,9 +82,9 @@ pub struct Attr {
 }
 
 /// What the core asks of the kernel's caches when it changes a file itself (a prepend): the
-/// FUSE layer implements it, off the request path.
+/// FUSE layer implements it.
 pub trait KernelCache: Send + Sync {
-    /// Drop the cached pages and attributes of `ino`.
+    /// Drop the cached attributes of `ino` before returning, and its cached pages soon.
     fn invalidate(&self, ino: u64);
 }
 
