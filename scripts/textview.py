@@ -3,8 +3,9 @@ check scripts and the fixture generator."""
 
 
 def escape(element, bytes_type):
-    """One element as a line: `\\` as `\\\\`, newline `\\n`, carriage return `\\r`, and (in
-    `bytes` arrays) each byte that is not part of valid UTF-8 as `\\xHH`."""
+    """One element as a line: `\\` as `\\\\`, newline `\\n`, carriage return `\\r`, and each
+    byte that is not part of valid UTF-8 as `\\xHH` (in `string` arrays only a damaged store
+    has such bytes)."""
     raw = element if isinstance(element, bytes) else element.encode()
     out = []
     for ch in raw.decode("utf-8", errors="surrogateescape"):
@@ -15,7 +16,7 @@ def escape(element, bytes_type):
         elif ch == "\r":
             out.append(b"\\r")
         elif "\udc80" <= ch <= "\udcff":
-            out.append(b"\\x%02x" % (ord(ch) - 0xDC00) if bytes_type else "\ufffd".encode())
+            out.append(b"\\x%02x" % (ord(ch) - 0xDC00))
         else:
             out.append(ch.encode())
     return b"".join(out) + b"\n"

@@ -180,7 +180,8 @@ impl ChunkCache {
             return load().map(Arc::new);
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let result = load().map(Arc::new);
+        // A loader that panics must still release the readers waiting for it.
+        let result = crate::error::catch("chunk load", load).map(Arc::new);
         let p = {
             let mut s = lock(&self.state);
             if let Ok(v) = &result {
@@ -223,7 +224,10 @@ impl WorkerPool {
             let rx = rx.clone();
             let spawned = std::thread::Builder::new().name(format!("zarrfs-worker-{i}")).spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    job();
+                    let _ = crate::error::catch("worker job", || {
+                        job();
+                        Ok(())
+                    });
                 }
             });
             if let Err(e) = spawned {

@@ -5,6 +5,7 @@ use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
 use std::num::NonZeroUsize;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -79,10 +80,14 @@ struct MountArgs {
     /// Changed chunks held in memory before they are written back, e.g. 256M.
     #[arg(long, value_parser = parse_size)]
     dirty_limit: Option<u64>,
-    /// FUSE request threads.
-    #[arg(long)]
+    /// FUSE request threads (1 to 1024).
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<NonZeroUsize>,
-    /// Log to this file (a background daemon otherwise logs nowhere).
+    /// The most bytes one decoded chunk (or shard) may take, e.g. 2G: arrays whose chunks are
+    /// larger show an `error` file instead.
+    #[arg(long, value_parser = parse_size)]
+    max_chunk_size: Option<u64>,
+    /// Log to this file (a background daemon otherwise logs to syslog, `-f` to stderr).
     #[arg(long)]
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated: ro, allow_other, auto_unmount, cache_size=2G, threads=16, …
@@ -100,13 +105,13 @@ struct MountPlan {
     allow_other: bool,
     allow_root: bool,
     auto_unmount: bool,
-    default_permissions: bool,
     cache_size: Option<u64>,
     dirty_limit: Option<u64>,
     threads: Option<NonZeroUsize>,
     adopt_offset: bool,
     spool_dir: Option<PathBuf>,
     flush_timeout: Duration,
+    max_chunk_size: Option<u64>,
 }
 
 /// fusermount3 on PATH (needed for auto_unmount).
@@ -118,7 +123,7 @@ fn fusermount3() -> Option<PathBuf> {
 fn is_generic_option(o: &str) -> bool {
     matches!(
         o,
-        "rw" | "dev"
+        "dev"
             | "suid"
             | "nodev"
             | "nosuid"
@@ -159,7 +164,22 @@ fn parse_size(s: &str) -> Result<u64, String> {
     if n.is_nan() || n < 0.0 {
         return Err(format!("size {s:?} must not be negative"));
     }
-    Ok((n * mult as f64) as u64)
+    let bytes = n * mult as f64;
+    // Past 2^63 a size means nothing on any machine (and would saturate silently).
+    if bytes >= (1u64 << 63) as f64 {
+        return Err(format!("size {s:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// More threads than this would only fail to start (the kernel serves a few dozen at most).
+const MAX_THREADS: usize = 1024;
+
+fn parse_threads(s: &str) -> Result<NonZeroUsize, String> {
+    match s.parse::<NonZeroUsize>() {
+        Ok(n) if n.get() <= MAX_THREADS => Ok(n),
+        _ => Err(format!("threads {s:?}: expected a whole number from 1 to {MAX_THREADS}")),
+    }
 }
 
 impl MountPlan {
@@ -172,6 +192,7 @@ impl MountPlan {
             adopt_offset: args.adopt_offset,
             spool_dir: args.spool_dir.clone(),
             flush_timeout: Duration::from_secs(args.flush_timeout),
+            max_chunk_size: args.max_chunk_size,
             auto_unmount: !args.no_auto_unmount && fusermount3().is_some(),
             ..Default::default()
         };
@@ -182,7 +203,9 @@ impl MountPlan {
                     None => (o.as_str(), None),
                 };
                 match (key, value) {
+                    // As in libfuse, the last of ro and rw wins.
                     ("ro", None) => plan.read_only = true,
+                    ("rw", None) => plan.read_only = false,
                     ("allow_other", None) => plan.allow_other = true,
                     ("allow_root", None) => plan.allow_root = true,
                     ("auto_unmount", None) => plan.auto_unmount = true,
@@ -191,14 +214,14 @@ impl MountPlan {
                         plan.flush_timeout =
                             Duration::from_secs(v.parse().map_err(|_| format!("option flush_timeout={v}: expected seconds"))?)
                     }
-                    ("default_permissions", None) => plan.default_permissions = true,
+                    // Always on (see run_mount).
+                    ("default_permissions", None) => {}
                     ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
                     ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
                     ("adopt_offset", None) => plan.adopt_offset = true,
                     ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
-                    ("threads", Some(v)) => {
-                        plan.threads = Some(v.parse().map_err(|_| format!("option threads={v}: expected a positive integer"))?)
-                    }
+                    ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
+                    ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
                     (k, None) if is_generic_option(k) => {}
                     (k, _) if k.starts_with("x-") => {}
                     _ => return Err(format!("unknown mount option {o:?}")),
@@ -324,7 +347,13 @@ pub fn main() -> ExitCode {
             Ok(())
         }),
         Command::Info { store, path, json } => {
-            let store = LocalStore::new(store);
+            let store = match LocalStore::open(&store) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("zarrfs: store {}: {e}", store.display());
+                    return ExitCode::FAILURE;
+                }
+            };
             let path = path.unwrap_or_default().trim_matches('/').to_string();
             match crate::info::collect(&store, &path) {
                 Ok(nodes) if json => {
@@ -347,7 +376,7 @@ pub fn main() -> ExitCode {
 /// Run an offline change on one array of a store.
 fn offline(store: &Path, array: &str, change: impl FnOnce(&crate::zarr::array::Array) -> crate::Result<()>) -> ExitCode {
     let path = array.trim_matches('/');
-    let result = crate::zarr::array::Array::open(Arc::new(LocalStore::new(store)), path).and_then(|a| change(&a));
+    let result = LocalStore::open(store).and_then(|s| crate::zarr::array::Array::open(Arc::new(s), path)).and_then(|a| change(&a));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -357,32 +386,14 @@ fn offline(store: &Path, array: &str, change: impl FnOnce(&crate::zarr::array::A
     }
 }
 
-fn init_logging(verbose: u8, log_file: Option<&Path>) -> Result<(), String> {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "zarrfs=info,fuser=error,warn",
-        1 => "zarrfs=debug,fuser=warn,info",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    let result = match log_file {
-        Some(p) => {
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("log file {}: {e}", p.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init()
-        }
-        None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).try_init(),
-    };
-    result.map_err(|e| e.to_string())
-}
-
 /// Check what can be checked before forking, so that errors reach the caller's terminal.
 fn preflight(args: &MountArgs) -> Result<(), String> {
     if !args.store.is_dir() {
         return Err(format!("store {} is not a directory", args.store.display()));
     }
-    let store = LocalStore::new(&args.store);
-    let has_node = ["zarr.json", ".zgroup", ".zarray"].iter().any(|k| matches!(store.get(k), Ok(Some(_))));
+    let store = LocalStore::open(&args.store).map_err(|e| format!("store {}: {e}", args.store.display()))?;
+    let has_node =
+        ["zarr.json", ".zgroup", ".zarray"].iter().any(|k| matches!(store.get(k, crate::zarr::limits::MAX_DOCUMENT_BYTES), Ok(Some(_))));
     if !has_node {
         return Err(format!("{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root", args.store.display()));
     }
@@ -429,7 +440,12 @@ fn mount(args: MountArgs) -> ExitCode {
         None if !msg.is_empty() && msg != "ok" => eprintln!("zarrfs: {msg}"),
         None => {}
     };
-    if let Err(e) = init_logging(args.verbose, args.log_file.as_deref()) {
+    let target = match (&args.log_file, background) {
+        (Some(f), _) => crate::logging::LogTarget::File(f),
+        (None, true) => crate::logging::LogTarget::Syslog,
+        (None, false) => crate::logging::LogTarget::Stderr,
+    };
+    if let Err(e) = crate::logging::init(args.verbose, target) {
         report(&e);
         return ExitCode::FAILURE;
     }
@@ -505,8 +521,9 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     // SAFETY: setting this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
 
-    let store: Arc<dyn Store> =
-        Arc::new(LocalStore::new(args.store.canonicalize().map_err(|e| format!("store {}: {e}", args.store.display()))?));
+    // The store root is held open from here on: a store moved or replaced while mounted is
+    // never written at its old path.
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(&args.store).map_err(|e| format!("store {}: {e}", args.store.display()))?);
     let mut config = Config { read_only: plan.read_only, ..Config::default() };
     if let Some(n) = plan.cache_size {
         config.cache_size = n as usize;
@@ -517,6 +534,10 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     config.adopt_offset = plan.adopt_offset;
     if let Some(dir) = &plan.spool_dir {
         config.spool_dir = dir.clone();
+    }
+    crate::fs::prepare_spool_dir(&config.spool_dir).map_err(|e| e.to_string())?;
+    if let Some(n) = plan.max_chunk_size {
+        crate::zarr::limits::set_max_chunk_bytes(n);
     }
     let fs = Arc::new(ZarrFs::new(store, config));
 
@@ -531,9 +552,9 @@ fn run_mount(args: &MountArgs, plan: &MountPlan, report: impl Fn(&str), backgrou
     if plan.read_only {
         options.push(fuser::MountOption::RO);
     }
-    if plan.default_permissions {
-        options.push(fuser::MountOption::DefaultPermissions);
-    }
+    // The kernel checks every access against the owner and mode shown (the daemon's user, 0644
+    // for data, 0200 for prepend): with allow_other, other users may do exactly what those allow.
+    options.push(fuser::MountOption::DefaultPermissions);
     if plan.auto_unmount {
         options.push(fuser::MountOption::AutoUnmount);
     }
@@ -634,9 +655,18 @@ fn detach_stdio(keep_stderr: bool) {
 
 /// Whether `path` is itself mounted on (per /proc/self/mountinfo).
 fn is_mount_point(path: &Path) -> bool {
-    let Ok(canon) = path.canonicalize() else { return false };
-    let want = canon.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str())))
+    mount_type(path).is_some()
+}
+
+/// The file system type of the mount at `path` (`fuse.zarrfs` for ours), when `path` is
+/// itself mounted on (per /proc/self/mountinfo; the last mount there is the one seen).
+fn mount_type(path: &Path) -> Option<String> {
+    let want = path.canonicalize().ok()?.to_string_lossy().into_owned();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .filter_map(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_string))
+        .next_back()
 }
 
 fn lazy_unmount(mountpoint: &Path) {
@@ -647,11 +677,22 @@ fn lazy_unmount(mountpoint: &Path) {
 }
 
 /// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
-/// unmounts) and wait for it to exit; a mount of something else is unmounted directly.
+/// unmounts) and wait for it to exit. Only zarrfs mounts are touched: anything else at that
+/// path (another file system, a directory holding a `.zarrfs/stats` of its own) is refused.
 fn stop_daemon(mountpoint: &Path) -> Result<(), String> {
+    // Mounted as root without fusermount3 the type is plain `fuse`; through it, `fuse.zarrfs`.
+    let fstype = mount_type(mountpoint).ok_or("nothing is mounted there")?;
+    if fstype != "fuse" && fstype != "fuse.zarrfs" {
+        return Err(format!("it is a {fstype} mount, not a zarrfs one"));
+    }
     let stats = std::fs::read(mountpoint.join(crate::fs::CONTROL_DIR).join(crate::fs::STATS)).ok();
     let pid = stats.and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok()).and_then(|v| v["pid"].as_i64());
-    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0) else { return unmount(mountpoint) };
+    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0 && serves(p, mountpoint)) else {
+        return match fstype.as_str() {
+            "fuse.zarrfs" => unmount(mountpoint),
+            _ => Err("it is a FUSE mount no zarrfs daemon serves".into()),
+        };
+    };
     // SAFETY: a signal to the daemon that reported this pid.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
         return unmount(mountpoint);
@@ -669,6 +710,20 @@ fn stop_daemon(mountpoint: &Path) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
+}
+
+/// Whether process `pid` is a zarrfs daemon serving `mountpoint` (its command line names it): a
+/// stats file anyone could plant never gets another process signalled.
+fn serves(pid: i32, mountpoint: &Path) -> bool {
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { return false };
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let Ok(want) = mountpoint.canonicalize() else { return false };
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+    comm.contains("zarrfs")
+        && cmdline.split(|&b| b == 0).any(|arg| {
+            let arg = Path::new(std::ffi::OsStr::from_bytes(arg));
+            cwd.join(arg).canonicalize().is_ok_and(|p| p == want)
+        })
 }
 
 /// Unmount: the daemon sees the session end and exits.

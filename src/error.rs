@@ -20,6 +20,11 @@ pub enum Error {
     Metadata(String),
     /// A chunk that cannot be decoded: corrupt, truncated, failed checksum.
     Corrupt { key: String, cause: String },
+    /// A store object refused without being read whole: a link that leads out of the store,
+    /// something that is not a regular file, or more bytes than the object can hold.
+    Refused { key: String, why: String },
+    /// A bug met while serving a request (a panic, caught): the request fails, the mount lives.
+    Internal(String),
     /// A store or system error.
     Io(std::io::Error),
 }
@@ -32,7 +37,7 @@ impl Error {
             Error::NotPermitted(_) => libc::EPERM,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::Invalid(_) => libc::EINVAL,
-            Error::Metadata(_) | Error::Corrupt { .. } => libc::EIO,
+            Error::Metadata(_) | Error::Corrupt { .. } | Error::Refused { .. } | Error::Internal(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -43,6 +48,10 @@ impl Error {
 
     pub fn corrupt(key: impl Into<String>, cause: impl fmt::Display) -> Error {
         Error::Corrupt { key: key.into(), cause: cause.to_string() }
+    }
+
+    pub fn refused(key: impl Into<String>, why: impl fmt::Display) -> Error {
+        Error::Refused { key: key.into(), why: why.to_string() }
     }
 
     /// Attach the chunk key to a decoding failure that did not know it.
@@ -64,12 +73,28 @@ impl fmt::Display for Error {
             Error::Invalid(m) => write!(f, "invalid: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),
             Error::Corrupt { key, cause } => write!(f, "chunk {key}: {cause}"),
+            Error::Refused { key, why } => write!(f, "{key}: {why}"),
+            Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Io(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// Run `f`, turning a panic into `Error::Internal` (logged): no panic may take a request
+/// thread, a worker or the mount down with it. Locks are taken poison-tolerant everywhere.
+pub fn catch<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        tracing::error!("{what}: internal error, answered with EIO: {msg}");
+        Err(Error::Internal(msg))
+    })
+}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {

@@ -9,8 +9,8 @@ use std::time::{Instant, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
@@ -34,8 +34,11 @@ impl FuseAdapter {
         FuseAdapter { fs, uid, gid }
     }
 
-    /// Count a request (and its error) for `.zarrfs/stats`, and log it at debug level when slow.
-    fn track<T>(&self, op: &'static str, started: Instant, result: crate::Result<T>) -> crate::Result<T> {
+    /// Run one request on the core: count it (and its error) for `.zarrfs/stats`, log it at
+    /// debug level when slow, and answer a panic with EIO instead of losing the thread.
+    fn run<T>(&self, op: &'static str, f: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
+        let started = Instant::now();
+        let result = crate::error::catch(op, f);
         self.fs.stats().record(op, result.as_ref().err().map(Error::errno));
         let took = started.elapsed();
         if took >= SLOW {
@@ -138,14 +141,14 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.track("lookup", Instant::now(), self.fs.lookup(parent.0, name)) {
+        match self.run("lookup", || self.fs.lookup(parent.0, name)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.track("getattr", Instant::now(), self.fs.getattr(ino.0)) {
+        match self.run("getattr", || self.fs.getattr(ino.0)) {
             Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -154,7 +157,7 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        match self.track("open", Instant::now(), self.fs.open(ino.0, write, truncate, req.pid())) {
+        match self.run("open", || self.fs.open(ino.0, write, truncate, req.pid())) {
             Ok(fh) => {
                 let keep = if self.fs.keep_cache(ino.0) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
                 reply.opened(FileHandle(fh), keep)
@@ -174,7 +177,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.track("read", Instant::now(), self.fs.read(ino.0, fh.0, offset, size)) {
+        match self.run("read", || self.fs.read(ino.0, fh.0, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -193,7 +196,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let append = flags.0 & libc::O_APPEND != 0;
-        match self.track("write", Instant::now(), self.fs.write(ino.0, fh.0, offset, data, append)) {
+        match self.run("write", || self.fs.write(ino.0, fh.0, offset, data, append)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -203,12 +206,12 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -217,27 +220,29 @@ impl Filesystem for FuseAdapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // Only the size means something here; times and modes are not kept.
-        let started = Instant::now();
-        let result = match size {
+        // A size is a truncate (the times the kernel sends with it are its own). Modes, owners
+        // and times are the mount's and cannot be kept: changing them fails rather than pretends.
+        let keeps = mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() && mtime.is_none();
+        let result = self.run("setattr", || match size {
             Some(size) => self.fs.truncate(ino.0, size, fh.map(|f| f.0)),
-            None => self.fs.getattr(ino.0),
-        };
-        match self.track("setattr", started, result) {
+            None if keeps => self.fs.getattr(ino.0),
+            None => Err(self.fs.refuse_change("modes, owners and times are the mount's own")),
+        });
+        match result {
             Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        match self.track("flush", Instant::now(), self.fs.flush(fh.0, req.pid())) {
+        match self.run("flush", || self.fs.flush(fh.0, req.pid())) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.track("fsync", Instant::now(), self.fs.fsync(fh.0)) {
+        match self.run("fsync", || self.fs.fsync(fh.0)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -262,14 +267,49 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let started = Instant::now();
-        self.fs.release(fh.0);
-        let _ = self.track("release", started, Ok(()));
+        let _ = self.run("release", || {
+            self.fs.release(fh.0);
+            Ok(())
+        });
         reply.ok();
     }
 
+    // The hierarchy is the store's: nodes are not created, removed or renamed through the mount.
+    fn mknod(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _rdev: u32, reply: ReplyEntry) {
+        reply.error(errno(&self.fs.refuse_change("files are not created in the mount")));
+    }
+
+    fn mkdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        reply.error(errno(&self.fs.refuse_change("directories are not created in the mount")));
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(&self.fs.refuse_change("files are not removed from the mount")));
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(&self.fs.refuse_change("directories are not removed from the mount")));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(errno(&self.fs.refuse_change("nodes are not renamed in the mount")));
+    }
+
+    fn create(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        reply.error(errno(&self.fs.refuse_change("files are not created in the mount")));
+    }
+
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.track("readdir", Instant::now(), self.fs.readdir(ino.0)) {
+        let entries = match self.run("readdir", || self.fs.readdir(ino.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };

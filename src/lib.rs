@@ -9,6 +9,7 @@ pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod info;
+pub mod logging;
 pub mod store;
 pub mod zarr;
 

@@ -26,9 +26,9 @@ impl CountingStore {
 }
 
 impl Store for CountingStore {
-    fn get(&self, key: &str) -> zarrfs::Result<Option<Vec<u8>>> {
+    fn get(&self, key: &str, max: u64) -> zarrfs::Result<Option<Vec<u8>>> {
         self.note(format!("get {key}"), key);
-        self.inner.get(key)
+        self.inner.get(key, max)
     }
     fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
         // Zero-length probes are existence checks of metadata documents.
@@ -66,7 +66,8 @@ fn open_data(fs: &ZarrFs, path: &str) -> (u64, u64) {
 }
 
 fn setup() -> (Arc<CountingStore>, ZarrFs) {
-    let store = Arc::new(CountingStore { inner: LocalStore::new(common::fixtures().join("v3.zarr")), log: Mutex::new(Vec::new()) });
+    let store =
+        Arc::new(CountingStore { inner: LocalStore::open(common::fixtures().join("v3.zarr")).unwrap(), log: Mutex::new(Vec::new()) });
     let fs = ZarrFs::new(store.clone(), Config::default());
     (store, fs)
 }
@@ -120,7 +121,7 @@ fn tiny_chunks(rows: u64, stored: &[u64], separator: &str, config: Config) -> (t
         "fill_value": 7, "codecs": [{"name": "bytes"}]});
     std::fs::write(root.join("zarr.json"), meta.to_string()).unwrap();
     std::fs::write(dir.path().join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
-    let inner = LocalStore::new(dir.path());
+    let inner = LocalStore::open(dir.path()).unwrap();
     for &r in stored {
         inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
     }

@@ -83,7 +83,7 @@ fn bad_text_is_refused_and_changes_nothing() {
         einval("strings_1d", &rewrite(), b"fine\nbad \\q escape\n");
         einval("strings_1d", &rewrite(), b"dangling\\");
         einval("strings_1d", &rewrite(), b"not \xff utf-8\n");
-        einval("strings_1d", &rewrite(), b"no \\x41 in strings\n");
+        einval("strings_1d", &rewrite(), b"no \\xff in strings\n");
         einval("bytes_1d", &rewrite(), b"short \\x4\n");
         einval("strings_2d", &rewrite(), b"too\nfew\n");
         einval("strings_2d", &append(), b"more\n");

@@ -10,6 +10,7 @@ pub mod tree;
 mod writeback;
 
 pub use open::OpenArray;
+pub use prepend::prepare_spool_dir;
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
@@ -58,7 +59,8 @@ impl Default for Config {
             read_ahead: 16 << 20,
             dirty_limit: 256 << 20,
             adopt_offset: false,
-            spool_dir: std::env::temp_dir().join("zarrfs-spool"),
+            // SAFETY: geteuid cannot fail. One per user: a directory another user made is refused.
+            spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
         }
     }
 }
@@ -112,6 +114,8 @@ struct Handle {
     /// `prepend` opened for writing: the staged bytes, and who opened it.
     spool: Option<Mutex<prepend::Spool>>,
     opener: u32,
+    /// Opened for writing: only such a handle's close stores (and reports) the array's changes.
+    writable: bool,
     /// Text written to a variable-length array's `data`.
     text: Mutex<Option<text::TextEdit>>,
     /// The furthest end of a read.
@@ -196,6 +200,12 @@ impl ZarrFs {
         if self.config.read_only || !*accepting { Err(Error::ReadOnly) } else { Ok(accepting) }
     }
 
+    /// The error for a change the mount cannot make (a node created, removed or renamed; a
+    /// mode, owner or time set): EROFS on a read-only mount, EPERM otherwise.
+    pub fn refuse_change(&self, why: &str) -> Error {
+        if self.config.read_only { Error::ReadOnly } else { Error::NotPermitted(why.into()) }
+    }
+
     /// `.zarrfs/stats`.
     fn stats_json(&self) -> Vec<u8> {
         let c = &self.cache.stats;
@@ -249,10 +259,14 @@ impl ZarrFs {
     }
 
     /// Whether `path` holds a node (a metadata document), without parsing it.
+    /// A document the store refuses to serve (a link out, a FIFO) still makes a node: it is
+    /// shown with an `error` saying why.
     fn is_node(&self, path: &str) -> Result<bool> {
         for name in ["zarr.json", ".zarray", ".zgroup"] {
-            if self.store.get_range(&store::join(path, name), store::ByteRange::Range { start: 0, len: 0 })?.is_some() {
-                return Ok(true);
+            match self.store.get_range(&store::join(path, name), store::ByteRange::Range { start: 0, len: 0 }) {
+                Ok(Some(_)) | Err(Error::Refused { .. }) => return Ok(true),
+                Ok(None) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(false)
@@ -310,7 +324,9 @@ impl ZarrFs {
                     let perm = if self.config.read_only { 0o444 } else { 0o644 };
                     if meta.dtype.is_variable() {
                         // A text view's size moves with every rewrite the kernel cannot predict.
-                        Attr { volatile: true, ..file(text::index(&a, &self.cache, &self.pool)?.len(), perm) }
+                        let index = text::index(&a, &self.cache, &self.pool)
+                            .inspect_err(|e| tracing::error!(array = %display_path(&node.path), "the text view cannot be rendered: {e}"))?;
+                        Attr { volatile: true, ..file(index.len(), perm) }
                     } else {
                         file(meta.byte_len(), perm)
                     }
@@ -369,7 +385,7 @@ impl ZarrFs {
     /// A metadata document: as stored, or — for an array's own document while its shape
     /// changed in memory — as it will be stored at the next flush.
     fn meta_file_bytes(&self, key: &str) -> Result<Vec<u8>> {
-        let stored = self.store.get(key)?.ok_or(Error::NotFound)?;
+        let stored = self.store.get(key, crate::zarr::limits::MAX_DOCUMENT_BYTES)?.ok_or(Error::NotFound)?;
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
         if let Some(DirState::Array(a)) = lock(&self.dirs).get(dir).cloned()
             && a.metadata_dirty()
@@ -409,7 +425,7 @@ impl ZarrFs {
             _ => None,
         };
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, ..Handle::default() }));
+        lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, writable: write, ..Handle::default() }));
         if truncate && write && node.kind == NodeKind::Data {
             drop(_change);
             if let Err(e) = self.truncate(ino, 0, Some(fh)) {
@@ -553,7 +569,10 @@ impl ZarrFs {
         match &handle.spool {
             Some(spool) if pid == handle.opener => self.commit_prepend(&array, &mut lock(spool)),
             Some(_) => Ok(()),
-            None if array.is_dirty() => self.flush_array(&array),
+            // A reader's close neither stores nor reports what other descriptors wrote. A
+            // writer's flushes even when nothing looks dirty: another flush may have taken the
+            // chunks and not stored them yet, and this close must wait for (and report) that.
+            None if handle.writable => self.flush_array(&array),
             None => Ok(()),
         }
     }
@@ -673,7 +692,7 @@ impl ZarrFs {
         let result = match &handle.spool {
             _ if text.is_some() => text.map_or(Ok(()), |t| t.contents().and_then(|c| self.commit_text(&array, t.mode, &c))),
             Some(spool) => self.commit_prepend(&array, &mut lock(spool)),
-            None if array.is_dirty() => self.flush_array(&array),
+            None if handle.writable && array.is_dirty() => self.flush_array(&array),
             None => Ok(()),
         };
         if let Err(e) = result {

@@ -95,16 +95,26 @@ impl OpenArray {
         self.cache_id.store(cache_id, Ordering::Relaxed);
     }
 
-    /// Give the array a new shape in memory; the metadata is stored at the next flush.
-    pub(crate) fn set_shape(&self, edits: &mut Edits, shape: &[u64]) -> Result<Arc<Array>> {
+    /// The array with another shape, not yet served.
+    pub(crate) fn reshaped(&self, shape: &[u64]) -> Result<Arc<Array>> {
         // A shape the metadata cannot take (say, a new shard edge inner chunks do not divide)
         // is a bad size, not a broken store.
-        let next = Arc::new(self.array().with_shape(shape).map_err(|e| match e {
+        Ok(Arc::new(self.array().with_shape(shape).map_err(|e| match e {
             crate::Error::Metadata(m) => crate::Error::Invalid(format!("shape {shape:?}: {m}")),
             other => other,
-        })?);
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        })?))
+    }
+
+    /// Serve `next` (a `reshaped` array) from now on; the metadata is stored at the next flush.
+    pub(crate) fn set_reshaped(&self, edits: &mut Edits, next: Arc<Array>) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
         edits.metadata_dirty = true;
+    }
+
+    /// Give the array a new shape in memory; the metadata is stored at the next flush.
+    pub(crate) fn set_shape(&self, edits: &mut Edits, shape: &[u64]) -> Result<Arc<Array>> {
+        let next = self.reshaped(shape)?;
+        self.set_reshaped(edits, next.clone());
         Ok(next)
     }
 

@@ -22,13 +22,10 @@ pub struct Spool {
 }
 
 impl Spool {
-    /// An unnamed file in `dir` (created, then unlinked at once: nothing is left behind).
+    /// An unnamed file in `dir` (`prepare_spool_dir`), readable by no one else, that leaves
+    /// nothing behind.
     pub fn create(dir: &Path) -> Result<Spool> {
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join(format!("prepend-{}-{}", std::process::id(), rand_suffix()));
-        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
-        std::fs::remove_file(&path)?;
-        Ok(Spool { file, len: 0 })
+        Ok(Spool { file: tempfile::tempfile_in(dir)?, len: 0 })
     }
 
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
@@ -57,11 +54,24 @@ impl Spool {
     }
 }
 
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
-    h.finish()
+/// Make `dir` ready for spool files, at mount time: created (mode 0700) when absent — its
+/// parent must exist, nothing else is created — and refused when another user could write into
+/// it (a directory someone else owns, or writable by others and not sticky).
+pub fn prepare_spool_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let bad = |why: String| Error::Invalid(format!("spool directory {}: {why}", dir.display()));
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(bad(e.to_string())),
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| bad(e.to_string()))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let others_write = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
+    if !meta.is_dir() || (meta.uid() != me && meta.uid() != 0) || others_write {
+        return Err(bad(format!("must be a directory of user {me} (or root) that others cannot write into")));
+    }
+    Ok(())
 }
 
 /// Whether `prepend` can be opened for writing on this array, switching a `default`-encoded

@@ -528,8 +528,9 @@ pub(crate) fn for_each_chunk_outside(array: &Array, rows: u64, f: &mut dyn FnMut
     result
 }
 
-/// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion; the chunks the
-/// old or the new end cuts through get fill past the end, so growing never resurrects old values.
+/// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion, growing the
+/// stored chunks wholly past the old end; the chunks the old or the new end cuts through get
+/// fill past the end, so growing never resurrects old values.
 fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result<isize> {
     let array = open.array();
     let meta = &array.meta;
@@ -543,9 +544,9 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let old_grid = grid.grid_shape(&meta.shape);
     let new_grid = grid.grid_shape(&new_shape);
     let others_hi: Vec<u64> = old_grid[1..].iter().map(|&n| n.saturating_sub(1)).collect();
+    let next = open.reshaped(&new_shape)?;
     if old_grid[1..].contains(&0) {
-        let mut edits = lock(&open.edits);
-        open.set_shape(&mut edits, &new_shape)?;
+        open.set_reshaped(&mut lock(&open.edits), next);
         return Ok(0);
     }
     let mut added = 0isize;
@@ -572,6 +573,19 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             }
         }
         edits.dirty_bytes = edits.dirty_bytes.saturating_add_signed(added);
+    } else {
+        // Chunks wholly past the old end can only be strays — of a growth whose metadata never
+        // landed (a full disk, a crash): they read as fill and are deleted at the next flush
+        // unless written first, so rows that failed to store never come back.
+        let mut strays: Vec<Vec<u64>> = Vec::new();
+        for_each_chunk_outside(&next, old_rows, &mut |coords| {
+            strays.push(coords.to_vec());
+            Ok(())
+        })?;
+        let mut edits = lock(&open.edits);
+        for coords in strays {
+            edits.chunks.entry(coords).or_insert(ChunkEdit::Deleted);
+        }
     }
     // The chunk band the cut runs through: everything from the cut on becomes fill.
     if cut_offset != 0 {
@@ -606,8 +620,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             }
         }
     }
-    let mut edits = lock(&open.edits);
-    open.set_shape(&mut edits, &new_shape)?;
+    open.set_reshaped(&mut lock(&open.edits), next);
     Ok(added)
 }
 

@@ -48,8 +48,11 @@ impl TextIndex {
     }
 }
 
-/// Append `element` escaped, and a newline.
-pub fn escape(element: &[u8], bytes_type: bool, out: &mut Vec<u8>) {
+/// Append `element` escaped, and a newline. Bytes that are not UTF-8 are written `\xHH`, in
+/// `string` arrays too (a damaged store): shown exactly, never replaced. Returns whether a
+/// `string` element needed that.
+pub fn escape(element: &[u8], bytes_type: bool, out: &mut Vec<u8>) -> bool {
+    let mut damaged = false;
     let mut rest = element;
     while !rest.is_empty() {
         let (valid, bad) = match std::str::from_utf8(rest) {
@@ -65,16 +68,13 @@ pub fn escape(element: &[u8], bytes_type: bool, out: &mut Vec<u8>) {
             }
         }
         for &b in &rest[valid..valid + bad] {
-            if bytes_type {
-                out.extend(format!("\\x{b:02x}").as_bytes());
-            } else {
-                // A string element that is not UTF-8 (the store is damaged): shown, not lost.
-                out.extend("\u{fffd}".as_bytes());
-            }
+            out.extend(format!("\\x{b:02x}").as_bytes());
+            damaged |= !bytes_type;
         }
         rest = &rest[valid + bad..];
     }
     out.push(b'\n');
+    damaged
 }
 
 /// One line of text back to an element. A malformed escape, or a `string` element that is not
@@ -93,7 +93,7 @@ pub fn unescape(line: &[u8], bytes_type: bool, number: usize) -> Result<Vec<u8>>
             Some(b'\\') => out.push(b'\\'),
             Some(b'n') => out.push(b'\n'),
             Some(b'r') => out.push(b'\r'),
-            Some(b'x') if bytes_type => {
+            Some(b'x') => {
                 let hex = line.get(i + 2..i + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
                 out.push(hex.ok_or_else(|| bad("\\x needs two hex digits"))?);
                 i += 2;
@@ -164,9 +164,15 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
     cache.get_or_load(&band_key(open, band), || {
         let meta = &array.meta;
         let mut out = Vec::new();
+        let mut damaged = 0usize;
+        let warn = |damaged: usize| {
+            if damaged > 0 {
+                tracing::warn!(array = %super::display_path(&array.path), band, "{damaged} string elements are not UTF-8: shown with \\xHH escapes");
+            }
+        };
         if meta.shape.is_empty() {
             let elements = array.retrieve_elements(&[])?.unwrap_or_else(|| vec![meta.fill.clone()]);
-            escape(elements.first().map_or(&[][..], |e| &e[..]), is_bytes(array), &mut out);
+            warn(usize::from(escape(elements.first().map_or(&[][..], |e| &e[..]), is_bytes(array), &mut out)));
             return Ok(Cached::Chunk(out));
         }
         let chunks = band_elements(array, band)?;
@@ -177,8 +183,11 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
         lo.extend(meta.shape[1..].iter().map(|_| 0));
         hi.extend(meta.shape[1..].iter().map(|&n| n.saturating_sub(1)));
         if r1 > r0 && meta.shape[1..].iter().all(|&n| n > 0) {
-            for_each_cell(&lo, &hi, |index| escape(element_at(array, &chunks, &by_coords, index), is_bytes(array), &mut out));
+            for_each_cell(&lo, &hi, |index| {
+                damaged += usize::from(escape(element_at(array, &chunks, &by_coords, index), is_bytes(array), &mut out));
+            });
         }
+        warn(damaged);
         Ok(Cached::Chunk(out))
     })
 }

@@ -35,11 +35,11 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     for (coords, edit) in chunks {
         let (array, tx) = (array.clone(), tx.clone());
         pool.submit(move || {
-            let result = match &edit {
+            let result = crate::error::catch("write-back", || match &edit {
                 ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Storing(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Deleted => array.delete_chunk(&coords),
-            };
+            });
             let _ = tx.send((coords, edit, result));
         });
     }
@@ -115,7 +115,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
     for (coords, buf) in picked {
         let (open, cache, array, total) = (open.clone(), cache.clone(), array.clone(), total.clone());
         pool.submit(move || {
-            let result = array.store_chunk(&coords, &buf);
+            let result = crate::error::catch("background write-back", || array.store_chunk(&coords, &buf));
             let mut edits = lock(&open.edits);
             edits.storing.remove(&coords);
             let current = matches!(edits.chunks.get(&coords), Some(ChunkEdit::Storing(b)) if Arc::ptr_eq(b, &buf));

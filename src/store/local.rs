@@ -1,136 +1,309 @@
 //! A store in a local directory: keys are relative paths.
+//!
+//! The store root is opened once and held for the store's lifetime; every path is resolved
+//! beneath that descriptor (`openat2` with `RESOLVE_BENEATH`), so a link that leads out of the
+//! store is refused rather than followed, and a store that is moved keeps being served where it
+//! now is while one that is deleted fails its writes instead of being created again at the old
+//! path. Objects are opened without blocking (a FIFO cannot hang a request) and must be regular
+//! files no larger than the caller's bound.
 
-use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
 use super::{ByteRange, Entry, Store, resolve_range};
-use crate::Result;
+use crate::{Error, Result};
 
 pub struct LocalStore {
     root: PathBuf,
+    dir: OwnedFd,
     temp_counter: AtomicU64,
 }
 
+fn io(e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+fn is_absent(e: Errno) -> bool {
+    e == Errno::NOENT || e == Errno::NOTDIR
+}
+
 impl LocalStore {
-    pub fn new(root: impl Into<PathBuf>) -> LocalStore {
-        LocalStore { root: root.into(), temp_counter: AtomicU64::new(0) }
+    /// Open the store at `root` (a directory); it is served from this descriptor from now on.
+    pub fn open(root: impl Into<PathBuf>) -> Result<LocalStore> {
+        let root = root.into();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(&root, flags, Mode::empty()).map_err(|e| Error::Io(io(e)))?;
+        Ok(LocalStore { root, dir, temp_counter: AtomicU64::new(0) })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    fn path(&self, key: &str) -> PathBuf {
-        if key.is_empty() { self.root.clone() } else { self.root.join(key) }
-    }
-}
-
-fn absent_as_none<T>(r: std::io::Result<T>) -> Result<Option<T>> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-impl Store for LocalStore {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        // One open for a missing key (sparse arrays probe many); a directory is no value.
-        match fs::read(self.path(key)) {
-            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(None),
-            other => absent_as_none(other),
+    /// Open `path` (relative to the root, `""` for the root) beneath the root. A path that
+    /// leaves the store, through `..` or a link, is refused with a reason.
+    fn resolve(&self, key: &str, flags: OFlags) -> Result<std::result::Result<OwnedFd, Errno>> {
+        let path = if key.is_empty() { "." } else { key };
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        // openat2 refuses O_PATH with any flag but O_DIRECTORY and O_CLOEXEC.
+        let flags = if flags.contains(OFlags::PATH) { flags } else { flags | OFlags::NOCTTY };
+        // EAGAIN: a rename raced with the resolution of `..`; the kernel asks for a retry.
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(&self.dir, path, flags | OFlags::CLOEXEC, Mode::empty(), how) {
+                Err(Errno::AGAIN) if tries < 8 => tries += 1,
+                Err(Errno::XDEV) => return Err(Error::refused(key, "a link that leads out of the store (not followed)")),
+                Err(Errno::LOOP) => return Err(Error::refused(key, "too many levels of links")),
+                other => return Ok(other),
+            }
         }
     }
 
-    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
-        let Some(mut file) = absent_as_none(File::open(self.path(key)))? else {
-            return Ok(None);
+    /// A regular file to read, or `None` when absent (a directory is no value either).
+    fn open_object(&self, key: &str) -> Result<Option<(std::fs::File, u64)>> {
+        // Non-blocking, so that opening a FIFO returns at once (it is refused below).
+        let fd = match self.resolve(key, OFlags::RDONLY | OFlags::NONBLOCK)? {
+            Ok(fd) => fd,
+            Err(e) if is_absent(e) || e == Errno::ISDIR => return Ok(None),
+            Err(Errno::NXIO) => return Err(Error::refused(key, "not a regular file (a socket or device)")),
+            Err(e) => return Err(Error::Io(io(e))),
         };
-        let len = file.metadata()?.len();
+        let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => Ok(Some((std::fs::File::from(fd), stat.st_size as u64))),
+            FileType::Directory => Ok(None),
+            other => Err(Error::refused(key, format!("not a regular file ({other:?})"))),
+        }
+    }
+
+    /// The directory at `dir` (relative), created with its parents beneath the root when absent.
+    fn make_dir(&self, dir: &str) -> Result<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        if let Ok(fd) = self.resolve(dir, flags)? {
+            return Ok(fd);
+        }
+        let mut fd = self.resolve("", flags)?.map_err(|e| Error::Io(io(e)))?;
+        for part in dir.split('/').filter(|p| !p.is_empty()) {
+            match rustix::fs::mkdirat(&fd, part, Mode::from_raw_mode(0o777)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(Error::Io(io(e))),
+            }
+            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+            fd = rustix::fs::openat2(&fd, part, flags | OFlags::CLOEXEC, Mode::empty(), how).map_err(|e| match e {
+                Errno::XDEV | Errno::LOOP => Error::refused(dir, "a link where a directory of the store was expected"),
+                e => Error::Io(io(e)),
+            })?;
+        }
+        Ok(fd)
+    }
+}
+
+/// `key` split into its directory (relative to the root) and its name.
+fn split(key: &str) -> (&str, &str) {
+    key.rsplit_once('/').unwrap_or(("", key))
+}
+
+impl Store for LocalStore {
+    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let Some((file, len)) = self.open_object(key)? else { return Ok(None) };
+        if len > max {
+            return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        // The file may grow while it is read: never past the bound.
+        file.take(max + 1).read_to_end(&mut out)?;
+        if out.len() as u64 > max {
+            return Err(Error::refused(key, format!("grew past the {max} bytes it can hold while it was read")));
+        }
+        Ok(Some(out))
+    }
+
+    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+        let Some((file, len)) = self.open_object(key)? else { return Ok(None) };
         let (start, end) = resolve_range(key, range, len)?;
-        file.seek(SeekFrom::Start(start))?;
         let mut buf = vec![0u8; (end - start) as usize];
-        file.read_exact(&mut buf)?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
         Ok(Some(buf))
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        let path = self.path(key);
-        let dir = path.parent().unwrap_or(&self.root);
-        fs::create_dir_all(dir)?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (dir, name) = split(key);
+        let dir = self.make_dir(dir)?;
         // A temporary name in the same directory, then a rename: readers never see a torn value.
+        // O_EXCL never follows a link planted under the temporary name.
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id()));
-        let written = File::create(&tmp).and_then(|mut f| f.write_all(value));
-        if let Err(e) = written.and_then(|_| fs::rename(&tmp, &path)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(e.into());
+        let tmp = format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id());
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
+        let written = std::fs::File::from(fd).write_all(value).map_err(Error::Io);
+        let renamed = written.and_then(|_| rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| Error::Io(io(e))));
+        if renamed.is_err() {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
         }
-        Ok(())
+        renamed
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        match fs::remove_file(self.path(key)) {
-            Err(e) if e.kind() != ErrorKind::NotFound => Err(e.into()),
-            _ => Ok(()),
+        let (dir, name) = split(key);
+        let dir = match self.resolve(dir, OFlags::PATH | OFlags::DIRECTORY)? {
+            Ok(fd) => fd,
+            Err(e) if is_absent(e) => return Ok(()),
+            Err(e) => return Err(Error::Io(io(e))),
+        };
+        match rustix::fs::unlinkat(&dir, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::Io(io(e))),
         }
     }
 
     fn sync(&self, keys: &[String]) -> Result<()> {
         let mut dirs = std::collections::BTreeSet::new();
         for key in keys {
-            let path = self.path(key);
-            match File::open(&path) {
-                Ok(f) => f.sync_all()?,
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+            if let Some((file, _)) = self.open_object(key)? {
+                file.sync_all()?;
             }
-            if let Some(dir) = path.parent() {
-                dirs.insert(dir.to_path_buf());
-            }
+            dirs.insert(split(key).0);
         }
         for dir in dirs {
-            match File::open(&dir) {
-                Ok(f) => f.sync_all()?,
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+            match self.resolve(dir, OFlags::RDONLY | OFlags::DIRECTORY)? {
+                Ok(fd) => rustix::fs::fsync(&fd).map_err(|e| Error::Io(io(e)))?,
+                Err(e) if is_absent(e) => {}
+                Err(e) => return Err(Error::Io(io(e))),
             }
         }
         Ok(())
     }
 
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
-        let Some(read) = absent_as_none(fs::read_dir(self.path(prefix)))? else {
-            return Ok(Some(Vec::new()));
-        };
+        let Some(dir) = self.open_dir(prefix)? else { return Ok(Some(Vec::new())) };
         let mut names = Vec::new();
-        for entry in read {
+        for entry in dir {
+            let entry = entry.map_err(|e| Error::Io(io(e)))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
             if names.len() == max {
                 return Ok(None);
             }
-            names.push(entry?.file_name().to_string_lossy().into_owned());
+            names.push(String::from_utf8_lossy(name).into_owned());
         }
         Ok(Some(names))
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
-        let Some(read) = absent_as_none(fs::read_dir(self.path(prefix)))? else {
-            return Ok(Vec::new());
-        };
+        let Some(dir) = self.open_dir(prefix)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
-        for entry in read {
-            let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else {
+        for entry in dir {
+            let entry = entry.map_err(|e| Error::Io(io(e)))?;
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if name == "." || name == ".." {
                 continue;
+            }
+            let is_dir = match entry.file_type() {
+                FileType::Directory => true,
+                // A link (or a file system without types): a directory when it resolves to
+                // one inside the store; one that leads out counts as a directory too, so that
+                // its node is shown with an `error` saying why it is not served.
+                FileType::Symlink | FileType::Unknown => match self.resolve(&super::join(prefix, name), OFlags::PATH | OFlags::DIRECTORY) {
+                    Ok(r) => r.is_ok(),
+                    Err(_) => true,
+                },
+                _ => false,
             };
-            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
-                || (entry.file_type().map(|t| t.is_symlink()).unwrap_or(false) && entry.path().is_dir());
-            out.push(Entry { name, is_dir });
+            out.push(Entry { name: name.to_string(), is_dir });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+}
+
+impl LocalStore {
+    fn open_dir(&self, prefix: &str) -> Result<Option<Dir>> {
+        match self.resolve(prefix, OFlags::RDONLY | OFlags::DIRECTORY)? {
+            Ok(fd) => Ok(Some(Dir::new(fd).map_err(|e| Error::Io(io(e)))?)),
+            Err(e) if is_absent(e) => Ok(None),
+            Err(e) => Err(Error::Io(io(e))),
+        }
+    }
+}
+
+impl std::fmt::Debug for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStore").field("root", &self.root).field("dir", &self.dir.as_fd()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, LocalStore) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("s")).unwrap();
+        let store = LocalStore::open(dir.path().join("s")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn links_out_of_the_store_are_refused() {
+        let (dir, store) = store();
+        let outside = dir.path().join("secret");
+        std::fs::write(&outside, b"secret").unwrap();
+        std::fs::create_dir(dir.path().join("outdir")).unwrap();
+        let s = dir.path().join("s");
+        std::os::unix::fs::symlink(&outside, s.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../secret", s.join("rel")).unwrap();
+        std::os::unix::fs::symlink("../outdir", s.join("d")).unwrap();
+        std::fs::write(s.join("inside"), b"ok").unwrap();
+        std::os::unix::fs::symlink("inside", s.join("alias")).unwrap();
+        for key in ["abs", "rel", "../secret", "d/x"] {
+            assert!(matches!(store.get(key, 100), Err(Error::Refused { .. })), "{key}");
+        }
+        assert!(matches!(store.get_range("rel", ByteRange::Suffix(1)), Err(Error::Refused { .. })));
+        // Writing through a directory link that leaves the store is refused, nothing lands there.
+        assert!(store.set("d/x", b"no").is_err());
+        assert!(!dir.path().join("outdir/x").exists());
+        assert_eq!(store.get("alias", 100).unwrap().unwrap(), b"ok");
+        // Links out count as directories (their nodes show why they are refused); `alias` is a file.
+        let listed: Vec<_> = store.list_dir("").unwrap().into_iter().filter(|e| e.is_dir).map(|e| e.name).collect();
+        assert_eq!(listed, ["abs", "d", "rel"]);
+    }
+
+    #[test]
+    fn fifos_devices_and_oversized_objects_are_not_read() {
+        let (dir, store) = store();
+        let s = dir.path().join("s");
+        let fifo = std::ffi::CString::new(s.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        assert!(matches!(store.get("fifo", 100), Err(Error::Refused { .. })));
+        assert!(matches!(store.get_range("fifo", ByteRange::Range { start: 0, len: 0 }), Err(Error::Refused { .. })));
+        let big = std::fs::File::create(s.join("big")).unwrap();
+        big.set_len(16 << 30).unwrap();
+        let err = store.get("big", 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("17179869184 bytes"), "{err}");
+        assert_eq!(store.get("missing", 1).unwrap(), None);
+        store.set("a/b/c", b"xyz").unwrap();
+        assert_eq!(store.get("a/b/c", 3).unwrap().unwrap(), b"xyz");
+        assert!(store.get("a/b/c", 2).is_err());
+    }
+
+    #[test]
+    fn a_moved_store_is_served_where_it_is_and_a_deleted_one_is_not_recreated() {
+        let (dir, store) = store();
+        store.set("a/k", b"1").unwrap();
+        std::fs::rename(dir.path().join("s"), dir.path().join("moved")).unwrap();
+        store.set("a/k2", b"2").unwrap();
+        assert!(dir.path().join("moved/a/k2").exists());
+        assert!(!dir.path().join("s").exists());
+        std::fs::remove_dir_all(dir.path().join("moved")).unwrap();
+        assert!(store.set("b/k", b"3").is_err());
+        assert!(!dir.path().join("s").exists() && !dir.path().join("moved").exists());
     }
 }

@@ -26,8 +26,11 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.lock().get(key).cloned())
+    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        match self.lock().get(key) {
+            Some(v) if v.len() as u64 > max => Err(crate::Error::refused(key, format!("{} bytes, more than {max}", v.len()))),
+            v => Ok(v.cloned()),
+        }
     }
 
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {

@@ -26,8 +26,10 @@ pub struct Entry {
 
 /// Keys are `/`-separated paths relative to the store root, never starting with `/`.
 pub trait Store: Send + Sync {
-    /// The whole value, or `None` when the key is absent.
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// The whole value, or `None` when the key is absent. A value of more than `max` bytes is
+    /// refused without being read: what a chunk or a document can hold is known before it is
+    /// read, and a store may be hostile.
+    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>>;
     /// Part of a value, or `None` when the key is absent. A range past the end is an error.
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>>;
     /// Write a value so that readers see either the old or the new one, never a torn one.

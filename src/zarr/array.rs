@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::dtype::{DataType, NumericKind};
 use super::grid::ChunkGrid;
+use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
 use crate::store::{self, ByteRange, Store};
 use crate::{Error, Result};
@@ -28,13 +29,14 @@ pub enum ReadUnits<'a> {
 
 /// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`. `None` when it is no node.
 pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> {
-    if let Some(bytes) = store.get(&store::join(path, "zarr.json"))? {
+    let get = |name: &str| store.get(&store::join(path, name), MAX_DOCUMENT_BYTES);
+    if let Some(bytes) = get("zarr.json")? {
         return metadata::parse_v3(&metadata::parse_json(&bytes, "zarr.json")?).map(Some);
     }
-    if let Some(bytes) = store.get(&store::join(path, ".zarray"))? {
+    if let Some(bytes) = get(".zarray")? {
         return Ok(Some(NodeMetadata::Array(Box::new(metadata::parse_v2_array(&metadata::parse_json(&bytes, ".zarray")?)?))));
     }
-    if let Some(bytes) = store.get(&store::join(path, ".zgroup"))? {
+    if let Some(bytes) = get(".zgroup")? {
         return metadata::parse_v2_group(&metadata::parse_json(&bytes, ".zgroup")?).map(Some);
     }
     Ok(None)
@@ -171,17 +173,18 @@ impl Array {
     /// A whole decoded chunk, or `None` when its key is absent (fill).
     pub fn retrieve_chunk(&self, coords: &[u64]) -> Result<Option<Vec<u8>>> {
         let key = self.chunk_key(coords);
-        let Some(bytes) = self.store.get(&key)? else {
+        let repr = self.chunk_repr(coords);
+        let Some(bytes) = self.store.get(&key, self.meta.codecs.encoded_bound(&repr))? else {
             return Ok(None);
         };
-        self.meta.codecs.decode(bytes, &self.chunk_repr(coords)).map(Some).map_err(|e| e.in_key(&key))
+        self.meta.codecs.decode(bytes, &repr).map(Some).map_err(|e| e.in_key(&key))
     }
 
     /// The elements of a chunk of variable-length elements (C order, padding included), or
     /// `None` when its key is absent.
     pub fn retrieve_elements(&self, coords: &[u64]) -> Result<Option<Vec<Vec<u8>>>> {
         let key = self.chunk_key(coords);
-        let Some(bytes) = self.store.get(&key)? else { return Ok(None) };
+        let Some(bytes) = self.store.get(&key, super::limits::max_chunk_bytes())? else { return Ok(None) };
         let n = self.meta.grid.chunk_shape(coords).iter().product::<u64>() as usize;
         self.meta.codecs.decode_elements(bytes, n).map(Some).map_err(|e| e.in_key(&key))
     }
@@ -221,6 +224,10 @@ impl Array {
         };
         let key = self.chunk_key(shard);
         let what = || format!("{key} (inner chunk {inner})");
+        let bound = sharding.inner_bound(&self.chunk_repr(shard));
+        if len > bound {
+            return Err(Error::corrupt(what(), format!("the shard index gives it {len} bytes, more than the {bound} it can take")));
+        }
         let bytes = self.store.get_range(&key, ByteRange::Range { start, len }).map_err(|e| e.in_key(&what()))?;
         let bytes = bytes.ok_or_else(|| Error::corrupt(what(), "the shard disappeared"))?;
         sharding.decode_inner(bytes, &self.chunk_repr(shard)).map(Some).map_err(|e| e.in_key(&what()))
@@ -367,7 +374,7 @@ impl Array {
     pub fn store_metadata(&self) -> Result<Touched> {
         let mut touched = Touched::default();
         let key = store::join(&self.path, self.meta.document_name());
-        let old = self.store.get(&key)?;
+        let old = self.store.get(&key, MAX_DOCUMENT_BYTES)?;
         self.store.set(&key, &metadata::render_like(old.as_deref(), &self.meta.document))?;
         touched.keys.push(key);
         let parts: Vec<&str> = if self.path.is_empty() { Vec::new() } else { self.path.split('/').collect() };
@@ -378,7 +385,7 @@ impl Array {
                 ZarrFormat::V3 => (store::join(&group, "zarr.json"), rel),
                 ZarrFormat::V2 => (store::join(&group, ".zmetadata"), format!("{rel}/.zarray")),
             };
-            let Some(bytes) = self.store.get(&doc_key)? else { continue };
+            let Some(bytes) = self.store.get(&doc_key, MAX_DOCUMENT_BYTES)? else { continue };
             let Ok(mut doc) = metadata::parse_json(&bytes, &doc_key) else { continue };
             let changed = match self.meta.format {
                 ZarrFormat::V3 => {

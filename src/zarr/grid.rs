@@ -133,6 +133,14 @@ impl AxisGrid {
         }
     }
 
+    /// The longest chunk along the axis.
+    pub fn largest_chunk(&self) -> u64 {
+        match self {
+            AxisGrid::Step(n) => *n,
+            AxisGrid::Edges(e) => e.runs().map(|(size, _)| size).max().unwrap_or(0),
+        }
+    }
+
     /// Chunks needed to cover `extent` elements.
     pub fn chunks_for(&self, extent: u64) -> u64 {
         let (chunk, offset) = self.chunk_of(extent);

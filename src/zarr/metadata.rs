@@ -121,6 +121,7 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
     let key_encoding = ChunkKeyEncoding::parse_v3(field(doc, "chunk_key_encoding")?, ndim)?;
     let fill = dtype.parse_fill(field(doc, "fill_value")?)?;
     let chunk_shape = grid.chunk_shape(&vec![0; ndim]);
+    check_sizes(&shape, &dtype, &grid)?;
     let codecs = CodecChain::parse_v3(field(doc, "codecs")?, &dtype, &chunk_shape)?;
     if let Some(sharding) = codecs.array_to_bytes.as_sharding() {
         // Every shard edge, not only the first, must hold whole inner chunks.
@@ -160,6 +161,7 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
     let (dtype, big_endian) = DataType::parse_v2(field(doc, "dtype")?, first_filter.as_deref())?;
     let item = dtype.size().unwrap_or(1);
     let grid = ChunkGrid::regular(chunks, ndim)?;
+    check_sizes(&shape, &dtype, &grid)?;
     let separator = match doc.get("dimension_separator").and_then(Value::as_str) {
         None | Some(".") => '.',
         Some("/") => '/',
@@ -226,6 +228,31 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
     })
 }
 
+/// Refuse sizes that overflow, or a chunk larger than one decoded chunk may be
+/// (`limits::max_chunk_bytes`), before anything is allocated by them. Shards are chunks too,
+/// so their inner chunks and index are bounded with them.
+fn check_sizes(shape: &[u64], dtype: &DataType, grid: &ChunkGrid) -> Result<()> {
+    use super::limits::{MAX_AXIS, max_chunk_bytes};
+    if let Some((axis, n)) = shape.iter().enumerate().find(|&(_, &n)| n > MAX_AXIS) {
+        return Err(Error::metadata(format!("shape {shape:?}: axis {axis} has {n} elements, more than 2^62")));
+    }
+    // Variable-length elements take at least a byte each once decoded.
+    let item = dtype.size().unwrap_or(1).max(1) as u128;
+    let product = |dims: &[u64]| dims.iter().try_fold(item, |acc, &n| acc.checked_mul(u128::from(n)));
+    match product(shape) {
+        Some(bytes) if bytes <= i64::MAX as u128 => {}
+        _ => return Err(Error::metadata(format!("shape {shape:?}: the array's bytes do not fit in a file (2^63 bytes at most)"))),
+    }
+    let chunk: Vec<u64> = grid.axes.iter().map(|a| a.largest_chunk()).collect();
+    let bound = max_chunk_bytes();
+    match product(&chunk) {
+        Some(bytes) if bytes <= u128::from(bound) => Ok(()),
+        _ => Err(Error::metadata(format!(
+            "chunk shape {chunk:?}: one chunk would take more than {bound} bytes in memory (the --max-chunk-size bound)"
+        ))),
+    }
+}
+
 /// Parse a v2 `.zgroup`.
 pub fn parse_v2_group(doc: &Value) -> Result<NodeMetadata> {
     if doc.get("zarr_format").and_then(Value::as_u64) != Some(2) {
@@ -239,7 +266,7 @@ impl ArrayMetadata {
         self.dtype.size().unwrap_or(0)
     }
 
-    /// Bytes in the flat file.
+    /// Bytes in the flat file (parsing checked that they fit).
     pub fn byte_len(&self) -> u64 {
         self.shape.iter().product::<u64>() * self.item_size() as u64
     }

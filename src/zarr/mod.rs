@@ -6,5 +6,6 @@ pub mod codec;
 pub mod dtype;
 pub mod grid;
 pub mod key;
+pub mod limits;
 pub mod metadata;
 pub mod region;

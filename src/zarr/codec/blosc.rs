@@ -70,12 +70,15 @@ impl CodecTraits for BloscCodec {
 }
 
 impl BytesToBytesCodec for BloscCodec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
         let mut nbytes: usize = 0;
         // SAFETY: validate reads only within `bytes.len()` and reports the decoded size.
         let valid = unsafe { blosc_src::blosc_cbuffer_validate(bytes.as_ptr() as *const c_void, bytes.len(), &mut nbytes) };
         if valid < 0 {
             return Err(corrupt("blosc: not a valid blosc frame"));
+        }
+        if nbytes > max {
+            return Err(super::too_large("blosc", max));
         }
         let mut out: Vec<u8> = Vec::with_capacity(nbytes);
         // SAFETY: the frame was validated against its length; `out` has room for `nbytes`.
@@ -127,9 +130,9 @@ mod tests {
         let raw: Vec<u8> = (0..32).collect();
         frame.extend(&raw);
         let c = BloscCodec::parse_v2(&json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}), 8).unwrap();
-        assert_eq!(c.decode(frame.clone()).unwrap(), raw);
+        assert_eq!(c.decode(frame.clone(), raw.len()).unwrap(), raw);
         frame.truncate(40);
-        assert!(c.decode(frame).is_err());
+        assert!(c.decode(frame, raw.len()).is_err());
     }
 
     #[test]
@@ -141,9 +144,13 @@ mod tests {
                 let c = BloscCodec::parse_v3(&cfg, &DataType::UInt32).unwrap();
                 let enc = c.encode(data.clone()).unwrap();
                 assert!(enc.len() < data.len(), "{cname} {shuffle} compresses");
-                assert_eq!(c.decode(enc).unwrap(), data, "{cname} {shuffle}");
+                assert_eq!(c.decode(enc, data.len()).unwrap(), data, "{cname} {shuffle}");
             }
         }
         assert!(BloscCodec::parse_v3(&json!({"cname": "lzma"}), &DataType::UInt8).is_err());
+        // A frame that says it holds more than the chunk can is refused before anything is inflated.
+        let c = BloscCodec::parse_v3(&json!({"cname": "lz4", "clevel": 5, "shuffle": "noshuffle"}), &DataType::UInt8).unwrap();
+        let bomb = c.encode(vec![0; 1 << 20]).unwrap();
+        assert!(c.decode(bomb, 1000).unwrap_err().to_string().contains("more than the 1000 bytes"));
     }
 }

@@ -121,7 +121,8 @@ impl CodecTraits for DeltaCodec {
 }
 
 impl BytesToBytesCodec for DeltaCodec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    /// The output is at most 8 times the input (int8 to int64): the chain checks its bound.
+    fn decode(&self, bytes: Vec<u8>, _max: usize) -> Result<Vec<u8>> {
         self.convert(&bytes, &self.astype, &self.dtype, true)
     }
 
@@ -141,10 +142,10 @@ mod tests {
         let enc = c.encode(data.clone()).unwrap();
         let diffs: Vec<u8> = [10i16, 2, -3, 0, -14].iter().flat_map(|x| x.to_le_bytes()).collect();
         assert_eq!(enc, diffs);
-        assert_eq!(c.decode(enc).unwrap(), data);
+        assert_eq!(c.decode(enc, usize::MAX).unwrap(), data);
         let f = DeltaCodec::parse_v2(&json!({"dtype": ">f8"})).unwrap();
         let data: Vec<u8> = [1.5f64, 2.0, -1.0].iter().flat_map(|x| x.to_be_bytes()).collect();
-        assert_eq!(f.decode(f.encode(data.clone()).unwrap()).unwrap(), data);
+        assert_eq!(f.decode(f.encode(data.clone()).unwrap(), usize::MAX).unwrap(), data);
         assert!(DeltaCodec::parse_v2(&json!({"dtype": "|S4"})).is_err());
     }
 }

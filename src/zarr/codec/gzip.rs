@@ -1,10 +1,10 @@
 //! `gzip` (bytes→bytes): the gzip file format (RFC 1952), not raw zlib.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use serde_json::{Value, json};
 
-use super::{BytesToBytesCodec, CodecTraits, corrupt};
+use super::{BytesToBytesCodec, CodecTraits, read_bounded};
 use crate::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,8 @@ impl CodecTraits for GzipCodec {
 }
 
 impl BytesToBytesCodec for GzipCodec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut out).map_err(|e| corrupt(format!("gzip: {e}")))?;
-        Ok(out)
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        read_bounded("gzip", flate2::read::MultiGzDecoder::new(&bytes[..]), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
@@ -50,7 +48,10 @@ mod tests {
         let c = GzipCodec::parse(&json!({"level": 5})).unwrap();
         let enc = c.encode(b"hello hello hello".to_vec()).unwrap();
         assert_eq!(&enc[..3], &[0x1f, 0x8b, 0x08]);
-        assert_eq!(c.decode(enc.clone()).unwrap(), b"hello hello hello");
-        assert!(c.decode(enc[..enc.len() - 3].to_vec()).is_err());
+        assert_eq!(c.decode(enc.clone(), 17).unwrap(), b"hello hello hello");
+        assert!(c.decode(enc[..enc.len() - 3].to_vec(), 17).is_err());
+        // A bomb stops at the bound.
+        let bomb = c.encode(vec![0; 1 << 20]).unwrap();
+        assert!(c.decode(bomb, 1000).unwrap_err().to_string().contains("more than the 1000 bytes"));
     }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{BytesToBytesCodec, CodecTraits, corrupt};
+use super::{BytesToBytesCodec, CodecTraits, corrupt, too_large};
 use crate::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +26,14 @@ impl CodecTraits for Lz4Codec {
 }
 
 impl BytesToBytesCodec for Lz4Codec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
         if bytes.len() < 4 {
             return Err(corrupt("lz4: shorter than its size prefix"));
         }
         let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        if n > max {
+            return Err(too_large("lz4", max));
+        }
         lz4_flex::block::decompress(&bytes[4..], n).map_err(|e| corrupt(format!("lz4: {e}")))
     }
 
@@ -50,8 +53,9 @@ mod tests {
         // zarr-format.md §5.4: b"hello" is 05000000 50 68656c6c6f.
         let stored = vec![5, 0, 0, 0, 0x50, b'h', b'e', b'l', b'l', b'o'];
         let c = Lz4Codec::parse(&json!({"id": "lz4", "acceleration": 1})).unwrap();
-        assert_eq!(c.decode(stored.clone()).unwrap(), b"hello");
+        assert_eq!(c.decode(stored.clone(), 5).unwrap(), b"hello");
         assert_eq!(c.encode(b"hello".to_vec()).unwrap(), stored);
-        assert!(c.decode(vec![9, 0, 0, 0, 0x50, b'h']).is_err());
+        assert!(c.decode(vec![9, 0, 0, 0, 0x50, b'h'], 9).is_err());
+        assert!(c.decode(stored, 4).is_err());
     }
 }

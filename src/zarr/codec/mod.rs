@@ -68,6 +68,11 @@ pub trait ArrayToBytesCodec: CodecTraits {
     fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
     /// Encoded size for a decoded size, where it is fixed.
     fn encoded_size(&self, repr: &ChunkRepr<'_>) -> Option<u64>;
+    /// The most bytes an encoding of a chunk of `repr` can take (variable-length elements: the
+    /// chunk size bound).
+    fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
+        self.encoded_size(repr).unwrap_or_else(super::limits::max_chunk_bytes)
+    }
     /// Sharding exposes its index so that a read can fetch single inner chunks.
     fn as_sharding(&self) -> Option<&ShardingCodec> {
         None
@@ -86,12 +91,33 @@ pub trait ArrayToBytesCodec: CodecTraits {
 }
 
 pub trait BytesToBytesCodec: CodecTraits {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>>;
+    /// Decode into at most `max` bytes: a decoder that would produce more stops there and
+    /// fails (a decompression bomb is never inflated past what the chunk can hold).
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>>;
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>>;
     /// Encoded size for a decoded size, where it is fixed (checksums, not compressors).
     fn encoded_size(&self, _decoded: u64) -> Option<u64> {
         None
     }
+    /// The most bytes an encoding of `decoded` bytes can take.
+    fn encoded_bound(&self, decoded: u64) -> u64 {
+        self.encoded_size(decoded).unwrap_or_else(|| super::limits::compressed_bound(decoded))
+    }
+}
+
+/// The error of a decoder that would produce more than `max` bytes.
+pub(crate) fn too_large(codec: &str, max: usize) -> Error {
+    corrupt(format!("{codec}: decodes to more than the {max} bytes the chunk can hold"))
+}
+
+/// Read a decoder to its end, but never past `max` bytes.
+pub(crate) fn read_bounded(codec: &str, reader: impl std::io::Read, max: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(reader, max as u64 + 1), &mut out).map_err(|e| corrupt(format!("{codec}: {e}")))?;
+    if out.len() > max {
+        return Err(too_large(codec, max));
+    }
+    Ok(out)
 }
 
 /// A decode failure without a key yet; the array adds the key.
@@ -199,11 +225,38 @@ impl CodecChain {
         out
     }
 
-    pub fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
-        let mut bytes = bytes;
-        for c in self.bytes_to_bytes.iter().rev() {
-            bytes = c.decode(bytes)?;
+    /// The most bytes each stage's output can take, from the array→bytes codec's on: the bound
+    /// of each bytes→bytes decode, and last the bound of the stored object.
+    fn stage_bounds(&self, repr: &ChunkRepr<'_>) -> Vec<u64> {
+        let reprs = self.reprs(repr);
+        let mut bounds = vec![self.array_to_bytes.encoded_bound(reprs.last().unwrap_or(repr))];
+        for c in &self.bytes_to_bytes {
+            let last = bounds.last().copied().unwrap_or(0);
+            bounds.push(c.encoded_bound(last));
         }
+        bounds
+    }
+
+    /// The most bytes a stored chunk of `repr` can take; a larger object is not read.
+    pub fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
+        self.stage_bounds(repr).last().copied().unwrap_or(0)
+    }
+
+    /// Undo the bytes→bytes codecs, each within the bound of what it can produce.
+    fn decode_bytes(&self, mut bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        let bounds = self.stage_bounds(repr);
+        for (i, c) in self.bytes_to_bytes.iter().enumerate().rev() {
+            let max = usize::try_from(bounds[i]).unwrap_or(usize::MAX);
+            bytes = c.decode(bytes, max)?;
+            if bytes.len() > max {
+                return Err(too_large(c.name(), max));
+            }
+        }
+        Ok(bytes)
+    }
+
+    pub fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        let bytes = self.decode_bytes(bytes, repr)?;
         let reprs = self.reprs(repr);
         let mut data = self.array_to_bytes.decode(bytes, reprs.last().unwrap_or(repr))?;
         for (i, c) in self.array_to_array.iter().enumerate().rev() {
@@ -227,10 +280,8 @@ impl CodecChain {
 
     /// A chunk of variable-length elements: its `n` elements in C order.
     pub fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
-        let mut bytes = bytes;
-        for c in self.bytes_to_bytes.iter().rev() {
-            bytes = c.decode(bytes)?;
-        }
+        let repr = ChunkRepr { shape: vec![n as u64], dtype: &DataType::UInt8, fill: &[] };
+        let bytes = self.decode_bytes(bytes, &repr)?;
         self.array_to_bytes.decode_elements(bytes, n)
     }
 

@@ -54,6 +54,13 @@ impl ShardingCodec {
             &inner_shape,
         )?;
         let per_shard: Vec<u64> = shard_shape.iter().zip(&inner_shape).map(|(s, i)| s / i).collect();
+        // The index is read and held whole: 16 bytes per inner chunk, within the chunk bound.
+        let bound = crate::zarr::limits::max_chunk_bytes();
+        if per_shard.iter().try_fold(16u64, |acc, &n| acc.checked_mul(n)).is_none_or(|n| n > bound) {
+            return Err(Error::metadata(format!(
+                "sharding chunk_shape {inner_shape:?} makes a shard index of more than {bound} bytes (the --max-chunk-size bound)"
+            )));
+        }
         let default_index = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]);
         let index = CodecChain::parse_v3(config.get("index_codecs").unwrap_or(&default_index), &INDEX_DTYPE, &index_shape(&per_shard))?;
         let index_at_end = match config.get("index_location").and_then(Value::as_str).unwrap_or("end") {
@@ -100,6 +107,11 @@ impl ShardingCodec {
         ChunkRepr { shape: self.inner_shape.clone(), ..repr.clone() }
     }
 
+    /// The most bytes one inner chunk of a shard of `shard_repr` can take.
+    pub fn inner_bound(&self, shard_repr: &ChunkRepr<'_>) -> u64 {
+        self.inner.encoded_bound(&self.inner_repr(shard_repr))
+    }
+
     /// Decode one inner chunk's bytes.
     pub fn decode_inner(&self, bytes: Vec<u8>, shard_repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         self.inner.decode(bytes, &self.inner_repr(shard_repr))
@@ -137,6 +149,13 @@ impl CodecTraits for ShardingCodec {
 }
 
 impl ArrayToBytesCodec for ShardingCodec {
+    /// The index and every inner chunk at its largest.
+    fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
+        let n_inner: u64 = self.per_shard(&repr.shape).iter().product();
+        let inner = self.inner_bound(repr);
+        self.index_size(&repr.shape).unwrap_or(0).saturating_add(n_inner.saturating_mul(inner))
+    }
+
     fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         let total = bytes.len() as u64;
         let index_bytes = match self.index_range(&repr.shape)? {

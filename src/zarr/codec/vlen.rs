@@ -136,7 +136,8 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
     fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
         let short = || corrupt("zarrs.vlen: shorter than its index length");
         let (len_at, rest): (usize, usize) = if self.index_at_end { (bytes.len().checked_sub(8).ok_or_else(short)?, 0) } else { (0, 8) };
-        let index_len = u64::from_le_bytes(bytes[len_at..len_at + 8].try_into().map_err(|_| short())?) as usize;
+        let len_bytes = bytes.get(len_at..len_at + 8).ok_or_else(short)?;
+        let index_len = usize::try_from(u64::from_le_bytes(len_bytes.try_into().map_err(|_| short())?)).map_err(|_| short())?;
         let (index_bytes, data_bytes) = if self.index_at_end {
             let data_end = len_at.checked_sub(index_len).ok_or_else(short)?;
             (&bytes[data_end..len_at], &bytes[..data_end])
@@ -152,6 +153,9 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
             raw.chunks_exact(4).map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
         };
         let total = *offsets.last().ok_or_else(|| corrupt("zarrs.vlen: an empty index"))?;
+        if total > crate::zarr::limits::max_chunk_bytes() {
+            return Err(corrupt(format!("zarrs.vlen: {total} bytes of elements, more than a chunk may hold")));
+        }
         let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
         offsets
             .windows(2)

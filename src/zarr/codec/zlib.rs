@@ -1,10 +1,10 @@
 //! v2 `zlib` (bytes→bytes): an RFC 1950 zlib stream.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use serde_json::{Value, json};
 
-use super::{BytesToBytesCodec, CodecTraits, corrupt};
+use super::{BytesToBytesCodec, CodecTraits, read_bounded};
 use crate::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,8 @@ impl CodecTraits for ZlibCodec {
 }
 
 impl BytesToBytesCodec for ZlibCodec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        flate2::read::ZlibDecoder::new(&bytes[..]).read_to_end(&mut out).map_err(|e| corrupt(format!("zlib: {e}")))?;
-        Ok(out)
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        read_bounded("zlib", flate2::read::ZlibDecoder::new(&bytes[..]), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
@@ -50,7 +48,9 @@ mod tests {
         let c = ZlibCodec::parse(&json!({"id": "zlib", "level": 1})).unwrap();
         let enc = c.encode(vec![3; 100]).unwrap();
         assert_eq!(&enc[..2], &[0x78, 0x01]);
-        assert_eq!(c.decode(enc).unwrap(), vec![3; 100]);
-        assert!(c.decode(vec![0x78, 0x01, 0xff]).is_err());
+        assert_eq!(c.decode(enc, 100).unwrap(), vec![3; 100]);
+        assert!(c.decode(vec![0x78, 0x01, 0xff], 100).is_err());
+        let bomb = c.encode(vec![0; 1 << 20]).unwrap();
+        assert!(c.decode(bomb, 1000).unwrap_err().to_string().contains("more than the 1000 bytes"));
     }
 }

@@ -2,11 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{BytesToBytesCodec, CodecTraits, corrupt};
+use super::{BytesToBytesCodec, CodecTraits, corrupt, read_bounded, too_large};
 use crate::{Error, Result};
-
-/// Larger declared sizes are not trusted for one allocation up front.
-const MAX_ONE_SHOT: u64 = 1 << 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZstdCodec {
@@ -37,15 +34,16 @@ impl CodecTraits for ZstdCodec {
 }
 
 impl BytesToBytesCodec for ZstdCodec {
-    fn decode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
         // With a content size, decode straight into a buffer of that size (no copies); without
-        // one (or for several frames), stream. Both verify checksums.
+        // one (or for several frames), stream, never past `max`. Both verify checksums.
         thread_local! {
             static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
         }
-        if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(&bytes)
-            && n <= MAX_ONE_SHOT
-        {
+        if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(&bytes) {
+            if n > max as u64 {
+                return Err(too_large("zstd", max));
+            }
             let one_shot = DECOMPRESSOR.with(|cell| {
                 let mut cell = cell.borrow_mut();
                 if cell.is_none() {
@@ -57,7 +55,8 @@ impl BytesToBytesCodec for ZstdCodec {
                 return Ok(out);
             }
         }
-        zstd::stream::decode_all(&bytes[..]).map_err(|e| corrupt(format!("zstd: {e}")))
+        let decoder = zstd::stream::read::Decoder::with_buffer(&bytes[..]).map_err(|e| corrupt(format!("zstd: {e}")))?;
+        read_bounded("zstd", decoder, max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
@@ -97,7 +96,7 @@ mod tests {
             assert_eq!(&enc[..4], &[0x28, 0xb5, 0x2f, 0xfd]);
             assert_ne!(enc[4] & 0xc0, 0, "frame content size is written");
             assert_eq!(enc[4] & 0x04 != 0, checksum);
-            assert_eq!(c.decode(enc).unwrap(), data);
+            assert_eq!(c.decode(enc, data.len()).unwrap(), data);
         }
         // A streamed frame without a content size.
         let mut e = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
@@ -105,7 +104,24 @@ mod tests {
         e.write_all(&data).unwrap();
         let frame = e.finish().unwrap();
         assert_eq!(frame[4] & 0xc0, 0);
-        assert_eq!(ZstdCodec::parse(&json!({})).unwrap().decode(frame.clone()).unwrap(), data);
-        assert!(ZstdCodec { level: 0, checksum: false }.decode(frame[..frame.len() / 2].to_vec()).is_err());
+        assert_eq!(ZstdCodec::parse(&json!({})).unwrap().decode(frame.clone(), data.len()).unwrap(), data);
+        assert!(ZstdCodec { level: 0, checksum: false }.decode(frame[..frame.len() / 2].to_vec(), data.len()).is_err());
+    }
+
+    #[test]
+    fn bombs_stop_at_the_bound() {
+        // 1 MiB of zeros in a few dozen bytes, with and without a content size in the frame.
+        let zeros = vec![0u8; 1 << 20];
+        let c = ZstdCodec { level: 3, checksum: false };
+        let with_size = c.encode(zeros.clone()).unwrap();
+        let mut e = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+        e.include_contentsize(false).unwrap();
+        e.write_all(&zeros).unwrap();
+        let without_size = e.finish().unwrap();
+        for frame in [with_size, without_size] {
+            let err = c.decode(frame.clone(), 4096).unwrap_err().to_string();
+            assert!(err.contains("more than the 4096 bytes"), "{err}");
+            assert_eq!(c.decode(frame, 1 << 20).unwrap().len(), 1 << 20);
+        }
     }
 }

@@ -1,0 +1,31 @@
+//! Bounds on what metadata and stored objects may ask of memory. A store may be hostile: a
+//! shape, a chunk shape or a compressed frame decides allocations only within these bounds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The default of `--max-chunk-size`: the most bytes one decoded chunk (or shard) may hold.
+pub const DEFAULT_MAX_CHUNK_BYTES: u64 = 2 << 30;
+/// The most bytes a metadata document may hold.
+pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+/// The longest axis: far beyond any real array, and short enough that grid arithmetic on it
+/// (an index plus a chunk edge) never overflows.
+pub const MAX_AXIS: u64 = 1 << 62;
+
+/// Process-wide, set once from the command line before anything is parsed.
+static MAX_CHUNK_BYTES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_CHUNK_BYTES);
+
+pub fn max_chunk_bytes() -> u64 {
+    MAX_CHUNK_BYTES.load(Ordering::Relaxed)
+}
+
+pub fn set_max_chunk_bytes(n: u64) {
+    MAX_CHUNK_BYTES.store(n, Ordering::Relaxed);
+}
+
+/// The most bytes a compressor's output may take for `decoded` bytes of input: every
+/// compressor here stores incompressible data with a small overhead per block (zstd's bound is
+/// n + n/256 + 64 KiB at most; deflate's 5 bytes per 16 KiB block; blosc's 16 bytes), and
+/// container headers (gzip's name and extra fields) are small.
+pub fn compressed_bound(decoded: u64) -> u64 {
+    decoded.saturating_add(decoded / 64).saturating_add(64 << 10)
+}
