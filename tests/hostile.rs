@@ -62,12 +62,25 @@ fn as_nobody(script: &str) -> Output {
     })
 }
 
+/// Tests that mount a tmpfs, bind /dev/log or switch users need root (CI runs as root).
+fn root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("not root: this test is skipped");
+    }
+    root
+}
+
 fn sh(script: &str) -> Output {
     Command::new("sh").args(["-c", script]).output().unwrap()
 }
 
 #[test]
 fn other_users_may_do_what_the_shown_owner_and_modes_allow_and_no_more() {
+    if !root() {
+        return;
+    }
     let (_dir, root) = store(&[("a", array_doc("[4, 4]", "[2, 4]", "uint8", BYTES))]);
     let m = Mount::new(&root, &["-o", "allow_other"]);
     std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -327,6 +340,9 @@ fn nonsense_options_are_refused_at_mount_time() {
 
 #[test]
 fn unmount_touches_only_zarrfs_mounts() {
+    if !root() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let tmpfs = dir.path().join("t");
     std::fs::create_dir(&tmpfs).unwrap();
@@ -349,6 +365,9 @@ fn unmount_touches_only_zarrfs_mounts() {
 
 #[test]
 fn a_close_of_a_reader_does_not_report_a_writers_error() {
+    if !root() {
+        return;
+    }
     // A 1 MiB tmpfs store fills up: the writer's close gets ENOSPC, a reader's close does not.
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("s.zarr");
@@ -386,6 +405,9 @@ fn a_close_of_a_reader_does_not_report_a_writers_error() {
 
 #[test]
 fn a_background_daemon_reports_its_errors_to_syslog() {
+    if !root() {
+        return;
+    }
     let socket = Path::new("/dev/log");
     if socket.exists() {
         eprintln!("/dev/log belongs to a syslog daemon on this machine: the syslog lines are not checked here");
@@ -428,4 +450,27 @@ fn a_background_daemon_reports_its_errors_to_syslog() {
     // Facility daemon (3), severity error (3): <27>.
     assert!(line.starts_with("<27>zarrfs["), "{line}");
     assert!(line.contains("zstd"), "{line}");
+}
+
+#[test]
+fn damaged_text_is_shown_exactly_and_logged() {
+    let doc = |codecs: &str| array_doc("[2]", "[2]", "string", codecs).replace(r#""fill_value": 0"#, r#""fill_value": """#);
+    let (_dir, root) = store(&[("s", doc(r#"[{"name": "vlen-utf8"}]"#)), ("broken", doc(r#"[{"name": "vlen-utf8"}]"#))]);
+    // vlen-utf8: u32 count, then u32 length and bytes per element; the first is not UTF-8.
+    let mut chunk = 2u32.to_le_bytes().to_vec();
+    for element in [&b"a\xffb"[..], b"ok"] {
+        chunk.extend((element.len() as u32).to_le_bytes());
+        chunk.extend(element);
+    }
+    for (array, bytes) in [("s", chunk), ("broken", b"\x07\0\0\0garbage".to_vec())] {
+        std::fs::create_dir_all(root.join(array).join("c")).unwrap();
+        std::fs::write(root.join(array).join("c/0"), bytes).unwrap();
+    }
+    let m = Mount::new(&root, &[]);
+    assert_eq!(std::fs::read(m.path("s/data")).unwrap(), b"a\\xffb\nok\n");
+    let err = std::fs::metadata(m.path("broken/data")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    let log = m.log_text();
+    assert!(log.contains("not UTF-8"), "{log}");
+    assert!(log.contains("the text view cannot be rendered") && log.contains("/broken"), "{log}");
 }

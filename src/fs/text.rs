@@ -1,7 +1,8 @@
 //! `data` of variable-length (`string`, `bytes`) arrays: text, one element per line in C
-//! order; in each element `\` is written `\\`, a newline `\n`, a carriage return `\r`, and in
-//! `bytes` arrays a byte that is not part of valid UTF-8 `\xHH`. The text is rendered by bands
-//! (the chunks sharing an axis-0 index), cached, and indexed by each band's length.
+//! order; in each element `\` is written `\\`, a newline `\n`, a carriage return `\r`, and a
+//! byte that is not part of valid UTF-8 `\xHH` (in `string` arrays only a damaged store has
+//! one). The text is rendered by bands (the chunks sharing an axis-0 index), cached, and indexed
+//! by each band's length.
 
 use std::collections::HashMap;
 use std::sync::Arc;
