@@ -12,6 +12,8 @@ use zarrfs::store::{ByteRange, Entry, LocalStore, Store};
 struct CountingStore {
     inner: LocalStore,
     log: Mutex<Vec<String>>,
+    /// Whole reads of metadata documents.
+    documents: std::sync::atomic::AtomicUsize,
 }
 
 impl CountingStore {
@@ -28,6 +30,9 @@ impl CountingStore {
 impl Store for CountingStore {
     fn get(&self, key: &str, max: u64) -> zarrfs::Result<Option<Vec<u8>>> {
         self.note(format!("get {key}"), key);
+        if key.ends_with("zarr.json") {
+            self.documents.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.inner.get(key, max)
     }
     fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
@@ -66,8 +71,11 @@ fn open_data(fs: &ZarrFs, path: &str) -> (u64, u64) {
 }
 
 fn setup() -> (Arc<CountingStore>, ZarrFs) {
-    let store =
-        Arc::new(CountingStore { inner: LocalStore::open(common::fixtures().join("v3.zarr")).unwrap(), log: Mutex::new(Vec::new()) });
+    let store = Arc::new(CountingStore {
+        inner: LocalStore::open(common::fixtures().join("v3.zarr")).unwrap(),
+        log: Mutex::new(Vec::new()),
+        documents: Default::default(),
+    });
     let fs = ZarrFs::new(store.clone(), Config::default());
     (store, fs)
 }
@@ -125,7 +133,7 @@ fn tiny_chunks(rows: u64, stored: &[u64], separator: &str, config: Config) -> (t
     for &r in stored {
         inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
     }
-    let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()) });
+    let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()), documents: Default::default() });
     let fs = ZarrFs::new(store.clone(), config);
     (dir, store, fs)
 }
@@ -193,4 +201,18 @@ fn after_a_prepend_the_next_open_of_data_drops_the_kernels_pages() {
     assert!(fs.keep_cache(data));
     let fh = fs.open(data, false, false, 0).unwrap();
     assert_eq!(fs.read(data, fh, 0, 4).unwrap(), [9, 9, 0, 1]);
+}
+
+#[test]
+fn a_metadata_document_is_read_once_per_open_not_once_per_read() {
+    let (store, fs) = setup();
+    let ino = fs.lookup(1, "zarr.json").expect("zarr.json").ino;
+    let fh = fs.open(ino, false, false, 0).expect("open");
+    let before = store.documents.load(std::sync::atomic::Ordering::Relaxed);
+    let first = fs.read(ino, fh, 0, 4096).expect("read");
+    assert!(!first.is_empty());
+    for page in 1..32u64 {
+        assert!(fs.read(ino, fh, page * 4096, 4096).expect("read").is_empty());
+    }
+    assert_eq!(store.documents.load(std::sync::atomic::Ordering::Relaxed), before, "reads of an open document go to the store");
 }

@@ -72,6 +72,15 @@ fn root() -> bool {
     root
 }
 
+/// Runs its closure when dropped: cleanup that happens even when an assertion fails.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 fn sh(script: &str) -> Output {
     Command::new("sh").args(["-c", script]).output().unwrap()
 }
@@ -373,13 +382,9 @@ fn a_close_of_a_reader_does_not_report_a_writers_error() {
     let root = dir.path().join("s.zarr");
     std::fs::create_dir(&root).unwrap();
     assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&root).status().unwrap().success());
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(root.clone());
+    let _guard = OnDrop(|| {
+        let _ = Command::new("umount").arg("-l").arg(&root).status();
+    });
     std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
     std::fs::create_dir(root.join("a")).unwrap();
     std::fs::write(root.join("a/zarr.json"), array_doc("[4, 65536]", "[1, 65536]", "uint8", BYTES)).unwrap();
@@ -414,13 +419,9 @@ fn a_background_daemon_reports_its_errors_to_syslog() {
         return;
     }
     let log = std::os::unix::net::UnixDatagram::bind(socket).unwrap();
-    struct Remove(&'static str);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(self.0);
-        }
-    }
-    let _remove = Remove("/dev/log");
+    let _remove = OnDrop(|| {
+        let _ = std::fs::remove_file("/dev/log");
+    });
     log.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let (dir, root) = store(&[("a", array_doc("[4096]", "[4096]", "uint8", ZSTD))]);
     std::fs::create_dir_all(root.join("a/c")).unwrap();
@@ -428,13 +429,9 @@ fn a_background_daemon_reports_its_errors_to_syslog() {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     assert!(Command::new(bin()).arg("mount").arg(&root).arg(&mnt).status().unwrap().success());
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new(bin()).arg("unmount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mnt.clone());
+    let _unmount = OnDrop(|| {
+        let _ = Command::new(bin()).arg("unmount").arg(&mnt).status();
+    });
     let err = std::fs::read(mnt.join("a/data")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO));
     let mut buf = [0u8; 4096];

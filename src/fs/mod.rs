@@ -116,6 +116,9 @@ struct Handle {
     opener: u32,
     /// Opened for writing: only such a handle's close stores (and reports) the array's changes.
     writable: bool,
+    /// A document as it was when opened (metadata, stats): a reader sees one version of it, and
+    /// a large one is not read again for every page the kernel asks for.
+    snapshot: Option<Arc<[u8]>>,
     /// Text written to a variable-length array's `data`.
     text: Mutex<Option<text::TextEdit>>,
     /// The furthest end of a read.
@@ -424,8 +427,13 @@ impl ZarrFs {
             }
             _ => None,
         };
+        let snapshot = match node.kind {
+            NodeKind::MetaFile => Some(Arc::from(self.meta_file_bytes(&node.path)?)),
+            NodeKind::StatsFile => Some(Arc::from(self.stats_json())),
+            _ => None,
+        };
         let fh = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, writable: write, ..Handle::default() }));
+        lock(&self.handles).insert(fh, Arc::new(Handle { array, spool, opener: pid, writable: write, snapshot, ..Handle::default() }));
         if truncate && write && node.kind == NodeKind::Data {
             drop(_change);
             if let Err(e) = self.truncate(ino, 0, Some(fh)) {
@@ -707,6 +715,9 @@ impl ZarrFs {
             let end = (start + size as usize).min(bytes.len());
             bytes[start..end].to_vec()
         };
+        if let Some(snapshot) = self.handle(fh).and_then(|h| h.snapshot.clone()) {
+            return Ok(slice(&snapshot));
+        }
         match node.kind {
             NodeKind::MetaFile => Ok(slice(&self.meta_file_bytes(&node.path)?)),
             NodeKind::ErrorFile => match self.dir_state(&node.path)? {
