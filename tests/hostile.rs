@@ -81,6 +81,16 @@ impl<F: FnMut()> Drop for OnDrop<F> {
     }
 }
 
+/// A 1 MiB tmpfs on `path` (created here), unmounted when the guard drops.
+fn small_tmpfs(path: &Path) -> OnDrop<impl FnMut()> {
+    std::fs::create_dir(path).unwrap();
+    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(path).status().unwrap().success());
+    let path = path.to_path_buf();
+    OnDrop(move || {
+        let _ = Command::new("umount").arg("-l").arg(&path).status();
+    })
+}
+
 fn sh(script: &str) -> Output {
     Command::new("sh").args(["-c", script]).output().unwrap()
 }
@@ -354,15 +364,14 @@ fn unmount_touches_only_zarrfs_mounts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let tmpfs = dir.path().join("t");
-    std::fs::create_dir(&tmpfs).unwrap();
-    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&tmpfs).status().unwrap().success());
+    let mounted = small_tmpfs(&tmpfs);
     // A planted stats file naming another process.
     let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
     std::fs::create_dir(tmpfs.join(".zarrfs")).unwrap();
     std::fs::write(tmpfs.join(".zarrfs/stats"), format!("{{\"pid\": {}}}", victim.id())).unwrap();
     let out = Command::new(bin()).arg("unmount").arg(&tmpfs).output().unwrap();
     let still = common::is_mounted(&tmpfs);
-    let _ = Command::new("umount").arg(&tmpfs).status();
+    drop(mounted);
     let alive = victim.try_wait().unwrap().is_none();
     let _ = victim.kill();
     let _ = victim.wait();
@@ -380,11 +389,7 @@ fn a_close_of_a_reader_does_not_report_a_writers_error() {
     // A 1 MiB tmpfs store fills up: the writer's close gets ENOSPC, a reader's close does not.
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("s.zarr");
-    std::fs::create_dir(&root).unwrap();
-    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&root).status().unwrap().success());
-    let _guard = OnDrop(|| {
-        let _ = Command::new("umount").arg("-l").arg(&root).status();
-    });
+    let _mounted = small_tmpfs(&root);
     std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
     std::fs::create_dir(root.join("a")).unwrap();
     std::fs::write(root.join("a/zarr.json"), array_doc("[4, 65536]", "[1, 65536]", "uint8", BYTES)).unwrap();
