@@ -309,4 +309,40 @@ mod tests {
         assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
         assert_eq!(cache.stats.errors.load(Ordering::Relaxed), 1);
     }
+
+    #[test]
+    fn a_panicking_loader_fails_its_readers_and_releases_the_waiters() {
+        let cache = Arc::new(ChunkCache::new(1000));
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let (c, b) = (cache.clone(), started.clone());
+        let loader = std::thread::spawn(move || {
+            c.get_or_load(&key(1), || {
+                b.wait();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                panic!("a bug in a decoder")
+            })
+            .is_err()
+        });
+        started.wait();
+        // This reader waits for the loader in flight; it must not wait forever.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let c = cache.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(c.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
+        });
+        assert!(loader.join().unwrap(), "the panic became an error");
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(true), "the waiter was released");
+        assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
+    }
+
+    #[test]
+    fn a_panicking_job_does_not_take_its_worker_down() {
+        let pool = WorkerPool::new(NonZeroUsize::MIN);
+        pool.submit(|| panic!("a bug in a job"));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        pool.submit(move || {
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "the only worker died");
+    }
 }

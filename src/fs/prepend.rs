@@ -122,3 +122,29 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     spool.clear()?;
     result.map(|_| added)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn spool_directories_others_can_write_into_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mine = dir.path().join("spool");
+        prepare_spool_dir(&mine).unwrap();
+        assert_eq!(std::fs::metadata(&mine).unwrap().permissions().mode() & 0o777, 0o700);
+        Spool::create(&mine).unwrap().write(0, b"staged").unwrap();
+        assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 0, "spool files have no name");
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(prepare_spool_dir(&mine).unwrap_err().to_string().contains("others cannot write into"));
+        // Sticky and world-writable, like /tmp, is fine.
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        prepare_spool_dir(&mine).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        assert!(prepare_spool_dir(&link).is_err(), "a link is not a spool directory");
+        assert!(prepare_spool_dir(&dir.path().join("missing/spool")).is_err());
+        assert!(!dir.path().join("missing").exists());
+    }
+}
