@@ -10,6 +10,7 @@ use crossbeam_channel::{Sender, unbounded};
 use lru::LruCache;
 
 use crate::Result;
+use crate::store::Version;
 use crate::zarr::codec::ShardIndex;
 
 /// What the cache holds for a key.
@@ -17,15 +18,18 @@ use crate::zarr::codec::ShardIndex;
 pub enum Cached {
     /// The key is absent from the store: the chunk reads as fill.
     Missing,
-    /// A decoded chunk, C order, little-endian.
-    Chunk(Vec<u8>),
+    /// A decoded chunk, C order, little-endian, with the version of the stored value it was
+    /// decoded from when that is a whole value (not an inner chunk of a shard).
+    Chunk { decoded: Vec<u8>, version: Option<Version> },
     /// A decoded shard index.
     Index(ShardIndex),
+    /// The rendered text of a band of a variable-length array.
+    Text(Vec<u8>),
 }
 
 impl Cached {
     pub fn chunk(v: Option<Vec<u8>>) -> Cached {
-        v.map_or(Cached::Missing, Cached::Chunk)
+        v.map_or(Cached::Missing, |decoded| Cached::Chunk { decoded, version: None })
     }
 
     pub fn index(v: Option<ShardIndex>) -> Cached {
@@ -36,8 +40,9 @@ impl Cached {
     fn cost(&self) -> usize {
         64 + match self {
             Cached::Missing => 0,
-            Cached::Chunk(v) => v.len(),
+            Cached::Chunk { decoded, .. } => decoded.len(),
             Cached::Index(i) => i.byte_len(),
+            Cached::Text(t) => t.len(),
         }
     }
 }
@@ -185,7 +190,7 @@ impl ChunkCache {
         let p = {
             let mut s = lock(&self.state);
             if let Ok(v) = &result {
-                if let Cached::Chunk(c) = v.as_ref() {
+                if let Cached::Chunk { decoded: c, .. } = v.as_ref() {
                     self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
                 }
                 // A missing chunk costs one failed open to find again, and the kernel keeps the
@@ -258,7 +263,7 @@ mod tests {
     fn evicts_by_bytes_and_loads_once() {
         let cache = ChunkCache::new(1000);
         for i in 0..10 {
-            cache.get_or_load(&key(i), || Ok(Cached::Chunk(vec![0; 300]))).unwrap();
+            cache.get_or_load(&key(i), || Ok(Cached::chunk(Some(vec![0; 300])))).unwrap();
         }
         assert!(cache.bytes() <= 1000);
         let loads = AtomicUsize::new(0);
@@ -290,14 +295,14 @@ mod tests {
                         .get_or_load(&key(7), || {
                             loads.fetch_add(1, Ordering::SeqCst);
                             std::thread::sleep(std::time::Duration::from_millis(50));
-                            Ok(Cached::Chunk(vec![1; 10]))
+                            Ok(Cached::chunk(Some(vec![1; 10])))
                         })
                         .unwrap()
                 })
             })
             .collect();
         for t in threads {
-            assert!(matches!(t.join().unwrap().as_ref(), Cached::Chunk(v) if v == &vec![1; 10]));
+            assert!(matches!(t.join().unwrap().as_ref(), Cached::Chunk { decoded: v, .. } if v == &vec![1; 10]));
         }
         assert_eq!(loads.load(Ordering::SeqCst), 1);
     }

@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use zarrfs::fs::{Config, ZarrFs};
-use zarrfs::store::{ByteRange, Entry, LocalStore, Store};
+use zarrfs::store::{ByteRange, Entry, Head, LocalStore, Store, Value, Version};
 
 /// Records every access to a chunk key (metadata documents are not counted).
 struct CountingStore {
@@ -28,12 +28,15 @@ impl CountingStore {
 }
 
 impl Store for CountingStore {
-    fn get(&self, key: &str, max: u64) -> zarrfs::Result<Option<Vec<u8>>> {
+    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
         self.note(format!("get {key}"), key);
         if key.ends_with("zarr.json") {
             self.documents.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        self.inner.get(key, max)
+        self.inner.get_value(key, max)
+    }
+    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
+        self.inner.head(key)
     }
     fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
         // Zero-length probes are existence checks of metadata documents.
@@ -42,7 +45,7 @@ impl Store for CountingStore {
         }
         self.inner.get_range(key, range)
     }
-    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<()> {
+    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
         self.inner.set(key, value)
     }
     fn delete(&self, key: &str) -> zarrfs::Result<()> {
@@ -215,4 +218,23 @@ fn a_metadata_document_is_read_once_per_open_not_once_per_read() {
         assert!(fs.read(ino, fh, page * 4096, 4096).expect("read").is_empty());
     }
     assert_eq!(store.documents.load(std::sync::atomic::Ordering::Relaxed), before, "reads of an open document go to the store");
+    // Its size is known without reading it.
+    assert_eq!(fs.getattr(ino).expect("stat").size, first.len() as u64);
+    assert_eq!(store.documents.load(std::sync::atomic::Ordering::Relaxed), before, "a stat of a document read it");
+}
+
+#[test]
+fn a_chunk_the_mount_stored_is_not_read_back_for_the_next_partial_write() {
+    let (_dir, store, fs) = tiny_chunks(4, &[1], "/", Config::default());
+    let (ino, _) = open_data(&fs, "tiny");
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    // A partial write of a stored chunk reads it once; after it is stored, its cached copy is
+    // still the stored version (one head, no get) for the next partial write.
+    fs.write(ino, fh, 2, &[5], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(store.take(), vec!["get tiny/c/1/0".to_string()]);
+    fs.write(ino, fh, 3, &[6], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(store.take(), Vec::<String>::new());
+    assert_eq!(fs.read(ino, fh, 0, 8).unwrap(), [7, 7, 5, 6, 7, 7, 7, 7]);
 }

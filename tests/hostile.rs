@@ -476,3 +476,36 @@ fn damaged_text_is_shown_exactly_and_logged() {
     assert!(log.contains("not UTF-8"), "{log}");
     assert!(log.contains("the text view cannot be rendered") && log.contains("/broken"), "{log}");
 }
+
+#[test]
+fn a_write_into_a_chunk_another_program_rewrote_keeps_that_programs_bytes() {
+    let (_dir, root) = store(&[("a", array_doc("[3, 64]", "[1, 64]", "uint8", BYTES))]);
+    for row in 0..3 {
+        std::fs::create_dir_all(root.join(format!("a/c/{row}"))).unwrap();
+        std::fs::write(root.join(format!("a/c/{row}/0")), [1u8; 64]).unwrap();
+    }
+    let m = Mount::new(&root, &[]);
+    let data = m.path("a/data");
+    // Every chunk is read, so the mount caches all three.
+    assert_eq!(std::fs::read(&data).unwrap(), vec![1u8; 192]);
+    std::thread::sleep(Duration::from_millis(50));
+    // Another program rewrites row 0 in place (same inode, same size), replaces row 1 by a
+    // rename, and deletes row 2.
+    std::fs::write(root.join("a/c/0/0"), [7u8; 64]).unwrap();
+    std::fs::write(root.join("a/c/1/new"), [8u8; 64]).unwrap();
+    std::fs::rename(root.join("a/c/1/new"), root.join("a/c/1/0")).unwrap();
+    std::fs::remove_file(root.join("a/c/2/0")).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+    for row in 0..3u64 {
+        file.write_all_at(&[9], row * 64 + 3).unwrap();
+    }
+    drop(file);
+    let expect = |v: u8| {
+        let mut c = vec![v; 64];
+        c[3] = 9;
+        c
+    };
+    assert_eq!(std::fs::read(root.join("a/c/0/0")).unwrap(), expect(7), "rewritten in place");
+    assert_eq!(std::fs::read(root.join("a/c/1/0")).unwrap(), expect(8), "replaced by a rename");
+    assert_eq!(std::fs::read(root.join("a/c/2/0")).unwrap(), expect(0), "deleted: fill");
+}

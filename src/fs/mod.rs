@@ -320,7 +320,7 @@ impl ZarrFs {
         let file = |size: u64, perm: u16| Attr { ino, kind: FileKind::RegularFile, size, perm, mtime: self.mount_time, volatile: false };
         Ok(match node.kind {
             NodeKind::Dir => Attr { ino, kind: FileKind::Directory, size: 0, perm: 0o755, mtime: self.mount_time, volatile: false },
-            NodeKind::MetaFile => Attr { volatile: true, ..file(self.meta_file_bytes(&node.path)?.len() as u64, 0o444) },
+            NodeKind::MetaFile => Attr { volatile: true, ..file(self.meta_file_len(&node.path)?, 0o444) },
             NodeKind::Data => match self.dir_state(&node.path)? {
                 DirState::Array(a) => {
                     let meta = &a.array().meta;
@@ -389,16 +389,27 @@ impl ZarrFs {
     /// changed in memory — as it will be stored at the next flush.
     fn meta_file_bytes(&self, key: &str) -> Result<Vec<u8>> {
         let stored = self.store.get(key, crate::zarr::limits::MAX_DOCUMENT_BYTES)?.ok_or(Error::NotFound)?;
-        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
-        if let Some(DirState::Array(a)) = lock(&self.dirs).get(dir).cloned()
-            && a.metadata_dirty()
-        {
-            let array = a.array();
-            if array.meta.document_name() == name {
-                return Ok(crate::zarr::metadata::render_like(Some(&stored), &array.meta.document));
-            }
+        Ok(match self.pending_document(key) {
+            Some(array) => crate::zarr::metadata::render_like(Some(&stored), &array.meta.document),
+            None => stored,
+        })
+    }
+
+    /// The length of `meta_file_bytes`: a stored document's is known without reading it.
+    fn meta_file_len(&self, key: &str) -> Result<u64> {
+        match self.pending_document(key) {
+            Some(_) => Ok(self.meta_file_bytes(key)?.len() as u64),
+            None => Ok(self.store.head(key)?.ok_or(Error::NotFound)?.len),
         }
-        Ok(stored)
+    }
+
+    /// The array whose changed metadata `key` will hold at the next flush, if it is one.
+    fn pending_document(&self, key: &str) -> Option<Arc<crate::zarr::array::Array>> {
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        match lock(&self.dirs).get(dir).cloned() {
+            Some(DirState::Array(a)) if a.metadata_dirty() => Some(a.array()).filter(|array| array.meta.document_name() == name),
+            _ => None,
+        }
     }
 
     /// Open a file for the process `pid` (`truncate`: O_TRUNC); returns the handle id.

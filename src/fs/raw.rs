@@ -151,7 +151,9 @@ pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> Cach
 /// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
 fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Arc<Cached>> {
     let result = cache.get_or_load(&unit_key(open, coords, false), || match a.read_units() {
-        ReadUnits::Chunks => a.retrieve_chunk(coords).map(Cached::chunk),
+        ReadUnits::Chunks => {
+            Ok(a.retrieve_chunk(coords)?.map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
+        }
         ReadUnits::InnerChunks { sharding } => {
             let (shard, inner) = a.chunk_of_unit(coords);
             let index = cache.get_or_load(&unit_key(open, &shard, true), || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
@@ -322,7 +324,7 @@ fn read_units(
         }
     }
     for i in to_load {
-        if let Cached::Chunk(chunk) = load_unit(open, array, cache, units.coords(i))?.as_ref() {
+        if let Cached::Chunk { decoded: chunk, .. } = load_unit(open, array, cache, units.coords(i))?.as_ref() {
             buf.copy_from_chunk(grid, units.coords(i), chunk, units.boxes(i));
         }
     }
@@ -351,19 +353,25 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
     });
 }
 
-/// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write.
+/// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
+/// copy serves only while it is the stored version: another program may have rewritten the
+/// chunk since, and merging into a stale copy would put its old bytes back.
 fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Vec<u8>> {
+    let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
-    if matches!(array.read_units(), ReadUnits::Chunks) {
-        match cache.peek(&unit_key(open, coords, false)).as_deref() {
-            Some(Cached::Chunk(c)) => return Ok(c.clone()),
-            Some(Cached::Missing) => return Ok(filled(repr.num_elements() as usize, repr.fill)),
-            _ => {}
+    let fill = || filled(repr.num_elements() as usize, repr.fill);
+    let key = unit_key(open, coords, false);
+    if matches!(array.read_units(), ReadUnits::Chunks)
+        && let Some(cached) = cache.peek(&key)
+    {
+        let now = array.chunk_version(coords).inspect_err(log)?;
+        match cached.as_ref() {
+            Cached::Chunk { decoded, version: Some(v) } if now == Some(*v) => return Ok(decoded.clone()),
+            Cached::Missing if now.is_none() => return Ok(fill()),
+            _ => cache.remove(&key),
         }
     }
-    let decoded =
-        array.retrieve_chunk(coords).inspect_err(|e| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}"))?;
-    Ok(decoded.unwrap_or_else(|| filled(repr.num_elements() as usize, repr.fill)))
+    Ok(array.retrieve_chunk(coords).inspect_err(log)?.map_or_else(fill, |(decoded, _)| decoded))
 }
 
 /// Elements of the chunk at `coords` inside the array (its padding excluded).

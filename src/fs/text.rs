@@ -174,7 +174,7 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
         if meta.shape.is_empty() {
             let elements = array.retrieve_elements(&[])?.unwrap_or_else(|| vec![meta.fill.clone()]);
             warn(usize::from(escape(elements.first().map_or(&[][..], |e| &e[..]), is_bytes(array), &mut out)));
-            return Ok(Cached::Chunk(out));
+            return Ok(Cached::Text(out));
         }
         let chunks = band_elements(array, band)?;
         let by_coords: HashMap<&[u64], usize> = chunks.iter().enumerate().map(|(i, (c, _))| (c.as_slice(), i)).collect();
@@ -189,7 +189,7 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
             });
         }
         warn(damaged);
-        Ok(Cached::Chunk(out))
+        Ok(Cached::Text(out))
     })
 }
 
@@ -215,7 +215,7 @@ pub fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) 
     for band in 0..n {
         let text = band_text(open, &array, cache, band)?;
         total += match text.as_ref() {
-            Cached::Chunk(t) => t.len() as u64,
+            Cached::Text(t) => t.len() as u64,
             _ => 0,
         };
         ends.push(total);
@@ -236,7 +236,7 @@ pub fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, o
     while (out.len() as u64) < end.saturating_sub(offset) && band < ix.ends.len() {
         let start = if band == 0 { 0 } else { ix.ends[band - 1] };
         let text = band_text(open, &array, cache, band as u64)?;
-        if let Cached::Chunk(t) = text.as_ref() {
+        if let Cached::Text(t) = text.as_ref() {
             let from = (offset.max(start) - start) as usize;
             let to = ((end - start) as usize).min(t.len());
             out.extend(&t[from.min(to)..to]);

@@ -50,9 +50,9 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     for (coords, edit, result) in rx.iter() {
         done += 1;
         match result {
-            Ok((key, fill)) => {
-                forget_stored(open, &array, cache, &coords, edit, fill);
-                lock(&open.edits).unsynced.insert(key);
+            Ok(stored) => {
+                forget_stored(open, &array, cache, &coords, edit, stored.version);
+                lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
@@ -120,13 +120,13 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             edits.storing.remove(&coords);
             let current = matches!(edits.chunks.get(&coords), Some(ChunkEdit::Storing(b)) if Arc::ptr_eq(b, &buf));
             match result {
-                Ok((key, _)) => {
-                    edits.unsynced.insert(key);
+                Ok(stored) => {
+                    edits.unsynced.insert(stored.key);
                     edits.dirty_bytes = edits.dirty_bytes.saturating_sub(dirty_cost(&buf));
                     total.fetch_sub(dirty_cost(&buf) as i64, Ordering::Relaxed);
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
-                        forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, true);
+                        forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
                         edits.chunks.remove(&coords);
                     }
                 }
@@ -146,11 +146,21 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
     }
 }
 
-/// After a chunk was stored: the cache holds the new contents (or forgets the old ones).
-fn forget_stored(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64], edit: ChunkEdit, fill: bool) {
+/// After a chunk was stored (at `version`; `None`: deleted): the cache holds the new contents
+/// (or forgets the old ones).
+fn forget_stored(
+    open: &OpenArray,
+    array: &Array,
+    cache: &ChunkCache,
+    coords: &[u64],
+    edit: ChunkEdit,
+    version: Option<crate::store::Version>,
+) {
     match array.read_units() {
-        ReadUnits::Chunks => match edit {
-            ChunkEdit::Dirty(c) if !fill => cache.insert(unit_key(open, coords, false), Cached::Chunk(c)),
+        ReadUnits::Chunks => match (edit, version) {
+            (ChunkEdit::Dirty(decoded), Some(version)) => {
+                cache.insert(unit_key(open, coords, false), Cached::Chunk { decoded, version: Some(version) })
+            }
             _ => cache.remove(&unit_key(open, coords, false)),
         },
         ReadUnits::InnerChunks { .. } => {

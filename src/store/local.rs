@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Entry, Store, resolve_range};
+use super::{ByteRange, Entry, Head, Store, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -65,7 +65,7 @@ impl LocalStore {
     }
 
     /// A regular file to read, or `None` when absent (a directory is no value either).
-    fn open_object(&self, key: &str) -> Result<Option<(std::fs::File, u64)>> {
+    fn open_object(&self, key: &str) -> Result<Option<(std::fs::File, Head)>> {
         // Non-blocking, so that opening a FIFO returns at once (it is refused below).
         let fd = match self.resolve(key, OFlags::RDONLY | OFlags::NONBLOCK)? {
             Ok(fd) => fd,
@@ -75,7 +75,7 @@ impl LocalStore {
         };
         let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
         match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile => Ok(Some((std::fs::File::from(fd), stat.st_size as u64))),
+            FileType::RegularFile => Ok(Some((std::fs::File::from(fd), head_of(&stat)))),
             FileType::Directory => Ok(None),
             other => Err(Error::refused(key, format!("not a regular file ({other:?})"))),
         }
@@ -103,14 +103,25 @@ impl LocalStore {
     }
 }
 
+/// A file's length and version: which file (a replacement by rename is another inode), its
+/// size and its mtime (a rewrite in place).
+// The stat fields' integer types differ between targets.
+#[allow(clippy::unnecessary_cast)]
+fn head_of(stat: &rustix::fs::Stat) -> Head {
+    let len = stat.st_size as u64;
+    let version = [stat.st_dev, stat.st_ino, len, stat.st_mtime as u64, stat.st_mtime_nsec as u64];
+    Head { len, version: Version(version) }
+}
+
 /// `key` split into its directory (relative to the root) and its name.
 fn split(key: &str) -> (&str, &str) {
     key.rsplit_once('/').unwrap_or(("", key))
 }
 
 impl Store for LocalStore {
-    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
-        let Some((file, len)) = self.open_object(key)? else { return Ok(None) };
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        let Some((file, head)) = self.open_object(key)? else { return Ok(None) };
+        let len = head.len;
         if len > max {
             return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
         }
@@ -120,18 +131,22 @@ impl Store for LocalStore {
         if out.len() as u64 > max {
             return Err(Error::refused(key, format!("grew past the {max} bytes it can hold while it was read")));
         }
-        Ok(Some(out))
+        Ok(Some(Value { bytes: out, version: head.version }))
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        Ok(self.open_object(key)?.map(|(_, head)| head))
     }
 
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
-        let Some((file, len)) = self.open_object(key)? else { return Ok(None) };
-        let (start, end) = resolve_range(key, range, len)?;
+        let Some((file, head)) = self.open_object(key)? else { return Ok(None) };
+        let (start, end) = resolve_range(key, range, head.len)?;
         let mut buf = vec![0u8; (end - start) as usize];
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
         Ok(Some(buf))
     }
 
-    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+    fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
         let (dir, name) = split(key);
         let dir = self.make_dir(dir)?;
         // A temporary name in the same directory, then a rename: readers never see a torn value.
@@ -140,8 +155,13 @@ impl Store for LocalStore {
         let tmp = format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id());
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
-        let written = std::fs::File::from(fd).write_all(value).map_err(Error::Io);
-        let renamed = written.and_then(|_| rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| Error::Io(io(e))));
+        let mut file = std::fs::File::from(fd);
+        // The version is taken before the rename, which keeps the inode, size and mtime.
+        let written = file.write_all(value).map_err(Error::Io).and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
+        let renamed = written.and_then(|stat| {
+            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| Error::Io(io(e)))?;
+            Ok(head_of(&stat).version)
+        });
         if renamed.is_err() {
             let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
         }

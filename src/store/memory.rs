@@ -3,12 +3,18 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{ByteRange, Entry, Store, resolve_range};
+use super::{ByteRange, Entry, Head, Store, Value, Version, resolve_range};
 use crate::Result;
 
+/// Values with the number of the write that stored each (its version).
 #[derive(Default)]
 pub struct MemoryStore {
-    map: Mutex<BTreeMap<String, Vec<u8>>>,
+    map: Mutex<BTreeMap<String, (Vec<u8>, u64)>>,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+fn head(value: &(Vec<u8>, u64)) -> Head {
+    Head { len: value.0.len() as u64, version: Version([value.1, 0, 0, 0, 0]) }
 }
 
 impl MemoryStore {
@@ -16,7 +22,7 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (Vec<u8>, u64)>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -26,25 +32,31 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
         match self.lock().get(key) {
-            Some(v) if v.len() as u64 > max => Err(crate::Error::refused(key, format!("{} bytes, more than {max}", v.len()))),
-            v => Ok(v.cloned()),
+            Some((v, _)) if v.len() as u64 > max => Err(crate::Error::refused(key, format!("{} bytes, more than {max}", v.len()))),
+            v => Ok(v.map(|v| Value { bytes: v.0.clone(), version: head(v).version })),
         }
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        Ok(self.lock().get(key).map(head))
     }
 
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
         let map = self.lock();
-        let Some(v) = map.get(key) else {
+        let Some((v, _)) = map.get(key) else {
             return Ok(None);
         };
         let (start, end) = resolve_range(key, range, v.len() as u64)?;
         Ok(Some(v[start as usize..end as usize].to_vec()))
     }
 
-    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.lock().insert(key.to_string(), value.to_vec());
-        Ok(())
+    fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
+        let stored = (value.to_vec(), self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+        let version = head(&stored).version;
+        self.lock().insert(key.to_string(), stored);
+        Ok(version)
     }
 
     fn delete(&self, key: &str) -> Result<()> {

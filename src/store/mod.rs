@@ -24,16 +24,43 @@ pub struct Entry {
     pub is_dir: bool,
 }
 
+/// Which write of a value is stored: it changes whenever the value is replaced or rewritten
+/// (a file's identity, size and mtime; an object's ETag). A cached copy of a value is reused
+/// for a read-modify-write only while its version is the stored one: another program may
+/// have rewritten the value since it was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version(pub [u64; 5]);
+
+/// A value as read, with the version it was read at.
+pub struct Value {
+    pub bytes: Vec<u8>,
+    pub version: Version,
+}
+
+/// What is known of a stored value without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub len: u64,
+    pub version: Version,
+}
+
 /// Keys are `/`-separated paths relative to the store root, never starting with `/`.
 pub trait Store: Send + Sync {
-    /// The whole value, or `None` when the key is absent. A value of more than `max` bytes is
-    /// refused without being read: what a chunk or a document can hold is known before it is
-    /// read, and a store may be hostile.
-    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>>;
+    /// The whole value with its version, or `None` when the key is absent. A value of more
+    /// than `max` bytes is refused without being read: what a chunk or a document can hold is
+    /// known before it is read, and a store may be hostile.
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>>;
+    /// The whole value (`get_value` without the version).
+    fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_value(key, max)?.map(|v| v.bytes))
+    }
+    /// The length and version of a value, or `None` when the key is absent; nothing is read.
+    fn head(&self, key: &str) -> Result<Option<Head>>;
     /// Part of a value, or `None` when the key is absent. A range past the end is an error.
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>>;
     /// Write a value so that readers see either the old or the new one, never a torn one.
-    fn set(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// Returns the version written.
+    fn set(&self, key: &str, value: &[u8]) -> Result<Version>;
     /// Remove a key; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).

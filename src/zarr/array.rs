@@ -9,7 +9,7 @@ use super::dtype::{DataType, NumericKind};
 use super::grid::ChunkGrid;
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
-use crate::store::{self, ByteRange, Store};
+use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
 pub struct Array {
@@ -170,14 +170,22 @@ impl Array {
         (lo, hi)
     }
 
-    /// A whole decoded chunk, or `None` when its key is absent (fill).
-    pub fn retrieve_chunk(&self, coords: &[u64]) -> Result<Option<Vec<u8>>> {
+    /// A whole decoded chunk and the version it was stored at, or `None` when its key is
+    /// absent (fill).
+    pub fn retrieve_chunk(&self, coords: &[u64]) -> Result<Option<(Vec<u8>, Version)>> {
         let key = self.chunk_key(coords);
         let repr = self.chunk_repr(coords);
-        let Some(bytes) = self.store.get(&key, self.meta.codecs.encoded_bound(&repr))? else {
+        let Some(value) = self.store.get_value(&key, self.meta.codecs.encoded_bound(&repr))? else {
             return Ok(None);
         };
-        self.meta.codecs.decode(bytes, &repr).map(Some).map_err(|e| e.in_key(&key))
+        let decoded = self.meta.codecs.decode(value.bytes, &repr).map_err(|e| e.in_key(&key))?;
+        Ok(Some((decoded, value.version)))
+    }
+
+    /// The version of the stored chunk at `coords`, or `None` when its key is absent.
+    pub fn chunk_version(&self, coords: &[u64]) -> Result<Option<Version>> {
+        let key = self.chunk_key(coords);
+        Ok(self.store.head(&key).map_err(|e| e.in_key(&key))?.map(|h| h.version))
     }
 
     /// The elements of a chunk of variable-length elements (C order, padding included), or
@@ -240,6 +248,12 @@ pub struct Touched {
     pub keys: Vec<String>,
 }
 
+/// A chunk written: its key, and the version stored (`None`: the key was deleted, all fill).
+pub struct StoredChunk {
+    pub key: String,
+    pub version: Option<Version>,
+}
+
 impl Array {
     /// Whether every element of a decoded chunk equals the fill value (NaN equals NaN).
     pub fn is_fill(&self, decoded: &[u8]) -> bool {
@@ -255,24 +269,21 @@ impl Array {
     }
 
     /// Store a decoded chunk: encoded under its key, or its key deleted when it is all fill
-    /// (as zarr-python's default `write_empty_chunks=False` does). Returns the key and whether
-    /// it was all fill.
-    pub fn store_chunk(&self, coords: &[u64], decoded: &[u8]) -> Result<(String, bool)> {
-        let key = self.chunk_key(coords);
-        let fill = self.is_fill(decoded);
-        if fill {
-            self.store.delete(&key)?;
-        } else {
-            let bytes = self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))?;
-            self.store.set(&key, &bytes)?;
+    /// (as zarr-python's default `write_empty_chunks=False` does).
+    pub fn store_chunk(&self, coords: &[u64], decoded: &[u8]) -> Result<StoredChunk> {
+        if self.is_fill(decoded) {
+            return self.delete_chunk(coords);
         }
-        Ok((key, fill))
+        let key = self.chunk_key(coords);
+        let bytes = self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))?;
+        let version = self.store.set(&key, &bytes)?;
+        Ok(StoredChunk { key, version: Some(version) })
     }
 
-    pub fn delete_chunk(&self, coords: &[u64]) -> Result<(String, bool)> {
+    pub fn delete_chunk(&self, coords: &[u64]) -> Result<StoredChunk> {
         let key = self.chunk_key(coords);
         self.store.delete(&key)?;
-        Ok((key, true))
+        Ok(StoredChunk { key, version: None })
     }
 
     /// The same array with another shape (metadata only; nothing is stored).
@@ -341,7 +352,7 @@ impl Array {
                 let src = super::region::Strided::of(&band_shape, &origin, 0);
                 let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
                 super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
-                next.store_chunk(coords, &data).map(|(key, _)| key)
+                next.store_chunk(coords, &data).map(|stored| stored.key)
             };
             // Encode the band's chunks on all cores.
             let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cells.len()).max(1);
