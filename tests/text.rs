@@ -95,3 +95,42 @@ fn bad_text_is_refused_and_changes_nothing() {
     }
     assert_eq!(snapshot(&store), before, "the store is unchanged");
 }
+
+#[test]
+fn a_large_rewrite_is_streamed_not_held_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(store.join("words")).unwrap();
+    std::fs::write(store.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [1], "data_type": "string",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [65536]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "", "codecs": [{"name": "vlen-utf8"}, {"name": "zstd", "configuration": {"level": 1}}]});
+    std::fs::write(store.join("words/zarr.json"), doc.to_string()).unwrap();
+    let m = Mount::new(&store, &["--cache-size", "16M", "--dirty-limit", "16M"]);
+    // 2 Mi lines, 32 MiB of text: held whole with its elements it would take over 100 MiB.
+    let lines = 2u64 << 20;
+    let line = |i: u64| format!("word {i:010}\n");
+    let file = rewrite().open(m.path("words/data")).unwrap();
+    let mut at = 0u64;
+    let mut block = String::new();
+    for i in 0..lines {
+        block.push_str(&line(i));
+        if block.len() >= 1 << 20 || i + 1 == lines {
+            file.write_all_at(block.as_bytes(), at).unwrap();
+            at += block.len() as u64;
+            block.clear();
+        }
+    }
+    drop(file);
+    let peak = m.peak_rss();
+    assert!(peak < 48 << 20, "a 32 MiB rewrite peaked at {} MiB", peak >> 20);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path("words/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["shape"], serde_json::json!([lines]));
+    let file = std::fs::File::open(m.path("words/data")).unwrap();
+    for i in [0, 65535, 65536, lines - 1] {
+        let mut buf = vec![0u8; 16];
+        file.read_exact_at(&mut buf, i * 16).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), line(i));
+    }
+}

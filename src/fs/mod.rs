@@ -549,7 +549,7 @@ impl ZarrFs {
                             Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? })
                     }
                     // `_change` is held already: a second shared hold could wait behind a stop.
-                    None => self.store_text(&array, text::TextMode::Rewrite, &[])?,
+                    None => self.store_text(&array, text::TextMode::Rewrite, None)?,
                 }
             }
             NodeKind::Data => {
@@ -583,7 +583,7 @@ impl ZarrFs {
         if pid == handle.opener
             && let Some(edit) = lock(&handle.text).take()
         {
-            return self.commit_text(&array, edit.mode, &edit.contents()?);
+            return self.commit_text(&array, edit.mode, &edit.spool);
         }
         match &handle.spool {
             Some(spool) if pid == handle.opener => self.commit_prepend(&array, &mut lock(spool)),
@@ -597,19 +597,19 @@ impl ZarrFs {
     }
 
     /// Store text written to a variable-length array: the new elements, or the appended ones.
-    fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, contents: &[u8]) -> Result<()> {
+    fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: &prepend::Spool) -> Result<()> {
         let _change = self.change()?;
-        self.store_text(array, mode, contents)
+        self.store_text(array, mode, Some(staged))
     }
 
-    /// `commit_text`, with permission to change already held.
-    fn store_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, contents: &[u8]) -> Result<()> {
-        let bytes_type = array.array().meta.dtype == crate::zarr::dtype::DataType::Bytes;
+    /// `commit_text`, with permission to change already held (`staged`: `None` is no text).
+    fn store_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: Option<&prepend::Spool>) -> Result<()> {
         let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let result = text::parse(contents, bytes_type).and_then(|elements| match mode {
-            text::TextMode::Rewrite => text::rewrite(array, &elements, new_id),
-            text::TextMode::Append { .. } => text::append(array, &elements, new_id),
-        });
+        let result = match (mode, staged) {
+            (text::TextMode::Rewrite, _) => text::rewrite(array, staged, new_id),
+            (text::TextMode::Append { .. }, Some(staged)) => text::append(array, staged, new_id),
+            (text::TextMode::Append { .. }, None) => Ok(()),
+        };
         if let Err(e) = &result {
             tracing::warn!(array = %display_path(&array.array().path), "text refused: {e}");
         }
@@ -709,7 +709,7 @@ impl ZarrFs {
         let Some(array) = handle.array.clone() else { return };
         let text = lock(&handle.text).take();
         let result = match &handle.spool {
-            _ if text.is_some() => text.map_or(Ok(()), |t| t.contents().and_then(|c| self.commit_text(&array, t.mode, &c))),
+            _ if text.is_some() => text.map_or(Ok(()), |t| self.commit_text(&array, t.mode, &t.spool)),
             Some(spool) => self.commit_prepend(&array, &mut lock(spool)),
             None if handle.writable && array.is_dirty() => self.flush_array(&array),
             None => Ok(()),

@@ -38,8 +38,9 @@ impl Spool {
         self.len
     }
 
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        Ok(self.file.read_exact_at(buf, offset)?)
+    /// The staged bytes from the start.
+    pub fn reader(&self) -> SpoolReader<'_> {
+        SpoolReader { spool: self, at: 0 }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -51,6 +52,22 @@ impl Spool {
         self.file.set_len(0)?;
         self.len = 0;
         Ok(())
+    }
+}
+
+/// Reads a spool from the start (positioned reads: the file's own offset is left alone).
+pub struct SpoolReader<'a> {
+    spool: &'a Spool,
+    at: u64,
+}
+
+impl std::io::Read for SpoolReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.spool.len.saturating_sub(self.at);
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.spool.file.read_at(&mut buf[..n], self.at)?;
+        self.at += n as u64;
+        Ok(n)
     }
 }
 

@@ -5,9 +5,11 @@
 //! by each band's length.
 
 use std::collections::HashMap;
+use std::io::BufRead;
 use std::sync::Arc;
 
 use super::open::{OpenArray, lock};
+use super::prepend::Spool;
 use super::raw::for_each_chunk_outside;
 use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
 use crate::zarr::array::Array;
@@ -18,7 +20,7 @@ use crate::{Error, Result};
 /// Text written to `data` of a variable-length array, staged until close.
 pub struct TextEdit {
     pub mode: TextMode,
-    pub spool: super::prepend::Spool,
+    pub spool: Spool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,15 +29,6 @@ pub enum TextMode {
     Rewrite,
     /// Lines written at the end of the text, which was `base` bytes long.
     Append { base: u64 },
-}
-
-impl TextEdit {
-    /// The staged text, read back.
-    pub fn contents(&self) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; self.spool.len() as usize];
-        self.spool.read_at(&mut buf, 0)?;
-        Ok(buf)
-    }
 }
 
 /// Cumulative end offset of each band's text.
@@ -246,72 +239,110 @@ pub fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, o
     Ok(out)
 }
 
-/// Parse text into elements, one per line (a last line without a newline counts).
-pub fn parse(text: &[u8], bytes_type: bool) -> Result<Vec<Vec<u8>>> {
-    if text.is_empty() {
-        return Ok(Vec::new());
-    }
-    let body = text.strip_suffix(b"\n").unwrap_or(text);
-    body.split(|&b| b == b'\n').enumerate().map(|(i, line)| unescape(line, bytes_type, i)).collect()
+/// The elements of staged text, one per line (a last line without a newline counts),
+/// unescaped as they are read: a rewrite of any size holds one line at a time.
+struct Lines<'a> {
+    reader: Box<dyn BufRead + 'a>,
+    bytes_type: bool,
+    number: usize,
 }
 
-/// Replace the array's elements with `elements` (C order): a 1-D array takes their count as
-/// its length; any other must get exactly its element count. Every chunk is written (or
-/// deleted when all fill), chunks past a shorter end are deleted, then the metadata.
-pub fn rewrite(open: &Arc<OpenArray>, elements: &[Vec<u8>], new_cache_id: u64) -> Result<()> {
+impl Iterator for Lines<'_> {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Result<Vec<u8>>> {
+        let mut line = Vec::new();
+        match self.reader.read_until(b'\n', &mut line) {
+            Ok(0) => None,
+            Ok(_) => {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                self.number += 1;
+                Some(unescape(&line, self.bytes_type, self.number - 1))
+            }
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+}
+
+/// The staged text (`None`: empty) as elements.
+fn lines(text: Option<&Spool>, bytes_type: bool) -> Lines<'_> {
+    let reader: Box<dyn BufRead> = match text {
+        Some(spool) => Box::new(std::io::BufReader::with_capacity(1 << 20, spool.reader())),
+        None => Box::new(std::io::empty()),
+    };
+    Lines { reader, bytes_type, number: 0 }
+}
+
+/// How many elements the staged text holds, every line checked first: a malformed line
+/// fails the rewrite before anything is stored.
+fn count(text: Option<&Spool>, bytes_type: bool) -> Result<u64> {
+    lines(text, bytes_type).try_fold(0u64, |n, line| line.map(|_| n + 1))
+}
+
+/// Replace the array's elements with the staged text (C order): a 1-D array takes its line
+/// count as its length; any other must get exactly its element count. Every chunk is written
+/// (or deleted when all fill), chunks past a shorter end are deleted, then the metadata.
+pub fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
     let old = open.array();
     let meta = &old.meta;
-    let count: u64 = meta.shape.iter().product();
+    let bytes_type = is_bytes(&old);
+    let lines_count = count(text, bytes_type)?;
+    let elements_count: u64 = meta.shape.iter().product();
     let array = match meta.shape.len() {
-        1 if elements.len() as u64 != count => {
+        1 if lines_count != elements_count => {
             let mut edits = lock(&open.edits);
-            open.set_shape(&mut edits, &[elements.len() as u64])?
+            open.set_shape(&mut edits, &[lines_count])?
         }
-        _ if elements.len() as u64 != count => {
-            return Err(Error::Invalid(format!("{} lines for an array of {count} elements ({:?})", elements.len(), meta.shape)));
+        _ if lines_count != elements_count => {
+            return Err(Error::Invalid(format!("{lines_count} lines for an array of {elements_count} elements ({:?})", meta.shape)));
         }
         _ => old.clone(),
     };
-    store_from(&array, elements, 0)?;
+    store_from(&array, &mut lines(text, bytes_type), 0)?;
     if meta.shape.len() == 1 {
-        for_each_chunk_outside(&old, elements.len() as u64, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
+        for_each_chunk_outside(&old, lines_count, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
     }
     finish(open, &array, new_cache_id)
 }
 
-/// Append elements to a 1-D array.
-pub fn append(open: &Arc<OpenArray>, elements: &[Vec<u8>], new_cache_id: u64) -> Result<()> {
+/// Append the staged lines to a 1-D array.
+pub fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
     let old = open.array();
     if old.meta.shape.len() != 1 {
         return Err(Error::Invalid(format!("lines can be appended to 1-D arrays only; this one is {:?}", old.meta.shape)));
     }
-    if elements.is_empty() {
+    let added = count(Some(text), is_bytes(&old))?;
+    if added == 0 {
         return Ok(());
     }
     let n = old.meta.shape[0];
     let array = {
         let mut edits = lock(&open.edits);
-        open.set_shape(&mut edits, &[n + elements.len() as u64])?
+        open.set_shape(&mut edits, &[n + added])?
     };
     // The chunk the old end cuts through keeps its first elements.
     let (first, offset) = array.meta.grid.chunk_of(0, n);
-    let mut all = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first])?.unwrap_or_default() };
-    all.truncate(offset as usize);
-    all.resize(offset as usize, array.meta.fill.clone());
-    all.extend_from_slice(elements);
-    store_from(&array, &all, array.meta.grid.chunk_start(0, first))?;
+    let mut kept = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first])?.unwrap_or_default() };
+    kept.truncate(offset as usize);
+    kept.resize(offset as usize, array.meta.fill.clone());
+    let mut elements = kept.into_iter().map(Ok).chain(lines(Some(text), is_bytes(&old)));
+    store_from(&array, &mut elements, array.meta.grid.chunk_start(0, first))?;
     finish(open, &array, new_cache_id)
 }
 
-/// Store the chunks holding `elements`, which start at flat element `start` (a chunk start).
-fn store_from(array: &Array, elements: &[Vec<u8>], start: u64) -> Result<()> {
+/// Store the chunks holding `elements`, which start at flat element `start` (the start of a
+/// band), band by band: memory holds one band's elements at a time.
+fn store_from(array: &Array, elements: &mut dyn Iterator<Item = Result<Vec<u8>>>, start: u64) -> Result<()> {
     let meta = &array.meta;
     if meta.shape.is_empty() {
-        array.store_elements(&[], &elements[..1.min(elements.len())])?;
+        let first = elements.take(1).collect::<Result<Vec<_>>>()?;
+        array.store_elements(&[], &first)?;
         return Ok(());
     }
     let grid = &meta.grid;
@@ -320,28 +351,34 @@ fn store_from(array: &Array, elements: &[Vec<u8>], start: u64) -> Result<()> {
         return Ok(());
     }
     let strides = crate::zarr::region::c_strides(&meta.shape);
-    let first_band = grid.chunk_of(0, start / strides[0]).0;
-    let lo: Vec<u64> = std::iter::once(first_band).chain(grid_shape[1..].iter().map(|_| 0)).collect();
-    let hi: Vec<u64> = grid_shape.iter().map(|&n| n - 1).collect();
-    let mut result = Ok(());
-    for_each_cell(&lo, &hi, |coords| {
-        if result.is_err() {
-            return;
-        }
-        let shape = grid.chunk_shape(coords);
-        let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect();
-        let mut chunk = Vec::with_capacity(shape.iter().product::<u64>() as usize);
-        let hi_local: Vec<u64> = shape.iter().map(|&n| n - 1).collect();
-        for_each_cell(&vec![0; shape.len()], &hi_local, |local| {
-            let index: Vec<u64> = local.iter().zip(&origin).map(|(l, o)| l + o).collect();
-            let inside = index.iter().zip(&meta.shape).all(|(i, n)| i < n);
-            let flat = index.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>();
-            let element = if inside { flat.checked_sub(start).and_then(|f| elements.get(f as usize)) } else { None };
-            chunk.push(element.cloned().unwrap_or_else(|| meta.fill.clone()));
+    for band in grid.chunk_of(0, start / strides[0]).0..grid_shape[0] {
+        let (first_row, end_row) = band_rows(array, band);
+        let band_start = first_row * strides[0];
+        let band_elements = elements.take(((end_row - first_row) * strides[0]) as usize).collect::<Result<Vec<_>>>()?;
+        let lo: Vec<u64> = std::iter::once(band).chain(grid_shape[1..].iter().map(|_| 0)).collect();
+        let mut hi: Vec<u64> = grid_shape.iter().map(|&n| n - 1).collect();
+        hi[0] = band;
+        let mut result = Ok(());
+        for_each_cell(&lo, &hi, |coords| {
+            if result.is_err() {
+                return;
+            }
+            let shape = grid.chunk_shape(coords);
+            let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect();
+            let mut chunk = Vec::with_capacity(shape.iter().product::<u64>() as usize);
+            let hi_local: Vec<u64> = shape.iter().map(|&n| n - 1).collect();
+            for_each_cell(&vec![0; shape.len()], &hi_local, |local| {
+                let index: Vec<u64> = local.iter().zip(&origin).map(|(l, o)| l + o).collect();
+                let inside = index.iter().zip(&meta.shape).all(|(i, n)| i < n);
+                let flat = index.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>();
+                let element = if inside { band_elements.get((flat - band_start) as usize) } else { None };
+                chunk.push(element.cloned().unwrap_or_else(|| meta.fill.clone()));
+            });
+            result = array.store_elements(coords, &chunk).map(|_| ());
         });
-        result = array.store_elements(coords, &chunk).map(|_| ());
-    });
-    result
+        result?;
+    }
+    Ok(())
 }
 
 /// After a rewrite or an append: the metadata, and a fresh text layout (cached bands are left

@@ -94,13 +94,22 @@ impl Mount {
 
     /// The daemon's resident memory, in bytes (VmRSS).
     pub fn rss(&self) -> u64 {
+        self.memory("VmRSS:")
+    }
+
+    /// The most resident memory the daemon has had, in bytes (VmHWM).
+    pub fn peak_rss(&self) -> u64 {
+        self.memory("VmHWM:")
+    }
+
+    fn memory(&self, field: &str) -> u64 {
         let pid = self.child.as_ref().map(|c| c.id()).expect("running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         let kb: u64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
+            .expect(field);
         kb * 1024
     }
 
