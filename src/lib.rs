@@ -1,14 +1,16 @@
 //! zarrfs: a Zarr store mounted as a directory tree in which every array is one flat raw file.
 //!
-//! Layers, each calling only the one below it: `cli` → `fuse` (the only fuser-aware code) →
-//! `fs` (the filesystem core) → `cache` → `zarr` (the format) → `store`.
+//! Layers, each calling only the ones below it: `cli` → `daemon` / `commands` → `fuse` (the
+//! only fuser-aware code) → `fs` (the filesystem core) → `cache` → `zarr` (the format) →
+//! `store`. The README's development section maps the modules.
 
 pub mod cache;
 pub mod cli;
+pub mod commands;
+pub mod daemon;
 pub mod error;
 pub mod fs;
 pub mod fuse;
-pub mod info;
 pub mod logging;
 pub mod store;
 pub mod zarr;

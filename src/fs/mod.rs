@@ -20,13 +20,12 @@ use std::time::SystemTime;
 
 use crate::cache::{ChunkCache, WorkerPool};
 use crate::store::{self, Store};
-use crate::zarr::array::{Array, read_node};
+use crate::zarr::array::Array;
 use crate::zarr::metadata::NodeMetadata;
+use crate::zarr::node::{METADATA_DOCUMENTS, is_hidden, is_node, read_node};
 use crate::{Error, Result};
 use tree::{NodeKind, Tree};
 
-/// Names of metadata documents shown in node directories, as the store has them.
-pub const METADATA_FILES: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
 pub const DATA: &str = "data";
 pub const PREPEND: &str = "prepend";
 pub const ERROR: &str = "error";
@@ -261,20 +260,6 @@ impl ZarrFs {
         Ok(state)
     }
 
-    /// Whether `path` holds a node (a metadata document), without parsing it.
-    /// A document the store refuses to serve (a link out, a FIFO) still makes a node: it is
-    /// shown with an `error` saying why.
-    fn is_node(&self, path: &str) -> Result<bool> {
-        for name in ["zarr.json", ".zarray", ".zgroup"] {
-            match self.store.get_range(&store::join(path, name), store::ByteRange::Range { start: 0, len: 0 }) {
-                Ok(Some(_)) | Err(Error::Refused { .. }) => return Ok(true),
-                Ok(None) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(false)
-    }
-
     fn dir_node(&self, ino: u64) -> Result<Arc<tree::Node>> {
         let node = self.tree.get(ino).ok_or(Error::NotFound)?;
         if node.kind != NodeKind::Dir && node.kind != NodeKind::ControlDir {
@@ -298,13 +283,13 @@ impl ZarrFs {
             (DATA, DirState::Array(_)) => NodeKind::Data,
             (PREPEND, DirState::Array(_)) => NodeKind::Prepend,
             (ERROR, DirState::Broken(_)) => NodeKind::ErrorFile,
-            (n, _) if METADATA_FILES.contains(&n) => {
+            (n, _) if METADATA_DOCUMENTS.contains(&n) => {
                 if self.store.get_range(&store::join(&dir.path, n), store::ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
                 }
                 NodeKind::MetaFile
             }
-            (n, DirState::Group) if !n.starts_with("__") && self.is_node(&store::join(&dir.path, n))? => NodeKind::Dir,
+            (n, DirState::Group) if !is_hidden(n) && is_node(self.store.as_ref(), &store::join(&dir.path, n))? => NodeKind::Dir,
             _ => return Err(Error::NotFound),
         };
         let path = match kind {
@@ -364,7 +349,7 @@ impl ZarrFs {
             out.push(DirEntry { ino: self.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
         };
         let listing = self.store.list_dir(&dir.path)?;
-        for e in listing.iter().filter(|e| !e.is_dir && METADATA_FILES.contains(&e.name.as_str())) {
+        for e in listing.iter().filter(|e| !e.is_dir && METADATA_DOCUMENTS.contains(&e.name.as_str())) {
             push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
         }
         match state {
@@ -374,9 +359,9 @@ impl ZarrFs {
             }
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
             DirState::Group => {
-                for e in listing.iter().filter(|e| e.is_dir && !e.name.starts_with("__")) {
+                for e in listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
                     let path = store::join(&dir.path, &e.name);
-                    if self.is_node(&path)? {
+                    if is_node(self.store.as_ref(), &path)? {
                         push(&e.name, NodeKind::Dir, path);
                     }
                 }

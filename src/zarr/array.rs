@@ -27,21 +27,6 @@ pub enum ReadUnits<'a> {
     InnerChunks { sharding: &'a ShardingCodec },
 }
 
-/// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`. `None` when it is no node.
-pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> {
-    let get = |name: &str| store.get(&store::join(path, name), MAX_DOCUMENT_BYTES);
-    if let Some(bytes) = get("zarr.json")? {
-        return metadata::parse_v3(&metadata::parse_json(&bytes, "zarr.json")?).map(Some);
-    }
-    if let Some(bytes) = get(".zarray")? {
-        return Ok(Some(NodeMetadata::Array(Box::new(metadata::parse_v2_array(&metadata::parse_json(&bytes, ".zarray")?)?))));
-    }
-    if let Some(bytes) = get(".zgroup")? {
-        return metadata::parse_v2_group(&metadata::parse_json(&bytes, ".zgroup")?).map(Some);
-    }
-    Ok(None)
-}
-
 impl Array {
     pub fn new(store: Arc<dyn Store>, path: &str, meta: ArrayMetadata) -> Array {
         // Parsing checked that inner chunks divide every shard edge.
@@ -50,7 +35,7 @@ impl Array {
     }
 
     pub fn open(store: Arc<dyn Store>, path: &str) -> Result<Array> {
-        match read_node(store.as_ref(), path)? {
+        match super::node::read_node(store.as_ref(), path)? {
             Some(NodeMetadata::Array(meta)) => Ok(Array::new(store, path, *meta)),
             Some(NodeMetadata::Group) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
             None => Err(Error::NotFound),

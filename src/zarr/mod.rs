@@ -8,4 +8,5 @@ pub mod grid;
 pub mod key;
 pub mod limits;
 pub mod metadata;
+pub mod node;
 pub mod region;

@@ -1,5 +1,6 @@
-//! The only code that knows fuser: each kernel request becomes one call on the core
-//! (`crate::fs::ZarrFs`), and the core's result becomes the reply.
+//! Kernel requests to core calls: each request becomes one call on `crate::fs::ZarrFs`, and
+//! the core's result becomes the reply. It knows fuser's request and reply types and nothing
+//! of sessions, mounting or the format.
 
 use std::ffi::OsStr;
 use std::time::{Duration, UNIX_EPOCH};
@@ -9,12 +10,12 @@ use std::time::{Instant, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
-use crate::fs::{Attr, FileKind, KernelCache, ZarrFs};
+use crate::fs::{Attr, FileKind, ZarrFs};
 
 /// Metadata is static between our own changes: let the kernel keep it a while.
 const TTL: Duration = Duration::from_secs(1);
@@ -74,44 +75,6 @@ impl FuseAdapter {
 
 fn ttl(a: &Attr) -> Duration {
     if a.volatile { Duration::ZERO } else { TTL }
-}
-
-/// Tells the kernel to drop what it cached of a file the daemon changed itself. Attributes at
-/// once (an attribute-only invalidation touches no page, so it is safe inside a request handler,
-/// and the new size is seen as soon as the change returns); pages on a thread of its own, never
-/// from a request handler, which may hold the very pages (fuse-notes.md §6). The next open drops
-/// them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
-pub struct Invalidator {
-    notifier: Notifier,
-    tx: crossbeam_channel::Sender<u64>,
-}
-
-impl Invalidator {
-    pub fn new(notifier: Notifier) -> Invalidator {
-        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
-        let pages = notifier.clone();
-        let spawned = std::thread::Builder::new().name("zarrfs-invalidate".into()).spawn(move || {
-            let notifier = pages;
-            while let Ok(ino) = rx.recv() {
-                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
-                    tracing::debug!(ino, "kernel cache invalidation failed: {e}");
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::error!("cannot start the invalidation thread: {e}");
-        }
-        Invalidator { notifier, tx }
-    }
-}
-
-impl KernelCache for Invalidator {
-    fn invalidate(&self, ino: u64) {
-        if let Err(e) = self.notifier.inval_inode(INodeNo(ino), -1, 0) {
-            tracing::debug!(ino, "kernel attribute invalidation failed: {e}");
-        }
-        let _ = self.tx.send(ino);
-    }
 }
 
 fn errno(e: &Error) -> Errno {

@@ -1,0 +1,368 @@
+//! The daemon: checks before forking, fork with a readiness pipe, logging, the signal wait,
+//! systemd notification, the flush on the way out (bounded in time), and `zarrfs unmount`
+//! (finding and stopping the daemon that serves a mount point). It builds the core and hands it
+//! to `crate::fuse::Session`; it knows neither fuser nor the format.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::num::NonZeroUsize;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fs::{Config, ZarrFs};
+use crate::fuse::{Session, SessionOptions};
+use crate::store::{LocalStore, Store};
+
+/// Everything a mount needs, after flags and `-o` options are merged (`crate::cli`).
+#[derive(Debug, Default)]
+pub struct MountPlan {
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub foreground: bool,
+    pub log_file: Option<PathBuf>,
+    /// 0 info, 1 debug, 2 trace.
+    pub verbose: u8,
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub auto_unmount: bool,
+    pub cache_size: Option<u64>,
+    pub dirty_limit: Option<u64>,
+    pub threads: Option<NonZeroUsize>,
+    pub adopt_offset: bool,
+    pub spool_dir: Option<PathBuf>,
+    pub flush_timeout: Duration,
+    pub max_chunk_size: Option<u64>,
+}
+
+/// Check what can be checked before forking, so that errors reach the caller's terminal.
+fn preflight(plan: &MountPlan) -> Result<(), String> {
+    if !plan.store.is_dir() {
+        return Err(format!("store {} is not a directory", plan.store.display()));
+    }
+    let store = LocalStore::open(&plan.store).map_err(|e| format!("store {}: {e}", plan.store.display()))?;
+    if !matches!(crate::zarr::node::is_node(&store, ""), Ok(true)) {
+        return Err(format!("{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root", plan.store.display()));
+    }
+    if !plan.mountpoint.is_dir() {
+        return Err(format!("mount point {} is not a directory", plan.mountpoint.display()));
+    }
+    if is_mount_point(&plan.mountpoint) {
+        return Err(format!("mount point {} is busy: something is mounted there", plan.mountpoint.display()));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());
+    }
+    Ok(())
+}
+
+/// `zarrfs mount`: returns once the mount is live, in the background unless `foreground`.
+pub fn run(plan: MountPlan) -> ExitCode {
+    if let Err(e) = preflight(&plan) {
+        eprintln!("zarrfs: {e}");
+        return ExitCode::from(2);
+    }
+    // In the background: fork now, before any thread exists; the parent waits for the child's
+    // word that the mount is live.
+    let ready_pipe = if plan.foreground {
+        None
+    } else {
+        match daemonize() {
+            Ok(pipe) => Some(pipe),
+            Err(e) => {
+                eprintln!("zarrfs: cannot start the daemon: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let background = ready_pipe.is_some();
+    // The first report goes to the waiting parent and closes the pipe, which releases it.
+    let ready_pipe = std::cell::Cell::new(ready_pipe);
+    let report = |msg: &str| match ready_pipe.take() {
+        Some(fd) => {
+            let _ = std::fs::File::from(fd).write_all(msg.as_bytes());
+        }
+        None if !msg.is_empty() && msg != "ok" => eprintln!("zarrfs: {msg}"),
+        None => {}
+    };
+    let target = match (&plan.log_file, background) {
+        (Some(f), _) => crate::logging::LogTarget::File(f),
+        (None, true) => crate::logging::LogTarget::Syslog,
+        (None, false) => crate::logging::LogTarget::Stderr,
+    };
+    if let Err(e) = crate::logging::init(plan.verbose, target) {
+        report(&e);
+        return ExitCode::FAILURE;
+    }
+    match run_mount(&plan, report, background) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            report(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Fork. The parent waits for the child to report (empty = mounted, text = the error) and
+/// exits with the status, never returning; the child gets the write end of the pipe.
+fn daemonize() -> std::io::Result<OwnedFd> {
+    let mut fds = [0i32; 2];
+    // SAFETY: plain syscalls on fds we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the fds were just created and are ours.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            drop(read_end);
+            // SAFETY: detach from the caller's session and terminal.
+            unsafe { libc::setsid() };
+            Ok(write_end)
+        }
+        _ => {
+            drop(write_end);
+            let mut msg = String::new();
+            let mut f = std::fs::File::from(read_end);
+            let got = f.read_to_string(&mut msg);
+            match (got, msg.as_str()) {
+                (Ok(_), "ok") => std::process::exit(0),
+                (Ok(_), "") => {
+                    eprintln!("zarrfs: the daemon exited before the mount was live");
+                    std::process::exit(1)
+                }
+                (Ok(_), m) => {
+                    eprintln!("zarrfs: {m}");
+                    std::process::exit(1)
+                }
+                (Err(e), _) => {
+                    eprintln!("zarrfs: lost the daemon: {e}");
+                    std::process::exit(1)
+                }
+            }
+        }
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Result<(), String> {
+    // Block the shutdown signals before any thread starts: every thread inherits the mask and
+    // the main thread alone takes them, with sigtimedwait.
+    let signals = signal_set();
+    // SAFETY: setting this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+
+    // The store root is held open from here on: a store moved or replaced while mounted is
+    // never written at its old path.
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(&plan.store).map_err(|e| format!("store {}: {e}", plan.store.display()))?);
+    let mut config = Config { read_only: plan.read_only, ..Config::default() };
+    if let Some(n) = plan.cache_size {
+        config.cache_size = n as usize;
+    }
+    if let Some(n) = plan.dirty_limit {
+        config.dirty_limit = n as usize;
+    }
+    config.adopt_offset = plan.adopt_offset;
+    if let Some(dir) = &plan.spool_dir {
+        config.spool_dir = dir.clone();
+    }
+    crate::fs::prepare_spool_dir(&config.spool_dir).map_err(|e| e.to_string())?;
+    if let Some(n) = plan.max_chunk_size {
+        crate::zarr::limits::set_max_chunk_bytes(n);
+    }
+    let fs = Arc::new(ZarrFs::new(store, config));
+
+    let options = SessionOptions {
+        fs_name: plan.store.display().to_string(),
+        read_only: plan.read_only,
+        allow_other: plan.allow_other,
+        allow_root: plan.allow_root,
+        auto_unmount: plan.auto_unmount,
+        threads: plan.threads,
+    };
+    let session = Session::mount(fs.clone(), &plan.mountpoint, &options)?;
+    tracing::info!(store = %plan.store.display(), mountpoint = %plan.mountpoint.display(), "mounted");
+    report("ok");
+    // Under systemd (Type=notify): ready now that the mount answers.
+    let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
+    if notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    }
+    if background {
+        detach_stdio(plan.log_file.is_some());
+    }
+
+    // Wait for a signal, or for the session to end (an external umount).
+    let timeout = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+    loop {
+        if session.is_finished() {
+            session.join();
+            tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted from outside");
+            return flush_within(&fs, plan.flush_timeout);
+        }
+        // SAFETY: waits on the blocked set; no memory is shared.
+        let sig = unsafe { libc::sigtimedwait(&signals, std::ptr::null_mut(), &timeout) };
+        if sig > 0 {
+            tracing::info!(signal = sig, "shutting down");
+            break;
+        }
+    }
+    // Stop taking changes, store what was acknowledged, then unmount.
+    fs.stop_changes();
+    if notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    }
+    let flushed = flush_within(&fs, plan.flush_timeout);
+    match unmount(&plan.mountpoint) {
+        Ok(()) => {
+            // The kernel ends the session; wait for it (briefly: a stuck request must not keep us).
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !session.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Err(e) => {
+            tracing::warn!("unmount failed ({e}); detaching the mount lazily");
+            lazy_unmount(&plan.mountpoint);
+        }
+    }
+    tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted");
+    flushed
+}
+
+/// Flush everything, giving up after `timeout` (the daemon must stop in bounded time).
+fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration) -> Result<(), String> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs2.flush_all());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("some changes could not be stored: {e}")),
+        Err(_) => Err(format!("flushing took longer than {}s; unstored changes are lost", timeout.as_secs())),
+    }
+}
+
+/// A background daemon must not hold the caller's terminal or pipes open.
+fn detach_stdio(keep_stderr: bool) {
+    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 onto the standard descriptors.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(null.as_raw_fd(), 1);
+        if !keep_stderr {
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+/// Whether `path` is itself mounted on (per /proc/self/mountinfo).
+fn is_mount_point(path: &Path) -> bool {
+    mount_type(path).is_some()
+}
+
+/// The file system type of the mount at `path` (`fuse.zarrfs` for ours), when `path` is
+/// itself mounted on (per /proc/self/mountinfo; the last mount there is the one seen).
+fn mount_type(path: &Path) -> Option<String> {
+    let want = path.canonicalize().ok()?.to_string_lossy().into_owned();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .filter_map(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_string))
+        .next_back()
+}
+
+fn lazy_unmount(mountpoint: &Path) {
+    if let Ok(c) = CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+        // SAFETY: a valid C string.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
+/// unmounts) and wait for it to exit. Only zarrfs mounts are touched: anything else at that
+/// path (another file system, a directory holding a `.zarrfs/stats` of its own) is refused.
+pub fn stop(mountpoint: &Path) -> Result<(), String> {
+    // Mounted as root without fusermount3 the type is plain `fuse`; through it, `fuse.zarrfs`.
+    let fstype = mount_type(mountpoint).ok_or("nothing is mounted there")?;
+    if fstype != "fuse" && fstype != "fuse.zarrfs" {
+        return Err(format!("it is a {fstype} mount, not a zarrfs one"));
+    }
+    let stats = std::fs::read(mountpoint.join(crate::fs::CONTROL_DIR).join(crate::fs::STATS)).ok();
+    let pid = stats.and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok()).and_then(|v| v["pid"].as_i64());
+    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0 && serves(p, mountpoint)) else {
+        return match fstype.as_str() {
+            "fuse.zarrfs" => unmount(mountpoint),
+            _ => Err("it is a FUSE mount no zarrfs daemon serves".into()),
+        };
+    };
+    // SAFETY: a signal to the daemon that reported this pid.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return unmount(mountpoint);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // Gone, or a zombie nobody reaps yet.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    while alive() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
+}
+
+/// Whether process `pid` is a zarrfs daemon serving `mountpoint` (its command line names it): a
+/// stats file anyone could plant never gets another process signalled.
+fn serves(pid: i32, mountpoint: &Path) -> bool {
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { return false };
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let Ok(want) = mountpoint.canonicalize() else { return false };
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+    comm.contains("zarrfs")
+        && cmdline.split(|&b| b == 0).any(|arg| {
+            let arg = Path::new(std::ffi::OsStr::from_bytes(arg));
+            cwd.join(arg).canonicalize().is_ok_and(|p| p == want)
+        })
+}
+
+/// Unmount: the daemon sees the session end and exits.
+fn unmount(mountpoint: &Path) -> Result<(), String> {
+    let c = CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EPERM) {
+        let status =
+            std::process::Command::new("fusermount3").arg("-u").arg(mountpoint).status().map_err(|e| format!("fusermount3: {e}"))?;
+        return if status.success() { Ok(()) } else { Err(format!("fusermount3 -u failed ({status})")) };
+    }
+    Err(err.to_string())
+}

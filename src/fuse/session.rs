@@ -1,0 +1,118 @@
+//! Everything about the fuser session: mount options, the session's threads, the kernel
+//! cache invalidation thread, and the end of the session. It knows nothing of requests (the
+//! adapter's job) or of forking and signals (the daemon's).
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{INodeNo, Notifier};
+
+use super::adapter::FuseAdapter;
+use crate::fs::{KernelCache, ZarrFs};
+
+/// How the session is mounted.
+#[derive(Debug, Default)]
+pub struct SessionOptions {
+    /// Shown as the mount's source (the store's path).
+    pub fs_name: String,
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub auto_unmount: bool,
+    /// FUSE request threads (8 when not given).
+    pub threads: Option<NonZeroUsize>,
+}
+
+/// A live mount, served by fuser's threads.
+pub struct Session {
+    background: fuser::BackgroundSession,
+}
+
+impl Session {
+    /// Mount `fs` on `mountpoint` and start serving it.
+    pub fn mount(fs: Arc<ZarrFs>, mountpoint: &Path, options: &SessionOptions) -> Result<Session, String> {
+        let mut config = fuser::Config::default();
+        let mut mount_options = vec![
+            fuser::MountOption::FSName(options.fs_name.clone()),
+            fuser::MountOption::Subtype("zarrfs".into()),
+            fuser::MountOption::NoAtime,
+            fuser::MountOption::NoDev,
+            fuser::MountOption::NoSuid,
+        ];
+        if options.read_only {
+            mount_options.push(fuser::MountOption::RO);
+        }
+        // The kernel checks every access against the owner and mode shown (the daemon's user,
+        // 0644 for data, 0200 for prepend): with allow_other, other users may do exactly what
+        // those allow.
+        mount_options.push(fuser::MountOption::DefaultPermissions);
+        if options.auto_unmount {
+            mount_options.push(fuser::MountOption::AutoUnmount);
+        }
+        config.acl = if options.allow_other || (options.auto_unmount && !options.allow_root) {
+            fuser::SessionACL::All
+        } else if options.allow_root {
+            fuser::SessionACL::RootAndOwner
+        } else {
+            fuser::SessionACL::Owner
+        };
+        config.mount_options = mount_options;
+        config.n_threads = Some(options.threads.map_or(8, NonZeroUsize::get));
+        // SAFETY: geteuid cannot fail. As root /dev/fuse is opened directly, so cloned fds work.
+        config.clone_fd = unsafe { libc::geteuid() } == 0;
+        let session = fuser::Session::new(FuseAdapter::new(fs.clone()), mountpoint, &config)
+            .map_err(|e| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display()))?;
+        fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
+        let background = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+        Ok(Session { background })
+    }
+
+    /// Whether the session has ended (the file system was unmounted).
+    pub fn is_finished(&self) -> bool {
+        self.background.guard.is_finished()
+    }
+
+    /// Wait for the ended session's threads.
+    pub fn join(self) {
+        let _ = self.background.join();
+    }
+}
+
+/// Tells the kernel to drop what it cached of a file the daemon changed itself. Attributes at
+/// once (an attribute-only invalidation touches no page, so it is safe inside a request handler,
+/// and the new size is seen as soon as the change returns); pages on a thread of its own, never
+/// from a request handler, which may hold the very pages (fuse-notes.md §6). The next open drops
+/// them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
+struct Invalidator {
+    notifier: Notifier,
+    tx: crossbeam_channel::Sender<u64>,
+}
+
+impl Invalidator {
+    fn new(notifier: Notifier) -> Invalidator {
+        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let pages = notifier.clone();
+        let spawned = std::thread::Builder::new().name("zarrfs-invalidate".into()).spawn(move || {
+            let notifier = pages;
+            while let Ok(ino) = rx.recv() {
+                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                    tracing::debug!(ino, "kernel cache invalidation failed: {e}");
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the invalidation thread: {e}");
+        }
+        Invalidator { notifier, tx }
+    }
+}
+
+impl KernelCache for Invalidator {
+    fn invalidate(&self, ino: u64) {
+        if let Err(e) = self.notifier.inval_inode(INodeNo(ino), -1, 0) {
+            tracing::debug!(ino, "kernel attribute invalidation failed: {e}");
+        }
+        let _ = self.tx.send(ino);
+    }
+}
