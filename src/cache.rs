@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::{Sender, unbounded};
 use lru::LruCache;
 
 use crate::Result;
+use crate::error::lock;
 use crate::store::Version;
 use crate::zarr::codec::ShardIndex;
 
@@ -92,10 +93,6 @@ pub struct ChunkCache {
     state: Mutex<State>,
     capacity: usize,
     pub stats: CacheStats,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ChunkCache {

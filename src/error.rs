@@ -101,3 +101,10 @@ impl From<std::io::Error> for Error {
         Error::Io(e)
     }
 }
+
+/// Take a lock even when a thread panicked holding it: panics are caught and answered with EIO
+/// (`catch`), and every guarded state is left consistent between statements, so a poisoned lock
+/// must not take the mount down with it.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -4,13 +4,14 @@
 mod open;
 mod prepend;
 mod raw;
+mod spool;
 pub mod stats;
 mod text;
 pub mod tree;
 mod writeback;
 
 pub use open::OpenArray;
-pub use prepend::prepare_spool_dir;
+pub use spool::prepare_spool_dir;
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
@@ -19,10 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::cache::{ChunkCache, WorkerPool};
+use crate::error::lock;
 use crate::store::{self, Store};
 use crate::zarr::array::Array;
 use crate::zarr::metadata::NodeMetadata;
-use crate::zarr::node::{METADATA_DOCUMENTS, is_hidden, is_node, read_node};
+use crate::zarr::node::{METADATA_DOCUMENTS, display_path, is_hidden, is_node, read_node};
 use crate::{Error, Result};
 use tree::{NodeKind, Tree};
 
@@ -111,7 +113,7 @@ enum DirState {
 struct Handle {
     array: Option<Arc<OpenArray>>,
     /// `prepend` opened for writing: the staged bytes, and who opened it.
-    spool: Option<Mutex<prepend::Spool>>,
+    spool: Option<Mutex<spool::Spool>>,
     opener: u32,
     /// Opened for writing: only such a handle's close stores (and reports) the array's changes.
     writable: bool,
@@ -161,10 +163,6 @@ pub struct ZarrFs {
     /// `stop_changes` returns only once none is under way: everything acknowledged is then in
     /// memory for the last flush, and every later change is refused.
     accepting: std::sync::RwLock<bool>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ZarrFs {
@@ -419,7 +417,7 @@ impl ZarrFs {
         let spool = match (&array, node.kind) {
             (Some(a), NodeKind::Prepend) => {
                 prepend::check_or_adopt(a, self.config.adopt_offset)?;
-                Some(Mutex::new(prepend::Spool::create(&self.config.spool_dir)?))
+                Some(Mutex::new(spool::Spool::create(&self.config.spool_dir)?))
             }
             _ => None,
         };
@@ -495,10 +493,8 @@ impl ZarrFs {
                     "writes into the middle of a text view cannot keep element boundaries: rewrite it (O_TRUNC) or append lines".into(),
                 ));
             }
-            *edit = Some(text::TextEdit {
-                mode: text::TextMode::Append { base: size },
-                spool: prepend::Spool::create(&self.config.spool_dir)?,
-            });
+            *edit =
+                Some(text::TextEdit { mode: text::TextMode::Append { base: size }, spool: spool::Spool::create(&self.config.spool_dir)? });
         }
         let Some(edit) = edit.as_mut() else { return Ok(()) };
         match edit.mode {
@@ -531,7 +527,7 @@ impl ZarrFs {
                     // The new text follows through this handle.
                     Some(h) => {
                         *lock(&h.text) =
-                            Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: prepend::Spool::create(&self.config.spool_dir)? })
+                            Some(text::TextEdit { mode: text::TextMode::Rewrite, spool: spool::Spool::create(&self.config.spool_dir)? })
                     }
                     // `_change` is held already: a second shared hold could wait behind a stop.
                     None => self.store_text(&array, text::TextMode::Rewrite, None)?,
@@ -582,13 +578,13 @@ impl ZarrFs {
     }
 
     /// Store text written to a variable-length array: the new elements, or the appended ones.
-    fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: &prepend::Spool) -> Result<()> {
+    fn commit_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: &spool::Spool) -> Result<()> {
         let _change = self.change()?;
         self.store_text(array, mode, Some(staged))
     }
 
     /// `commit_text`, with permission to change already held (`staged`: `None` is no text).
-    fn store_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: Option<&prepend::Spool>) -> Result<()> {
+    fn store_text(&self, array: &Arc<OpenArray>, mode: text::TextMode, staged: Option<&spool::Spool>) -> Result<()> {
         let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let result = match (mode, staged) {
             (text::TextMode::Rewrite, _) => text::rewrite(array, staged, new_id),
@@ -622,7 +618,7 @@ impl ZarrFs {
         !changed && matches!(self.getattr(ino), Ok(a) if !a.volatile)
     }
 
-    fn commit_prepend(&self, array: &Arc<OpenArray>, spool: &mut prepend::Spool) -> Result<()> {
+    fn commit_prepend(&self, array: &Arc<OpenArray>, spool: &mut spool::Spool) -> Result<()> {
         if spool.is_empty() {
             return Ok(());
         }
@@ -752,9 +748,4 @@ fn pad_last_page(data: &mut Vec<u8>, meta: &crate::zarr::metadata::ArrayMetadata
     }
     let item = meta.fill.len() as u64;
     data.extend((total..end).map(|p| meta.fill[(p % item) as usize]));
-}
-
-/// The node path for logs and messages: `/` for the root.
-pub(crate) fn display_path(path: &str) -> String {
-    format!("/{path}")
 }

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::Result;
+use crate::cache::{CacheKey, KeyKind};
+use crate::error::lock;
 use crate::zarr::array::Array;
 
 /// A chunk changed in memory.
@@ -45,6 +47,17 @@ impl Edits {
     }
 }
 
+/// The layout of a variable-length array's text: the cumulative end offset of each band's.
+pub(crate) struct TextIndex {
+    pub ends: Vec<u64>,
+}
+
+impl TextIndex {
+    pub fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+}
+
 pub struct OpenArray {
     /// Unique per mount and per grid layout, for cache keys (a prepend shifts every grid index).
     cache_id: AtomicU64,
@@ -53,17 +66,13 @@ pub struct OpenArray {
     /// Signalled when a background store finishes.
     pub(crate) stored: Condvar,
     /// Variable-length arrays: where each band's text ends, once known.
-    pub(crate) text: Mutex<Option<Arc<super::text::TextIndex>>>,
+    pub(crate) text: Mutex<Option<Arc<TextIndex>>>,
     /// A flush holds it exclusively; reads and writes share it. So a flush never runs while a
     /// read loads stale store data into the cache, or while a write merges into a chunk.
     store_lock: RwLock<()>,
     /// Writes and size changes of this array run one at a time, so that overlapping writes
     /// end as some serial order would leave them, chunk by chunk alike.
     write_lock: Mutex<()>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl OpenArray {
@@ -86,6 +95,13 @@ impl OpenArray {
 
     pub fn cache_id(&self) -> u64 {
         self.cache_id.load(Ordering::Relaxed)
+    }
+
+    /// The cache key of a read unit (a chunk, or an inner chunk of a shard), or of a shard's
+    /// index, of this array as it is laid out now.
+    pub(crate) fn unit_key(&self, coords: &[u64], is_index: bool) -> CacheKey {
+        let kind = if is_index { KeyKind::ShardIndex } else { KeyKind::Unit };
+        CacheKey { array: self.cache_id(), kind, coords: coords.into() }
     }
 
     /// Serve `array` from now on (its metadata is stored); grid indices may have moved, so

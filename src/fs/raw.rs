@@ -7,11 +7,12 @@ use std::collections::hash_map::Entry;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use super::display_path;
-use super::open::{ChunkEdit, OpenArray, dirty_cost, lock};
-use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
+use super::open::{ChunkEdit, OpenArray, dirty_cost};
+use crate::cache::{Cached, ChunkCache, WorkerPool};
+use crate::error::lock;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
+use crate::zarr::node::display_path;
 use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell, try_for_each_cell};
 use crate::{Error, Result};
 
@@ -143,20 +144,15 @@ impl Cells {
     }
 }
 
-pub(crate) fn unit_key(open: &OpenArray, coords: &[u64], is_index: bool) -> CacheKey {
-    let kind = if is_index { KeyKind::ShardIndex } else { KeyKind::Unit };
-    CacheKey { array: open.cache_id(), kind, coords: coords.into() }
-}
-
 /// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
 fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Arc<Cached>> {
-    let result = cache.get_or_load(&unit_key(open, coords, false), || match a.read_units() {
+    let result = cache.get_or_load(&open.unit_key(coords, false), || match a.read_units() {
         ReadUnits::Chunks => {
             Ok(a.retrieve_chunk(coords)?.map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
         }
         ReadUnits::InnerChunks { sharding } => {
             let (shard, inner) = a.chunk_of_unit(coords);
-            let index = cache.get_or_load(&unit_key(open, &shard, true), || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
+            let index = cache.get_or_load(&open.unit_key(&shard, true), || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
             match index.as_ref() {
                 Cached::Index(index) => a.retrieve_inner_chunk(sharding, &shard, index, inner).map(Cached::chunk),
                 _ => Ok(Cached::Missing),
@@ -187,7 +183,7 @@ fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
 /// flush of the array runs.
 fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coords: Vec<u64>) {
-    if !cache.is_present_or_loading(&unit_key(open, &coords, false)) {
+    if !cache.is_present_or_loading(&open.unit_key(&coords, false)) {
         let (open, cache) = (open.clone(), cache.clone());
         pool.submit(move || {
             if let Some(_shared) = open.try_shared() {
@@ -305,7 +301,7 @@ fn read_units(
     // Units neither cached nor on their way may be absent: when many, one listing tells which.
     // A listing error leaves every unit to its own probe, which reports it precisely.
     let unknown: Vec<usize> =
-        to_load.iter().copied().filter(|&i| !cache.is_present_or_loading(&unit_key(open, units.coords(i), false))).collect();
+        to_load.iter().copied().filter(|&i| !cache.is_present_or_loading(&open.unit_key(units.coords(i), false))).collect();
     if unknown.len() >= ABSENT_LISTING_UNITS {
         let chunks: Vec<Cow<[u64]>> = unknown.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
         let absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default();
@@ -360,7 +356,7 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
     let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
     let fill = || filled(repr.num_elements() as usize, repr.fill);
-    let key = unit_key(open, coords, false);
+    let key = open.unit_key(coords, false);
     if matches!(array.read_units(), ReadUnits::Chunks)
         && let Some(cached) = cache.peek(&key)
     {
@@ -505,37 +501,6 @@ pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Re
     resize_shared(open, cache, size / row)
 }
 
-/// Call `f` for the chunks wholly past row `rows` along axis 0: enumerated when few, else
-/// those stored, so that cutting a grid of 2^40 chunks costs what is stored, not the grid.
-pub(crate) fn for_each_chunk_outside(array: &Array, rows: u64, f: &mut dyn FnMut(&[u64]) -> Result<()>) -> Result<()> {
-    let meta = &array.meta;
-    if meta.shape.is_empty() {
-        return Ok(());
-    }
-    let old_grid = meta.grid.grid_shape(&meta.shape);
-    let first_out = meta.grid.axes[0].chunks_for(rows);
-    if first_out >= old_grid[0] || old_grid[1..].contains(&0) {
-        return Ok(());
-    }
-    let cells = u128::from(old_grid[0] - first_out) * old_grid[1..].iter().map(|&n| u128::from(n)).product::<u128>();
-    if cells > 1 << 16 {
-        for coords in array.stored_chunks()?.into_iter().filter(|c| c[0] >= first_out) {
-            f(&coords)?;
-        }
-        return Ok(());
-    }
-    let mut lo = vec![first_out];
-    lo.extend(vec![0; old_grid.len() - 1]);
-    let hi: Vec<u64> = old_grid.iter().map(|&n| n - 1).collect();
-    let mut result = Ok(());
-    for_each_cell(&lo, &hi, |coords| {
-        if result.is_ok() {
-            result = f(coords);
-        }
-    });
-    result
-}
-
 /// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion, growing the
 /// stored chunks wholly past the old end; the chunks the old or the new end cuts through get
 /// fill past the end, so growing never resurrects old values.
@@ -569,7 +534,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let (cut_chunk, cut_offset) = grid.chunk_of(0, cut);
     if rows < old_rows {
         let mut doomed: Vec<Vec<u64>> = Vec::new();
-        for_each_chunk_outside(&array, rows, &mut |coords| {
+        array.for_each_chunk_outside(rows, &mut |coords| {
             doomed.push(coords.to_vec());
             Ok(())
         })?;
@@ -586,7 +551,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         // landed (a full disk, a crash): they read as fill and are deleted at the next flush
         // unless written first, so rows that failed to store never come back.
         let mut strays: Vec<Vec<u64>> = Vec::new();
-        for_each_chunk_outside(&next, old_rows, &mut |coords| {
+        next.for_each_chunk_outside(old_rows, &mut |coords| {
             strays.push(coords.to_vec());
             Ok(())
         })?;

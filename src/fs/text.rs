@@ -8,12 +8,14 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use super::open::{OpenArray, lock};
-use super::prepend::Spool;
-use super::raw::for_each_chunk_outside;
+use super::open::OpenArray;
+use super::open::TextIndex;
+use super::spool::Spool;
 use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
+use crate::error::lock;
 use crate::zarr::array::Array;
 use crate::zarr::dtype::DataType;
+use crate::zarr::node::display_path;
 use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
 
@@ -29,17 +31,6 @@ pub enum TextMode {
     Rewrite,
     /// Lines written at the end of the text, which was `base` bytes long.
     Append { base: u64 },
-}
-
-/// Cumulative end offset of each band's text.
-pub(crate) struct TextIndex {
-    ends: Vec<u64>,
-}
-
-impl TextIndex {
-    pub fn len(&self) -> u64 {
-        self.ends.last().copied().unwrap_or(0)
-    }
 }
 
 /// Append `element` escaped, and a newline. Bytes that are not UTF-8 are written `\xHH`, in
@@ -161,7 +152,7 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
         let mut damaged = 0usize;
         let warn = |damaged: usize| {
             if damaged > 0 {
-                tracing::warn!(array = %super::display_path(&array.path), band, "{damaged} string elements are not UTF-8: shown with \\xHH escapes");
+                tracing::warn!(array = %display_path(&array.path), band, "{damaged} string elements are not UTF-8: shown with \\xHH escapes");
             }
         };
         if meta.shape.is_empty() {
@@ -304,7 +295,7 @@ pub fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -
     };
     store_from(&array, &mut lines(text, bytes_type), 0)?;
     if meta.shape.len() == 1 {
-        for_each_chunk_outside(&old, lines_count, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
+        old.for_each_chunk_outside(lines_count, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
     }
     finish(open, &array, new_cache_id)
 }

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::display_path;
-use super::open::{ChunkEdit, OpenArray, dirty_cost, lock};
-use super::raw::unit_key;
+use super::open::{ChunkEdit, OpenArray, dirty_cost};
 use crate::cache::{Cached, ChunkCache, WorkerPool};
+use crate::error::lock;
 use crate::zarr::array::{Array, ReadUnits};
+use crate::zarr::node::display_path;
 use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
 
@@ -159,14 +159,14 @@ fn forget_stored(
     match array.read_units() {
         ReadUnits::Chunks => match (edit, version) {
             (ChunkEdit::Dirty(decoded), Some(version)) => {
-                cache.insert(unit_key(open, coords, false), Cached::Chunk { decoded, version: Some(version) })
+                cache.insert(open.unit_key(coords, false), Cached::Chunk { decoded, version: Some(version) })
             }
-            _ => cache.remove(&unit_key(open, coords, false)),
+            _ => cache.remove(&open.unit_key(coords, false)),
         },
         ReadUnits::InnerChunks { .. } => {
-            cache.remove(&unit_key(open, coords, true));
+            cache.remove(&open.unit_key(coords, true));
             let (lo, hi) = array.units_of_chunk(coords);
-            for_each_cell(&lo, &hi, |unit| cache.remove(&unit_key(open, unit, false)));
+            for_each_cell(&lo, &hi, |unit| cache.remove(&open.unit_key(unit, false)));
         }
     }
 }

@@ -5,7 +5,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
-use super::dtype::{DataType, NumericKind};
 use super::grid::ChunkGrid;
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
@@ -250,7 +249,7 @@ impl Array {
         if blocks.all(|b| b == block.as_slice()) && blocks.remainder() == &block[..blocks.remainder().len()] {
             return true;
         }
-        decoded.chunks_exact(fill.len()).all(|e| same_element(e, fill, &self.meta.dtype))
+        decoded.chunks_exact(fill.len()).all(|e| self.meta.dtype.same_element(e, fill))
     }
 
     /// Store a decoded chunk: encoded under its key, or its key deleted when it is all fill
@@ -269,6 +268,37 @@ impl Array {
         let key = self.chunk_key(coords);
         self.store.delete(&key)?;
         Ok(StoredChunk { key, version: None })
+    }
+
+    /// Call `f` for the chunks wholly past row `rows` along axis 0: enumerated when few, else
+    /// those stored, so that cutting a grid of 2^40 chunks costs what is stored, not the grid.
+    pub fn for_each_chunk_outside(&self, rows: u64, f: &mut dyn FnMut(&[u64]) -> Result<()>) -> Result<()> {
+        let meta = &self.meta;
+        if meta.shape.is_empty() {
+            return Ok(());
+        }
+        let old_grid = meta.grid.grid_shape(&meta.shape);
+        let first_out = meta.grid.axes[0].chunks_for(rows);
+        if first_out >= old_grid[0] || old_grid[1..].contains(&0) {
+            return Ok(());
+        }
+        let cells = u128::from(old_grid[0] - first_out) * old_grid[1..].iter().map(|&n| u128::from(n)).product::<u128>();
+        if cells > 1 << 16 {
+            for coords in self.stored_chunks()?.into_iter().filter(|c| c[0] >= first_out) {
+                f(&coords)?;
+            }
+            return Ok(());
+        }
+        let mut lo = vec![first_out];
+        lo.extend(vec![0; old_grid.len() - 1]);
+        let hi: Vec<u64> = old_grid.iter().map(|&n| n - 1).collect();
+        let mut result = Ok(());
+        super::region::for_each_cell(&lo, &hi, |coords| {
+            if result.is_ok() {
+                result = f(coords);
+            }
+        });
+        result
     }
 
     /// The same array with another shape (metadata only; nothing is stored).
@@ -421,25 +451,4 @@ fn replace_consolidated(cm: &mut serde_json::Value, rel: &str, doc: &serde_json:
         }
     }
     changed
-}
-
-/// Element equality for "is this fill": bitwise, except that any NaN equals any NaN.
-pub fn same_element(a: &[u8], b: &[u8], dtype: &DataType) -> bool {
-    if a == b {
-        return true;
-    }
-    let is_nan = |x: &[u8]| match x.len() {
-        2 => half::f16::from_le_bytes([x[0], x[1]]).is_nan(),
-        4 => f32::from_le_bytes([x[0], x[1], x[2], x[3]]).is_nan(),
-        8 => f64::from_le_bytes(x.try_into().unwrap_or([0; 8])).is_nan(),
-        _ => false,
-    };
-    match dtype {
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => is_nan(a) && is_nan(b),
-        DataType::Complex64 | DataType::Complex128 => {
-            let h = a.len() / 2;
-            (a[..h] == b[..h] || (is_nan(&a[..h]) && is_nan(&b[..h]))) && (a[h..] == b[h..] || (is_nan(&a[h..]) && is_nan(&b[h..])))
-        }
-        _ => dtype.numeric_kind() == Some(NumericKind::Float) && is_nan(a) && is_nan(b),
-    }
 }

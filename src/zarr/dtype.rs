@@ -48,6 +48,27 @@ pub enum NumericKind {
 }
 
 impl DataType {
+    /// Element equality for "is this fill": bitwise, except that any NaN equals any NaN.
+    pub fn same_element(&self, a: &[u8], b: &[u8]) -> bool {
+        if a == b {
+            return true;
+        }
+        let is_nan = |x: &[u8]| match x.len() {
+            2 => half::f16::from_le_bytes([x[0], x[1]]).is_nan(),
+            4 => f32::from_le_bytes([x[0], x[1], x[2], x[3]]).is_nan(),
+            8 => f64::from_le_bytes(x.try_into().unwrap_or([0; 8])).is_nan(),
+            _ => false,
+        };
+        match self {
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => is_nan(a) && is_nan(b),
+            DataType::Complex64 | DataType::Complex128 => {
+                let h = a.len() / 2;
+                (a[..h] == b[..h] || (is_nan(&a[..h]) && is_nan(&b[..h]))) && (a[h..] == b[h..] || (is_nan(&a[h..]) && is_nan(&b[h..])))
+            }
+            _ => self.numeric_kind() == Some(NumericKind::Float) && is_nan(a) && is_nan(b),
+        }
+    }
+
     /// The v3 `data_type` value (core types as strings, extensions as objects).
     pub fn parse_v3(v: &Value) -> Result<DataType> {
         let (name, config) = match v {

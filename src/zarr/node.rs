@@ -13,6 +13,11 @@ pub const NODE_DOCUMENTS: [&str; 3] = ["zarr.json", ".zarray", ".zgroup"];
 /// Every metadata document a node may hold (v2 attributes and consolidated metadata too).
 pub const METADATA_DOCUMENTS: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
 
+/// A node's path for logs and messages: `/` for the root.
+pub fn display_path(path: &str) -> String {
+    format!("/{path}")
+}
+
 /// Whether a group hides a child of this name: `__`-prefixed names are reserved by the spec.
 pub fn is_hidden(name: &str) -> bool {
     name.starts_with("__")

@@ -201,7 +201,7 @@ impl ArrayToBytesCodec for ShardingCodec {
             let src = Strided::of(&repr.shape, &self.inner_origin(&per_shard, i), 0);
             copy_box(&decoded, &src, &mut buf, &inner_view, &self.inner_shape, item);
             // Inner chunks equal to fill are left out, as every writer does.
-            if buf.chunks_exact(item).all(|e| crate::zarr::array::same_element(e, repr.fill, repr.dtype)) {
+            if buf.chunks_exact(item).all(|e| repr.dtype.same_element(e, repr.fill)) {
                 entries.extend(EMPTY.to_le_bytes());
                 entries.extend(EMPTY.to_le_bytes());
                 continue;
