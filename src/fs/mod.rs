@@ -10,12 +10,12 @@ mod text;
 pub mod tree;
 mod writeback;
 
-pub use open::OpenArray;
+pub use open::{DirtyBudget, OpenArray};
 pub use spool::prepare_spool_dir;
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -153,7 +153,7 @@ pub struct ZarrFs {
     pool: WorkerPool,
     mount_time: SystemTime,
     /// Bytes of changed chunks held, all arrays together.
-    dirty_bytes: Arc<AtomicI64>,
+    budget: Arc<DirtyBudget>,
     kernel: std::sync::OnceLock<Box<dyn KernelCache>>,
     /// Files the core changed under the kernel's page cache: their next open drops the cached
     /// pages at once (the queued invalidation may come after that open's first read).
@@ -177,7 +177,7 @@ impl ZarrFs {
             handles: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             mount_time: SystemTime::now(),
-            dirty_bytes: Arc::new(AtomicI64::new(0)),
+            budget: Arc::new(DirtyBudget::default()),
             kernel: std::sync::OnceLock::new(),
             stale: Mutex::new(HashSet::new()),
             stats: stats::Stats::default(),
@@ -216,7 +216,7 @@ impl ZarrFs {
                 "hits": load(&c.hits), "misses": load(&c.misses), "decoded_bytes": load(&c.decoded_bytes),
                 "bytes": self.cache.bytes(), "capacity": self.cache.capacity(), "load_errors": load(&c.errors),
             },
-            "dirty_bytes": self.dirty_bytes.load(Ordering::Relaxed).max(0),
+            "dirty_bytes": self.budget.held(),
             "arrays_open": arrays,
             "pid": std::process::id(),
             "requests": self.stats.requests(),
@@ -245,7 +245,7 @@ impl ZarrFs {
             Ok(Some(NodeMetadata::Group)) => DirState::Group,
             Ok(Some(NodeMetadata::Array(meta))) => {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                DirState::Array(Arc::new(OpenArray::new(id, Array::new(self.store.clone(), path, *meta))))
+                DirState::Array(Arc::new(OpenArray::new(id, Array::new(self.store.clone(), path, *meta), self.budget.clone())))
             }
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Io(e)) => return Err(Error::Io(e)),
@@ -469,12 +469,11 @@ impl ZarrFs {
             return Ok(data.len() as u32);
         }
         tracing::trace!(offset, len = data.len(), "write data");
-        let added = raw::write(&array, &self.cache, &self.pool, offset, data)?;
-        let total = self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed) + added as i64;
-        if total > self.config.dirty_limit as i64 {
+        raw::write(&array, &self.cache, &self.pool, offset, data)?;
+        if self.budget.held() > self.config.dirty_limit as u64 {
             self.flush_array(&array)?;
-        } else if lock(&array.edits).dirty_bytes >= (self.config.dirty_limit / 8).min(BACKGROUND_START) {
-            writeback::store_in_background(&array, &self.cache, &self.pool, &self.dirty_bytes);
+        } else if lock(&array.edits).dirty_bytes() >= (self.config.dirty_limit / 8).min(BACKGROUND_START) {
+            writeback::store_in_background(&array, &self.cache, &self.pool);
         }
         Ok(data.len() as u32)
     }
@@ -535,8 +534,7 @@ impl ZarrFs {
             }
             NodeKind::Data => {
                 let array = self.data_array(&node.path)?;
-                let added = raw::truncate(&array, &self.cache, size)?;
-                self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
+                raw::truncate(&array, &self.cache, size)?;
                 if !open_file {
                     self.flush_array(&array)?;
                 }
@@ -549,9 +547,7 @@ impl ZarrFs {
     }
 
     fn flush_array(&self, array: &Arc<OpenArray>) -> Result<()> {
-        let (added, result) = writeback::flush(array, &self.cache, &self.pool);
-        self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
-        result
+        writeback::flush(array, &self.cache, &self.pool)
     }
 
     /// close() by `pid`: store what was written to this file's array, or commit what was
@@ -624,9 +620,8 @@ impl ZarrFs {
         }
         let _change = self.change()?;
         let new_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let added = prepend::commit(array, spool, &self.cache, &self.pool, new_id)
+        prepend::commit(array, spool, &self.cache, &self.pool, new_id)
             .inspect_err(|e| tracing::warn!(array = %display_path(&array.array().path), "prepend refused: {e}"))?;
-        self.dirty_bytes.fetch_add(added as i64, Ordering::Relaxed);
         // The data file changed under the kernel's cache: every page moved.
         self.invalidate_data(array);
         Ok(())

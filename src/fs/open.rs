@@ -2,7 +2,7 @@
 //! flush) and the chunks written but not yet stored.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::Result;
@@ -27,10 +27,24 @@ pub(crate) fn dirty_cost(chunk: &[u8]) -> usize {
     chunk.len() + 256
 }
 
-#[derive(Default)]
+/// Bytes of changed chunks held in memory by the whole mount, which the dirty limit bounds. It
+/// moves only with an array's own count, through `Edits::charge`: the two never drift apart.
+#[derive(Debug, Default)]
+pub struct DirtyBudget {
+    held: AtomicI64,
+}
+
+impl DirtyBudget {
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed).max(0) as u64
+    }
+}
+
 pub(crate) struct Edits {
     pub chunks: HashMap<Vec<u64>, ChunkEdit>,
-    pub dirty_bytes: usize,
+    /// Bytes of `chunks` (`dirty_cost`), also counted in `budget`.
+    dirty_bytes: usize,
+    budget: Arc<DirtyBudget>,
     pub metadata_dirty: bool,
     /// Keys written or deleted since the last fsync.
     pub unsynced: BTreeSet<String>,
@@ -42,8 +56,32 @@ pub(crate) struct Edits {
 }
 
 impl Edits {
+    fn new(budget: Arc<DirtyBudget>) -> Edits {
+        Edits {
+            chunks: HashMap::new(),
+            dirty_bytes: 0,
+            budget,
+            metadata_dirty: false,
+            unsynced: BTreeSet::new(),
+            storing: HashSet::new(),
+            recent: HashSet::new(),
+        }
+    }
+
     pub fn is_clean(&self) -> bool {
         self.chunks.is_empty() && !self.metadata_dirty
+    }
+
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty_bytes
+    }
+
+    /// Count `delta` more (or fewer) changed bytes, here and in the mount's budget.
+    pub fn charge(&mut self, delta: isize) {
+        let before = self.dirty_bytes;
+        self.dirty_bytes = before.saturating_add_signed(delta);
+        let moved = self.dirty_bytes as i64 - before as i64;
+        self.budget.held.fetch_add(moved, Ordering::Relaxed);
     }
 }
 
@@ -76,11 +114,11 @@ pub struct OpenArray {
 }
 
 impl OpenArray {
-    pub fn new(id: u64, array: Array) -> OpenArray {
+    pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>) -> OpenArray {
         OpenArray {
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
-            edits: Mutex::new(Edits::default()),
+            edits: Mutex::new(Edits::new(budget)),
             stored: Condvar::new(),
             text: Mutex::new(None),
             store_lock: RwLock::new(()),

@@ -38,14 +38,13 @@ pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
 
 /// Commit the spool as one prepend along axis 0. The array's pending writes are stored first.
 /// On any error the array is as it was; the spool is emptied either way.
-pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool: &WorkerPool, new_cache_id: u64) -> Result<isize> {
+pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool: &WorkerPool, new_cache_id: u64) -> Result<()> {
     if spool.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let _writer = open.writer();
     let _exclusive = open.exclusive();
-    let (added, flushed) = writeback::flush_locked(open, cache, pool);
-    flushed?;
+    writeback::flush_locked(open, cache, pool)?;
     let array = open.array();
     let len = spool.len();
     let result = array.prepend(0, len, &mut |offset, buf| spool.read_exact_at(buf, offset)).and_then(|next| match next {
@@ -58,5 +57,5 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
         None => Ok(()),
     });
     spool.clear()?;
-    result.map(|_| added)
+    result
 }

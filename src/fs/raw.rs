@@ -381,7 +381,7 @@ fn in_bounds(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
 
 /// Run `change` on the decoded chunk at `coords`, making it dirty: from memory when it is
 /// already changed, from fill when `from_fill` (the change overwrites all of it) or it is to
-/// be deleted, otherwise from the store. Returns the change in dirty bytes.
+/// be deleted, otherwise from the store.
 fn edit_chunk(
     open: &OpenArray,
     array: &Array,
@@ -389,7 +389,7 @@ fn edit_chunk(
     coords: &[u64],
     from_fill: bool,
     change: impl FnOnce(&mut [u8]),
-) -> Result<isize> {
+) -> Result<()> {
     let fresh = || filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill);
     let loaded = {
         let edits = lock(&open.edits);
@@ -428,29 +428,27 @@ fn edit_chunk(
     if let ChunkEdit::Dirty(c) = chunk {
         change(c);
     }
-    edits.dirty_bytes = edits.dirty_bytes.saturating_add_signed(added);
-    Ok(added)
+    edits.charge(added);
+    Ok(())
 }
 
-/// Write `data` at `offset`; past the end the array grows by whole rows. Returns the change
-/// in dirty bytes.
-pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, data: &[u8]) -> Result<isize> {
+/// Write `data` at `offset`; past the end the array grows by whole rows.
+pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, data: &[u8]) -> Result<()> {
     let _writer = open.writer();
     let _shared = open.shared();
     let mut array = open.array();
     let item = array.meta.item_size() as u64;
     let end = offset + data.len() as u64;
     if data.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    let mut added = 0isize;
     if end > array.meta.byte_len() {
         let row = array.meta.row_bytes();
         if array.meta.shape.is_empty() || row == 0 {
             return Err(Error::Invalid(format!("{} cannot grow: it has no rows to add", display_path(&array.path))));
         }
         let rows = end.div_ceil(row);
-        added += resize_shared(open, cache, rows)?;
+        resize_shared(open, cache, rows)?;
         array = open.array();
     }
     let meta = &array.meta;
@@ -477,20 +475,19 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
         let coords = cells.coords(i);
         let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
         let from_fill = covered == in_bounds(&meta.grid, &meta.shape, coords);
-        added +=
-            edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
+        edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
-    Ok(added)
+    Ok(())
 }
 
-/// Set the file's size; it must be a whole number of rows. Returns the change in dirty bytes.
-pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Result<isize> {
+/// Set the file's size; it must be a whole number of rows.
+pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Result<()> {
     let _writer = open.writer();
     let _shared = open.shared();
     let meta = &open.array().meta;
     let row = meta.row_bytes();
     if size == meta.byte_len() {
-        return Ok(0);
+        return Ok(());
     }
     if meta.shape.is_empty() {
         return Err(Error::Invalid("a 0-d array cannot change size".into()));
@@ -504,12 +501,12 @@ pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Re
 /// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion, growing the
 /// stored chunks wholly past the old end; the chunks the old or the new end cuts through get
 /// fill past the end, so growing never resurrects old values.
-fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result<isize> {
+fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result<()> {
     let array = open.array();
     let meta = &array.meta;
     let old_rows = meta.shape[0];
     if rows == old_rows {
-        return Ok(0);
+        return Ok(());
     }
     let grid = &meta.grid;
     let mut new_shape = meta.shape.clone();
@@ -520,9 +517,8 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     let next = open.reshaped(&new_shape)?;
     if old_grid[1..].contains(&0) {
         open.set_reshaped(&mut lock(&open.edits), next);
-        return Ok(0);
+        return Ok(());
     }
-    let mut added = 0isize;
     let band = |c0: u64| -> (Vec<u64>, Vec<u64>) {
         let mut lo = vec![c0];
         lo.extend(vec![0; others_hi.len()]);
@@ -542,10 +538,9 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         let mut edits = lock(&open.edits);
         for coords in doomed {
             if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {
-                added -= dirty_cost(&old) as isize;
+                edits.charge(-(dirty_cost(&old) as isize));
             }
         }
-        edits.dirty_bytes = edits.dirty_bytes.saturating_add_signed(added);
     } else {
         // Chunks wholly past the old end can only be strays — of a growth whose metadata never
         // landed (a full disk, a crash): they read as fill and are deleted at the next flush
@@ -589,12 +584,12 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
                 }
             };
             if needs_reset {
-                added += edit_chunk(open, &array, cache, &coords, false, |chunk| fill_box(chunk, &view, &extent, fill))?;
+                edit_chunk(open, &array, cache, &coords, false, |chunk| fill_box(chunk, &view, &extent, fill))?;
             }
         }
     }
     open.set_reshaped(&mut lock(&open.edits), next);
-    Ok(added)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! fill), then the metadata; `sync` makes what was written durable.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::open::{ChunkEdit, OpenArray, dirty_cost};
 use crate::cache::{Cached, ChunkCache, WorkerPool};
@@ -12,23 +11,24 @@ use crate::zarr::node::display_path;
 use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
 
-/// Store every changed chunk and the metadata of `open`. Returns the change in dirty bytes and
-/// the first error; chunks that failed stay dirty, to be tried again.
-pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (isize, Result<()>) {
+/// Store every changed chunk and the metadata of `open`. Returns the first error; chunks that
+/// failed stay dirty, to be tried again.
+pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Result<()> {
     let _exclusive = open.exclusive();
     flush_locked(open, cache, pool)
 }
 
 /// `flush`, with the array's store lock already held exclusively.
-pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> (isize, Result<()>) {
+pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Result<()> {
     let array = open.array();
-    let (chunks, metadata_dirty, bytes) = {
+    // The chunks taken stay counted until they are stored: they are in memory until then.
+    let (chunks, metadata_dirty, held) = {
         let mut edits = open.wait_stored(lock(&open.edits));
-        let bytes = std::mem::take(&mut edits.dirty_bytes);
-        (std::mem::take(&mut edits.chunks), std::mem::take(&mut edits.metadata_dirty), bytes)
+        let held = edits.dirty_bytes();
+        (std::mem::take(&mut edits.chunks), std::mem::take(&mut edits.metadata_dirty), held)
     };
     if chunks.is_empty() && !metadata_dirty {
-        return (0, Ok(()));
+        return Ok(());
     }
     let (tx, rx) = crossbeam_channel::unbounded();
     let n = chunks.len();
@@ -73,7 +73,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         first_error.get_or_insert(Error::Io(std::io::Error::other("a write-back worker stopped")));
     }
     let mut edits = lock(&open.edits);
-    edits.dirty_bytes += restored;
+    edits.charge(restored as isize - held as isize);
     if metadata_dirty {
         // Metadata last: chunks outside the stored shape are invisible until it lands.
         match first_error.is_none().then(|| array.store_metadata()) {
@@ -86,14 +86,14 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
             None => edits.metadata_dirty = true,
         }
     }
-    (restored as isize - bytes as isize, first_error.map_or(Ok(()), Err))
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Store, on the pool, the changed chunks the latest write did not touch — for a sequential
 /// writer these are complete — while writing goes on: encoding overlaps writing, and little is
 /// left for close(). Readers keep reading them from memory until each is stored; a write to one
 /// changes a copy. A chunk that fails stays changed, for close() to try again and report.
-pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, total: &Arc<AtomicI64>) {
+pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) {
     let array = open.array();
     let picked: Vec<(Vec<u64>, Arc<Vec<u8>>)> = {
         let mut guard = lock(&open.edits);
@@ -113,7 +113,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
         picked
     };
     for (coords, buf) in picked {
-        let (open, cache, array, total) = (open.clone(), cache.clone(), array.clone(), total.clone());
+        let (open, cache, array) = (open.clone(), cache.clone(), array.clone());
         pool.submit(move || {
             let result = crate::error::catch("background write-back", || array.store_chunk(&coords, &buf));
             let mut edits = lock(&open.edits);
@@ -122,8 +122,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             match result {
                 Ok(stored) => {
                     edits.unsynced.insert(stored.key);
-                    edits.dirty_bytes = edits.dirty_bytes.saturating_sub(dirty_cost(&buf));
-                    total.fetch_sub(dirty_cost(&buf) as i64, Ordering::Relaxed);
+                    edits.charge(-(dirty_cost(&buf) as isize));
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
                         forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
@@ -135,8 +134,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                     if current {
                         edits.chunks.insert(coords, ChunkEdit::Dirty(buf.to_vec()));
                     } else {
-                        edits.dirty_bytes = edits.dirty_bytes.saturating_sub(dirty_cost(&buf));
-                        total.fetch_sub(dirty_cost(&buf) as i64, Ordering::Relaxed);
+                        edits.charge(-(dirty_cost(&buf) as isize));
                     }
                 }
             }
