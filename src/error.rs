@@ -8,6 +8,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// No such node or file.
     NotFound,
+    /// A file operation on a directory.
+    IsADirectory,
+    /// A directory operation on a file.
+    NotADirectory,
     /// The mount is read-only.
     ReadOnly,
     /// This file cannot be changed through the mount.
@@ -33,6 +37,8 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound => libc::ENOENT,
+            Error::IsADirectory => libc::EISDIR,
+            Error::NotADirectory => libc::ENOTDIR,
             Error::ReadOnly => libc::EROFS,
             Error::NotPermitted(_) => libc::EPERM,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
@@ -67,6 +73,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NotFound => write!(f, "not found"),
+            Error::IsADirectory => write!(f, "is a directory"),
+            Error::NotADirectory => write!(f, "not a directory"),
             Error::ReadOnly => write!(f, "read-only"),
             Error::NotPermitted(m) => write!(f, "not permitted: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),

@@ -8,16 +8,97 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use super::open::OpenArray;
-use super::open::TextIndex;
-use super::spool::Spool;
+use super::{ReadPattern, Staged, View};
 use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
 use crate::error::lock;
+use crate::fs::context::Context;
+use crate::fs::open::{OpenArray, TextIndex};
+use crate::fs::spool::Spool;
 use crate::zarr::array::Array;
 use crate::zarr::dtype::DataType;
 use crate::zarr::node::display_path;
 use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
+
+pub struct TextView;
+
+impl View for TextView {
+    /// The size is known once every band is rendered; it moves with every rewrite, which the
+    /// kernel cannot predict.
+    fn size(&self, cx: &Context, array: &Arc<OpenArray>) -> Result<(u64, bool)> {
+        let index = index(array, &cx.cache, &cx.pool)
+            .inspect_err(|e| tracing::error!(array = %display_path(&array.array().path), "the text view cannot be rendered: {e}"))?;
+        Ok((index.len(), true))
+    }
+
+    fn read(&self, cx: &Context, array: &Arc<OpenArray>, _reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
+        read(array, &cx.cache, &cx.pool, offset, size)
+    }
+
+    /// After a cut to zero, the new text; at the end, lines to append; anywhere else it cannot
+    /// keep element boundaries (EOPNOTSUPP). (`append`: the file was opened O_APPEND, so every
+    /// write goes at the end, whatever size the kernel thinks the text has.)
+    fn write(&self, cx: &Context, array: &Arc<OpenArray>, staged: &Staged, offset: u64, data: &[u8], append: bool) -> Result<()> {
+        let mut edit = lock(staged);
+        if edit.is_none() {
+            let size = index(array, &cx.cache, &cx.pool)?.len();
+            if offset != size && !append {
+                return Err(Error::Unsupported(
+                    "writes into the middle of a text view cannot keep element boundaries: rewrite it (O_TRUNC) or append lines".into(),
+                ));
+            }
+            *edit = Some(TextEdit { mode: TextMode::Append { base: size }, spool: Spool::create(&cx.config.spool_dir)? });
+        }
+        let Some(edit) = edit.as_mut() else { return Ok(()) };
+        match edit.mode {
+            TextMode::Append { .. } if append => {
+                let end = edit.spool.len();
+                edit.spool.write(end, data)
+            }
+            TextMode::Rewrite => edit.spool.write(offset, data),
+            TextMode::Append { base } if offset >= base => edit.spool.write(offset - base, data),
+            TextMode::Append { .. } => Err(Error::Unsupported("appended lines are written at the end".into())),
+        }
+    }
+
+    /// Cut to zero, then rewritten (through a handle: the new text follows through it), or
+    /// left as it is.
+    fn truncate(&self, cx: &Context, array: &Arc<OpenArray>, staged: Option<&Staged>, size: u64) -> Result<()> {
+        if size == index(array, &cx.cache, &cx.pool)?.len() {
+            return Ok(());
+        }
+        if size != 0 {
+            return Err(Error::Unsupported("a text view is cut to zero (and rewritten) or appended to, not cut elsewhere".into()));
+        }
+        match staged {
+            Some(staged) => {
+                *lock(staged) = Some(TextEdit { mode: TextMode::Rewrite, spool: Spool::create(&cx.config.spool_dir)? });
+                Ok(())
+            }
+            None => store(cx, array, TextMode::Rewrite, None),
+        }
+    }
+
+    fn commit(&self, cx: &Context, array: &Arc<OpenArray>, staged: TextEdit) -> Result<()> {
+        store(cx, array, staged.mode, Some(&staged.spool))
+    }
+}
+
+/// Store staged text (`None`: no text at all): the new elements, or the appended ones.
+fn store(cx: &Context, array: &Arc<OpenArray>, mode: TextMode, staged: Option<&Spool>) -> Result<()> {
+    let new_id = cx.next_id();
+    let result = match (mode, staged) {
+        (TextMode::Rewrite, _) => rewrite(array, staged, new_id),
+        (TextMode::Append { .. }, Some(staged)) => append(array, staged, new_id),
+        (TextMode::Append { .. }, None) => Ok(()),
+    };
+    if let Err(e) = &result {
+        tracing::warn!(array = %display_path(&array.array().path), "text refused: {e}");
+    }
+    // What the kernel cached is what was written, not necessarily how it renders now.
+    cx.invalidate_data(array);
+    result
+}
 
 /// Text written to `data` of a variable-length array, staged until close.
 pub struct TextEdit {
@@ -182,7 +263,7 @@ fn bands(array: &Array) -> u64 {
 }
 
 /// The text's layout, rendering every band once (in parallel) when it is not known yet.
-pub fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) -> Result<Arc<TextIndex>> {
+fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) -> Result<Arc<TextIndex>> {
     if let Some(ix) = lock(&open.text).clone() {
         return Ok(ix);
     }
@@ -210,7 +291,7 @@ pub fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) 
 }
 
 /// Bytes `offset .. offset + size` of the text.
-pub fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, size: u32) -> Result<Vec<u8>> {
+fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, size: u32) -> Result<Vec<u8>> {
     let _shared = open.shared();
     let ix = index(open, cache, pool)?;
     let array = open.array();
@@ -275,7 +356,7 @@ fn count(text: Option<&Spool>, bytes_type: bool) -> Result<u64> {
 /// Replace the array's elements with the staged text (C order): a 1-D array takes its line
 /// count as its length; any other must get exactly its element count. Every chunk is written
 /// (or deleted when all fill), chunks past a shorter end are deleted, then the metadata.
-pub fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Result<()> {
+fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
     let old = open.array();
@@ -301,7 +382,7 @@ pub fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -
 }
 
 /// Append the staged lines to a 1-D array.
-pub fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> {
+fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
     let old = open.array();

@@ -1,20 +1,19 @@
-//! `data`: a byte range of the flat C-order file as the chunks it touches. Reads go through the
-//! cache (in parallel on the worker pool); writes merge into whole chunks kept in memory until
-//! the next flush (`writeback`); shape changes along axis 0 grow and shrink the file.
+//! Reading a byte range of an array's flat C-order file as the chunks it touches: through
+//! the cache, in parallel on the worker pool, from chunks changed in memory first; read-ahead
+//! decodes on the pool without waiting. The layout helpers (`Cells`, `RangeBuf`) serve writes too.
 
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use super::open::{ChunkEdit, OpenArray, dirty_cost};
+use super::open::{ChunkEdit, OpenArray};
+use crate::Result;
 use crate::cache::{Cached, ChunkCache, WorkerPool};
 use crate::error::lock;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, Region, Strided, copy_box, fill_box, filled, for_each_cell, try_for_each_cell};
-use crate::{Error, Result};
+use crate::zarr::region::{FlatRange, Region, Strided, copy_box, filled, try_for_each_cell};
 
 /// Call `f` with each cell of `grid` the boxes touch and the part of the box inside it, box by
 /// box (the cells of a box in C order), until `f` breaks.
@@ -194,11 +193,11 @@ fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coord
 }
 
 /// The buffer of a flat range of the array: its elements from `base` on.
-struct RangeBuf<'a> {
-    shape: &'a [u64],
-    base: u64,
-    item: usize,
-    bytes: Vec<u8>,
+pub(crate) struct RangeBuf<'a> {
+    pub shape: &'a [u64],
+    pub base: u64,
+    pub item: usize,
+    pub bytes: Vec<u8>,
 }
 
 impl RangeBuf<'_> {
@@ -220,7 +219,13 @@ impl RangeBuf<'_> {
     }
 
     /// Copy `boxes` into the decoded chunk at `coords` of `grid`.
-    fn copy_into_chunk<'b>(&self, grid: &ChunkGrid, coords: &[u64], chunk: &mut [u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
+    pub(crate) fn copy_into_chunk<'b>(
+        &self,
+        grid: &ChunkGrid,
+        coords: &[u64],
+        chunk: &mut [u8],
+        boxes: impl Iterator<Item = &'b [(u64, u64)]>,
+    ) {
         for b in boxes {
             let (in_range, in_chunk, extent) = self.views(grid, coords, b);
             copy_box(&self.bytes, &in_range, chunk, &in_chunk, &extent, self.item);
@@ -235,7 +240,7 @@ pub fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, o
 }
 
 /// `read`, with the array's store lock already shared.
-fn read_shared(
+pub(crate) fn read_shared(
     open: &Arc<OpenArray>,
     array: &Array,
     cache: &Arc<ChunkCache>,
@@ -349,252 +354,10 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
     });
 }
 
-/// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
-/// copy serves only while it is the stored version: another program may have rewritten the
-/// chunk since, and merging into a stale copy would put its old bytes back.
-fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Vec<u8>> {
-    let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
-    let repr = array.chunk_repr(coords);
-    let fill = || filled(repr.num_elements() as usize, repr.fill);
-    let key = open.unit_key(coords, false);
-    if matches!(array.read_units(), ReadUnits::Chunks)
-        && let Some(cached) = cache.peek(&key)
-    {
-        let now = array.chunk_version(coords).inspect_err(log)?;
-        match cached.as_ref() {
-            Cached::Chunk { decoded, version: Some(v) } if now == Some(*v) => return Ok(decoded.clone()),
-            Cached::Missing if now.is_none() => return Ok(fill()),
-            _ => cache.remove(&key),
-        }
-    }
-    Ok(array.retrieve_chunk(coords).inspect_err(log)?.map_or_else(fill, |(decoded, _)| decoded))
-}
-
-/// Elements of the chunk at `coords` inside the array (its padding excluded).
-fn in_bounds(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
-    coords
-        .iter()
-        .enumerate()
-        .map(|(a, &c)| (grid.chunk_start(a, c) + grid.chunk_len(a, c)).min(shape[a]).saturating_sub(grid.chunk_start(a, c)))
-        .product()
-}
-
-/// Run `change` on the decoded chunk at `coords`, making it dirty: from memory when it is
-/// already changed, from fill when `from_fill` (the change overwrites all of it) or it is to
-/// be deleted, otherwise from the store.
-fn edit_chunk(
-    open: &OpenArray,
-    array: &Array,
-    cache: &ChunkCache,
-    coords: &[u64],
-    from_fill: bool,
-    change: impl FnOnce(&mut [u8]),
-) -> Result<()> {
-    let fresh = || filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill);
-    let loaded = {
-        let edits = lock(&open.edits);
-        match edits.chunks.get(coords) {
-            Some(_) => None,
-            None if from_fill => Some(fresh()),
-            None => {
-                drop(edits);
-                Some(stored_chunk(open, array, cache, coords)?)
-            }
-        }
-    };
-    let mut edits = lock(&open.edits);
-    let mut added = 0isize;
-    let chunk = match edits.chunks.entry(coords.to_vec()) {
-        Entry::Occupied(o) => {
-            let slot = o.into_mut();
-            let restart = match slot {
-                ChunkEdit::Deleted => Some(fresh()),
-                // Being stored: change a copy; the store under way finishes with the old one.
-                ChunkEdit::Storing(c) => Some(c.to_vec()),
-                ChunkEdit::Dirty(_) => None,
-            };
-            if let Some(c) = restart {
-                added += dirty_cost(&c) as isize;
-                *slot = ChunkEdit::Dirty(c);
-            }
-            slot
-        }
-        Entry::Vacant(v) => {
-            let c = loaded.unwrap_or_else(fresh);
-            added += dirty_cost(&c) as isize;
-            v.insert(ChunkEdit::Dirty(c))
-        }
-    };
-    if let ChunkEdit::Dirty(c) = chunk {
-        change(c);
-    }
-    edits.charge(added);
-    Ok(())
-}
-
-/// Write `data` at `offset`; past the end the array grows by whole rows.
-pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, data: &[u8]) -> Result<()> {
-    let _writer = open.writer();
-    let _shared = open.shared();
-    let mut array = open.array();
-    let item = array.meta.item_size() as u64;
-    let end = offset + data.len() as u64;
-    if data.is_empty() {
-        return Ok(());
-    }
-    if end > array.meta.byte_len() {
-        let row = array.meta.row_bytes();
-        if array.meta.shape.is_empty() || row == 0 {
-            return Err(Error::Invalid(format!("{} cannot grow: it has no rows to add", display_path(&array.path))));
-        }
-        let rows = end.div_ceil(row);
-        resize_shared(open, cache, rows)?;
-        array = open.array();
-    }
-    let meta = &array.meta;
-    let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
-    let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
-    lock(&open.edits).recent = (0..cells.len()).map(|i| cells.coords(i).to_vec()).collect();
-    // Whole elements: the bytes of partly written elements at either end come from the file.
-    let base = range.start * item;
-    let mut buf = RangeBuf {
-        shape: &meta.shape,
-        base: range.start,
-        item: item as usize,
-        bytes: vec![0u8; ((range.end - range.start) * item) as usize],
-    };
-    if !offset.is_multiple_of(item) || !end.is_multiple_of(item) {
-        let head = read_shared(open, &array, cache, pool, base, item)?;
-        let n = buf.bytes.len();
-        let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
-        buf.bytes[..head.len()].copy_from_slice(&head);
-        buf.bytes[n - tail.len()..].copy_from_slice(&tail);
-    }
-    buf.bytes[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    for i in 0..cells.len() {
-        let coords = cells.coords(i);
-        let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
-        let from_fill = covered == in_bounds(&meta.grid, &meta.shape, coords);
-        edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
-    }
-    Ok(())
-}
-
-/// Set the file's size; it must be a whole number of rows.
-pub fn truncate(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, size: u64) -> Result<()> {
-    let _writer = open.writer();
-    let _shared = open.shared();
-    let meta = &open.array().meta;
-    let row = meta.row_bytes();
-    if size == meta.byte_len() {
-        return Ok(());
-    }
-    if meta.shape.is_empty() {
-        return Err(Error::Invalid("a 0-d array cannot change size".into()));
-    }
-    if row == 0 || !size.is_multiple_of(row) {
-        return Err(Error::Invalid(format!("size {size} is not a whole number of {row}-byte rows")));
-    }
-    resize_shared(open, cache, size / row)
-}
-
-/// Make axis 0 `rows` long. Shrinking marks chunks wholly outside for deletion, growing the
-/// stored chunks wholly past the old end; the chunks the old or the new end cuts through get
-/// fill past the end, so growing never resurrects old values.
-fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result<()> {
-    let array = open.array();
-    let meta = &array.meta;
-    let old_rows = meta.shape[0];
-    if rows == old_rows {
-        return Ok(());
-    }
-    let grid = &meta.grid;
-    let mut new_shape = meta.shape.clone();
-    new_shape[0] = rows;
-    let old_grid = grid.grid_shape(&meta.shape);
-    let new_grid = grid.grid_shape(&new_shape);
-    let others_hi: Vec<u64> = old_grid[1..].iter().map(|&n| n.saturating_sub(1)).collect();
-    let next = open.reshaped(&new_shape)?;
-    if old_grid[1..].contains(&0) {
-        open.set_reshaped(&mut lock(&open.edits), next);
-        return Ok(());
-    }
-    let band = |c0: u64| -> (Vec<u64>, Vec<u64>) {
-        let mut lo = vec![c0];
-        lo.extend(vec![0; others_hi.len()]);
-        let mut hi = vec![c0];
-        hi.extend(&others_hi);
-        (lo, hi)
-    };
-    let cut = rows.min(old_rows);
-    let (cut_chunk, cut_offset) = grid.chunk_of(0, cut);
-    if rows < old_rows {
-        let mut doomed: Vec<Vec<u64>> = Vec::new();
-        array.for_each_chunk_outside(rows, &mut |coords| {
-            doomed.push(coords.to_vec());
-            Ok(())
-        })?;
-        doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
-        let mut edits = lock(&open.edits);
-        for coords in doomed {
-            if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {
-                edits.charge(-(dirty_cost(&old) as isize));
-            }
-        }
-    } else {
-        // Chunks wholly past the old end can only be strays — of a growth whose metadata never
-        // landed (a full disk, a crash): they read as fill and are deleted at the next flush
-        // unless written first, so rows that failed to store never come back.
-        let mut strays: Vec<Vec<u64>> = Vec::new();
-        next.for_each_chunk_outside(old_rows, &mut |coords| {
-            strays.push(coords.to_vec());
-            Ok(())
-        })?;
-        let mut edits = lock(&open.edits);
-        for coords in strays {
-            edits.chunks.entry(coords).or_insert(ChunkEdit::Deleted);
-        }
-    }
-    // The chunk band the cut runs through: everything from the cut on becomes fill.
-    if cut_offset != 0 {
-        let (lo, hi) = band(cut_chunk);
-        let chunk_rows = grid.chunk_len(0, cut_chunk);
-        let mut coords_list = Vec::new();
-        for_each_cell(&lo, &hi, |c| coords_list.push(c.to_vec()));
-        for coords in coords_list {
-            let shape = grid.chunk_shape(&coords);
-            let mut start = vec![0u64; shape.len()];
-            start[0] = cut_offset;
-            let mut extent = shape.clone();
-            extent[0] = chunk_rows - cut_offset;
-            let view = Strided::of(&shape, &start, 0);
-            let fill = &meta.fill;
-            let needs_reset = {
-                let edits = lock(&open.edits);
-                match edits.chunks.get(&coords) {
-                    Some(ChunkEdit::Dirty(_) | ChunkEdit::Storing(_)) => true,
-                    Some(ChunkEdit::Deleted) => false,
-                    None => {
-                        drop(edits);
-                        let stored = stored_chunk(open, &array, cache, &coords)?;
-                        let mut reset = stored.clone();
-                        fill_box(&mut reset, &view, &extent, fill);
-                        reset != stored
-                    }
-                }
-            };
-            if needs_reset {
-                edit_chunk(open, &array, cache, &coords, false, |chunk| fill_box(chunk, &view, &extent, fill))?;
-            }
-        }
-    }
-    open.set_reshaped(&mut lock(&open.edits), next);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::zarr::region::for_each_cell;
     use proptest::prelude::*;
 
     proptest! {

@@ -1,0 +1,147 @@
+//! What every part of the core shares: the store, the options, the inode table, the decoded
+//! chunk cache and its workers, the dirty budget, ids, and the way back to the kernel's caches.
+//! It decides nothing about nodes, handles or views.
+
+use std::collections::HashSet;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::open::{DirtyBudget, OpenArray};
+use super::tree::Tree;
+use super::writeback;
+use crate::cache::{ChunkCache, WorkerPool};
+use crate::error::lock;
+use crate::store::Store;
+use crate::zarr::metadata::DOCUMENT_NAMES;
+use crate::{Error, Result};
+
+pub const DATA: &str = "data";
+pub const PREPEND: &str = "prepend";
+pub const ERROR: &str = "error";
+pub const CONTROL_DIR: &str = ".zarrfs";
+pub const STATS: &str = "stats";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of decoded chunks kept.
+    pub cache_size: usize,
+    pub read_only: bool,
+    /// Decode threads.
+    pub workers: NonZeroUsize,
+    /// Bytes decoded ahead of a sequential reader.
+    pub read_ahead: u64,
+    /// Bytes of changed chunks held before the array written to is flushed.
+    pub dirty_limit: usize,
+    /// Switch `default`-encoded arrays to `offset` when `prepend` is opened for writing.
+    pub adopt_offset: bool,
+    /// Where bytes written to `prepend` are staged.
+    pub spool_dir: std::path::PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cache_size: 1 << 30,
+            read_only: false,
+            workers: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            read_ahead: 16 << 20,
+            dirty_limit: 256 << 20,
+            adopt_offset: false,
+            // SAFETY: geteuid cannot fail. One per user: a directory another user made is refused.
+            spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
+        }
+    }
+}
+
+/// What the core asks of the kernel's caches when it changes a file itself (a prepend): the
+/// FUSE layer implements it.
+pub trait KernelCache: Send + Sync {
+    /// Drop the cached attributes of `ino` before returning, and its cached pages soon.
+    fn invalidate(&self, ino: u64);
+}
+
+/// An array holding this many changed bytes starts storing the chunks its writers moved on
+/// from (`writeback::store_in_background`).
+const BACKGROUND_START: usize = 8 << 20;
+
+pub struct Context {
+    pub store: Arc<dyn Store>,
+    pub config: Config,
+    pub tree: Tree,
+    pub cache: Arc<ChunkCache>,
+    pub pool: WorkerPool,
+    /// Bytes of changed chunks held, all arrays together.
+    pub budget: Arc<DirtyBudget>,
+    /// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence.
+    ids: AtomicU64,
+    kernel: OnceLock<Box<dyn KernelCache>>,
+    /// Files the core changed under the kernel's page cache: their next open drops the cached
+    /// pages at once (the queued invalidation may come after that open's first read).
+    stale: Mutex<HashSet<u64>>,
+}
+
+impl Context {
+    pub fn new(store: Arc<dyn Store>, config: Config) -> Context {
+        Context {
+            store,
+            cache: Arc::new(ChunkCache::new(config.cache_size)),
+            pool: WorkerPool::new(config.workers),
+            config,
+            tree: Tree::new(),
+            budget: Arc::new(DirtyBudget::default()),
+            ids: AtomicU64::new(1),
+            kernel: OnceLock::new(),
+            stale: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Set once the mount exists: how to tell the kernel that a file changed.
+    pub fn set_kernel_cache(&self, kernel: Box<dyn KernelCache>) {
+        let _ = self.kernel.set(kernel);
+    }
+
+    /// Store everything changed in `array`.
+    pub fn flush_array(&self, array: &Arc<OpenArray>) -> Result<()> {
+        writeback::flush(array, &self.cache, &self.pool)
+    }
+
+    /// After a write: over the dirty limit the array is flushed before the write returns; an
+    /// array holding enough starts storing in the background.
+    pub fn after_write(&self, array: &Arc<OpenArray>) -> Result<()> {
+        if self.budget.held() > self.config.dirty_limit as u64 {
+            self.flush_array(array)?;
+        } else if lock(&array.edits).dirty_bytes() >= (self.config.dirty_limit / 8).min(BACKGROUND_START) {
+            writeback::store_in_background(array, &self.cache, &self.pool);
+        }
+        Ok(())
+    }
+
+    /// The core changed `array`'s data (and maybe its metadata) under the kernel's caches.
+    pub fn invalidate_data(&self, array: &Arc<OpenArray>) {
+        let Some(dir) = self.tree.find_dir(&array.array().path) else { return };
+        for name in [DATA, DOCUMENT_NAMES[0], DOCUMENT_NAMES[1]] {
+            if let Some(ino) = self.tree.find(dir, name) {
+                lock(&self.stale).insert(ino);
+                if let Some(kernel) = self.kernel.get() {
+                    kernel.invalidate(ino);
+                }
+            }
+        }
+    }
+
+    /// Whether the core changed `ino` since the kernel last opened it (and forget that it did).
+    pub fn take_stale(&self, ino: u64) -> bool {
+        lock(&self.stale).remove(&ino)
+    }
+
+    /// The error for a change the mount cannot make (a node created, removed or renamed; a
+    /// mode, owner or time set): EROFS on a read-only mount, EPERM otherwise.
+    pub fn refuse_change(&self, why: &str) -> Error {
+        if self.config.read_only { Error::ReadOnly } else { Error::NotPermitted(why.into()) }
+    }
+}

@@ -1,0 +1,204 @@
+//! The tree the mount shows: what each directory of the store is (a group, an array, or a
+//! node that cannot be served, and why), found lazily on lookup and readdir and kept; the files
+//! each directory holds; the metadata documents as shown. It knows nothing of handles or of how
+//! `data` reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::context::{CONTROL_DIR, Context, DATA, ERROR, PREPEND, STATS};
+use super::open::OpenArray;
+use super::tree::{self, Node, NodeKind};
+use super::view::DataFile;
+use crate::error::lock;
+use crate::store::{self, ByteRange};
+use crate::zarr::array::Array;
+use crate::zarr::limits::MAX_DOCUMENT_BYTES;
+use crate::zarr::metadata::{NodeMetadata, render_like};
+use crate::zarr::node::{METADATA_DOCUMENTS, display_path, is_hidden, is_node, read_node};
+use crate::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Directory,
+    RegularFile,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub name: String,
+}
+
+/// What a directory is.
+#[derive(Clone)]
+pub enum DirState {
+    Group,
+    Array(DataFile),
+    /// A node that cannot be served, and why.
+    Broken(Arc<str>),
+}
+
+/// The directories seen so far, by store path.
+#[derive(Default)]
+pub struct Nodes {
+    dirs: Mutex<HashMap<String, DirState>>,
+}
+
+impl Nodes {
+    /// What the directory at `path` is; parsed once and kept (the first to parse it wins, so
+    /// an array is served by one `OpenArray` however many lookups race for it).
+    pub fn dir_state(&self, cx: &Context, path: &str) -> Result<DirState> {
+        if let Some(s) = lock(&self.dirs).get(path) {
+            return Ok(s.clone());
+        }
+        let state = match read_node(cx.store.as_ref(), path) {
+            Ok(Some(NodeMetadata::Group)) => DirState::Group,
+            Ok(Some(NodeMetadata::Array(meta))) => {
+                let array = Array::new(cx.store.clone(), path, *meta);
+                DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone())))
+            }
+            Ok(None) => return Err(Error::NotFound),
+            Err(Error::Io(e)) => return Err(Error::Io(e)),
+            Err(e) => {
+                tracing::warn!(node = %display_path(path), "cannot serve node: {e}");
+                DirState::Broken(Arc::from(format!("{e}\n")))
+            }
+        };
+        Ok(lock(&self.dirs).entry(path.to_string()).or_insert(state).clone())
+    }
+
+    /// The `data` file of the array at `path`.
+    pub fn data_file(&self, cx: &Context, path: &str) -> Result<DataFile> {
+        match self.dir_state(cx, path)? {
+            DirState::Array(file) => Ok(file),
+            _ => Err(Error::NotFound),
+        }
+    }
+
+    /// The arrays opened so far.
+    pub fn open_arrays(&self) -> Vec<Arc<OpenArray>> {
+        lock(&self.dirs)
+            .values()
+            .filter_map(|d| match d {
+                DirState::Array(file) => Some(file.array.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dir_node(cx: &Context, ino: u64) -> Result<Arc<Node>> {
+        let node = cx.tree.get(ino).ok_or(Error::NotFound)?;
+        if node.kind != NodeKind::Dir && node.kind != NodeKind::ControlDir {
+            return Err(Error::NotADirectory);
+        }
+        Ok(node)
+    }
+
+    /// The inode of `name` in the directory `parent`.
+    pub fn lookup(&self, cx: &Context, parent: u64, name: &str) -> Result<u64> {
+        let dir = Self::dir_node(cx, parent)?;
+        match (dir.kind, name) {
+            (NodeKind::ControlDir, STATS) => return Ok(cx.tree.child(parent, name, NodeKind::StatsFile, String::new())),
+            (NodeKind::ControlDir, _) => return Err(Error::NotFound),
+            (_, CONTROL_DIR) if parent == tree::ROOT => return Ok(cx.tree.child(parent, name, NodeKind::ControlDir, String::new())),
+            _ => {}
+        }
+        let state = self.dir_state(cx, &dir.path)?;
+        let kind = match (name, &state) {
+            (DATA, DirState::Array(_)) => NodeKind::Data,
+            (PREPEND, DirState::Array(_)) => NodeKind::Prepend,
+            (ERROR, DirState::Broken(_)) => NodeKind::ErrorFile,
+            (n, _) if METADATA_DOCUMENTS.contains(&n) => {
+                if cx.store.get_range(&store::join(&dir.path, n), ByteRange::Range { start: 0, len: 0 })?.is_none() {
+                    return Err(Error::NotFound);
+                }
+                NodeKind::MetaFile
+            }
+            (n, DirState::Group) if !is_hidden(n) && is_node(cx.store.as_ref(), &store::join(&dir.path, n))? => NodeKind::Dir,
+            _ => return Err(Error::NotFound),
+        };
+        let path = match kind {
+            NodeKind::Dir | NodeKind::MetaFile => store::join(&dir.path, name),
+            _ => dir.path.clone(),
+        };
+        Ok(cx.tree.child(parent, name, kind, path))
+    }
+
+    /// The entries of a directory (without `.` and `..`).
+    pub fn readdir(&self, cx: &Context, ino: u64) -> Result<Vec<DirEntry>> {
+        let dir = Self::dir_node(cx, ino)?;
+        if dir.kind == NodeKind::ControlDir {
+            let stats = cx.tree.child(ino, STATS, NodeKind::StatsFile, String::new());
+            return Ok(vec![DirEntry { ino: stats, kind: FileKind::RegularFile, name: STATS.into() }]);
+        }
+        let state = self.dir_state(cx, &dir.path)?;
+        let mut out = Vec::new();
+        if ino == tree::ROOT {
+            let control = cx.tree.child(ino, CONTROL_DIR, NodeKind::ControlDir, String::new());
+            out.push(DirEntry { ino: control, kind: FileKind::Directory, name: CONTROL_DIR.into() });
+        }
+        let mut push = |name: &str, kind: NodeKind, path: String| {
+            let file_kind = if kind == NodeKind::Dir { FileKind::Directory } else { FileKind::RegularFile };
+            out.push(DirEntry { ino: cx.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
+        };
+        let listing = cx.store.list_dir(&dir.path)?;
+        for e in listing.iter().filter(|e| !e.is_dir && METADATA_DOCUMENTS.contains(&e.name.as_str())) {
+            push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
+        }
+        match state {
+            DirState::Array(_) => {
+                push(DATA, NodeKind::Data, dir.path.clone());
+                push(PREPEND, NodeKind::Prepend, dir.path.clone());
+            }
+            DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
+            DirState::Group => {
+                for e in listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
+                    let path = store::join(&dir.path, &e.name);
+                    if is_node(cx.store.as_ref(), &path)? {
+                        push(&e.name, NodeKind::Dir, path);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Why the node at `path` cannot be served.
+    pub fn error_text(&self, cx: &Context, path: &str) -> Result<Arc<str>> {
+        match self.dir_state(cx, path)? {
+            DirState::Broken(msg) => Ok(msg),
+            _ => Err(Error::NotFound),
+        }
+    }
+
+    /// A metadata document: as stored, or — for an array's own document while its shape
+    /// changed in memory — as it will be stored at the next flush.
+    pub fn document(&self, cx: &Context, key: &str) -> Result<Vec<u8>> {
+        let stored = cx.store.get(key, MAX_DOCUMENT_BYTES)?.ok_or(Error::NotFound)?;
+        Ok(match self.pending_document(key) {
+            Some(array) => render_like(Some(&stored), &array.meta.document),
+            None => stored,
+        })
+    }
+
+    /// The length of `document`: a stored document's is known without reading it.
+    pub fn document_len(&self, cx: &Context, key: &str) -> Result<u64> {
+        match self.pending_document(key) {
+            Some(_) => Ok(self.document(cx, key)?.len() as u64),
+            None => Ok(cx.store.head(key)?.ok_or(Error::NotFound)?.len),
+        }
+    }
+
+    /// The array whose changed metadata `key` will hold at the next flush, if it is one.
+    fn pending_document(&self, key: &str) -> Option<Arc<Array>> {
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        match lock(&self.dirs).get(dir).cloned() {
+            Some(DirState::Array(file)) if file.array.metadata_dirty() => {
+                Some(file.array.array()).filter(|array| array.meta.document_name() == name)
+            }
+            _ => None,
+        }
+    }
+}
