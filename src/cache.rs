@@ -1,12 +1,10 @@
 //! The decoded-chunk cache: an LRU bounded in bytes, with in-flight deduplication (two readers
-//! of one missing chunk decode it once), and the worker pool that decodes on its threads.
+//! of one missing chunk decode it once). Who decodes is the caller's business (`crate::pool`).
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crossbeam_channel::{Sender, unbounded};
 use lru::LruCache;
 
 use crate::Result;
@@ -212,41 +210,6 @@ impl ChunkCache {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// Threads that decode (and later encode) chunks, fed by a channel.
-pub struct WorkerPool {
-    tx: Sender<Job>,
-}
-
-impl WorkerPool {
-    pub fn new(threads: NonZeroUsize) -> WorkerPool {
-        let (tx, rx) = unbounded::<Job>();
-        for i in 0..threads.get() {
-            let rx = rx.clone();
-            let spawned = std::thread::Builder::new().name(format!("zarrfs-worker-{i}")).spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    let _ = crate::error::catch("worker job", || {
-                        job();
-                        Ok(())
-                    });
-                }
-            });
-            if let Err(e) = spawned {
-                tracing::error!("cannot start worker thread {i}: {e}");
-            }
-        }
-        WorkerPool { tx }
-    }
-
-    /// Run `job` on a worker; if no worker can take it, run it here.
-    pub fn submit(&self, job: impl FnOnce() + Send + 'static) {
-        if let Err(e) = self.tx.send(Box::new(job)) {
-            (e.into_inner())();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,16 +298,5 @@ mod tests {
         assert!(loader.join().unwrap(), "the panic became an error");
         assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(true), "the waiter was released");
         assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
-    }
-
-    #[test]
-    fn a_panicking_job_does_not_take_its_worker_down() {
-        let pool = WorkerPool::new(NonZeroUsize::MIN);
-        pool.submit(|| panic!("a bug in a job"));
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        pool.submit(move || {
-            let _ = tx.send(());
-        });
-        assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "the only worker died");
     }
 }

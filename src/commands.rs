@@ -31,7 +31,7 @@ pub fn prepend(store: &Path, array: &str, file: &Path, axis: usize) -> ExitCode 
         let len = f.metadata()?.len();
         let read_at = &mut |offset, buf: &mut [u8]| std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset);
         let started = std::time::Instant::now();
-        match a.prepend(axis, len, read_at)? {
+        match a.prepend(axis, len, read_at, &crate::pool::WorkerPool::per_core())? {
             Some(next) => {
                 let chunks = started.elapsed();
                 next.store_metadata()?;

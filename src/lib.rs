@@ -12,6 +12,7 @@ pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod logging;
+pub mod pool;
 pub mod store;
 pub mod zarr;
 

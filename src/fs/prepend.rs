@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::open::OpenArray;
 use super::spool::Spool;
 use super::writeback;
-use crate::cache::{ChunkCache, WorkerPool};
+use crate::cache::ChunkCache;
+use crate::pool::WorkerPool;
 use crate::zarr::key::ChunkKeyEncoding;
 use crate::zarr::metadata::ZarrFormat;
 use crate::zarr::node::display_path;
@@ -47,11 +48,11 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     writeback::flush_locked(open, cache, pool)?;
     let array = open.array();
     let len = spool.len();
-    let result = array.prepend(0, len, &mut |offset, buf| spool.read_exact_at(buf, offset)).and_then(|next| match next {
+    let result = array.prepend(0, len, &mut |offset, buf| spool.read_exact_at(buf, offset), pool).and_then(|next| match next {
         Some(next) => {
             next.store_metadata()?;
             tracing::info!(array = %display_path(&next.path), bytes = len, shape = ?next.meta.shape, "prepended");
-            open.replace(Arc::new(next), new_cache_id);
+            open.replace(next, new_cache_id);
             Ok(())
         }
         None => Ok(()),

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray, dirty_cost};
 use super::read::{Cells, RangeBuf, read_shared};
-use crate::cache::{Cached, ChunkCache, WorkerPool};
+use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
+use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;

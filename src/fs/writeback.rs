@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray, dirty_cost};
-use crate::cache::{Cached, ChunkCache, WorkerPool};
+use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
+use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::node::display_path;
 use crate::zarr::region::for_each_cell;
@@ -30,24 +31,22 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     if chunks.is_empty() && !metadata_dirty {
         return Ok(());
     }
-    let (tx, rx) = crossbeam_channel::unbounded();
     let n = chunks.len();
-    for (coords, edit) in chunks {
-        let (array, tx) = (array.clone(), tx.clone());
-        pool.submit(move || {
+    let results = pool.run_all(chunks.into_iter().map(|(coords, edit)| {
+        let array = array.clone();
+        move || {
             let result = crate::error::catch("write-back", || match &edit {
                 ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Storing(chunk) => array.store_chunk(&coords, chunk),
                 ChunkEdit::Deleted => array.delete_chunk(&coords),
             });
-            let _ = tx.send((coords, edit, result));
-        });
-    }
-    drop(tx);
+            (coords, edit, result)
+        }
+    }));
     let mut first_error: Option<Error> = None;
     let mut restored = 0usize;
     let mut done = 0;
-    for (coords, edit, result) in rx.iter() {
+    for (coords, edit, result) in results.iter() {
         done += 1;
         match result {
             Ok(stored) => {

@@ -315,7 +315,13 @@ impl Array {
     /// `read_at`, with every dimension as the array's but `axis`, which must be a whole number of
     /// chunks. The new chunks are stored (their keys lie outside the old grid, so no reader sees
     /// them); the returned array's metadata is not: storing it is the commit. `None` for no bytes.
-    pub fn prepend(&self, axis: usize, len: u64, read_at: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>) -> Result<Option<Array>> {
+    pub fn prepend(
+        &self,
+        axis: usize,
+        len: u64,
+        read_at: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+        pool: &crate::pool::WorkerPool,
+    ) -> Result<Option<Arc<Array>>> {
         let meta = &self.meta;
         if axis >= meta.shape.len() {
             return Err(Error::Invalid(format!("axis {axis} is not an axis of a {}-d array", meta.shape.len())));
@@ -332,7 +338,7 @@ impl Array {
             return Err(Error::Invalid(format!("{len} bytes is not a whole number of {slab}-byte slabs along axis {axis}")));
         }
         let (next_meta, new_chunks) = meta.prepended(axis, len / slab)?;
-        let next = Array::new(self.store.clone(), &self.path, next_meta);
+        let next = Arc::new(Array::new(self.store.clone(), &self.path, next_meta));
         let grid = &next.meta.grid;
         // The new region: the new chunks along `axis`, everything along the other axes. It is
         // read in bands of one chunk along axis 0 (contiguous in C order).
@@ -359,36 +365,33 @@ impl Array {
             hi[0] = b;
             let mut cells = Vec::new();
             super::region::for_each_cell(&lo, &hi, |c| cells.push(c.to_vec()));
-            let store_cell = |coords: &Vec<u64>| -> Result<String> {
-                let chunk_shape = grid.chunk_shape(coords);
-                let mut data = super::region::filled(chunk_shape.iter().product::<u64>() as usize, &meta.fill);
-                let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { grid.chunk_start(a, c) }).collect();
-                let extent: Vec<u64> = (0..region.len()).map(|a| chunk_shape[a].min(band_shape[a] - origin[a])).collect();
-                let src = super::region::Strided::of(&band_shape, &origin, 0);
-                let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
-                super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
-                next.store_chunk(coords, &data).map(|stored| stored.key)
-            };
-            // Encode the band's chunks on all cores.
-            let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cells.len()).max(1);
-            let next_cell = std::sync::atomic::AtomicUsize::new(0);
-            let failure = std::sync::Mutex::new(None);
-            std::thread::scope(|s| {
-                for _ in 0..workers {
-                    s.spawn(|| {
-                        loop {
-                            let i = next_cell.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(coords) = cells.get(i) else { break };
-                            if let Err(e) = store_cell(coords) {
-                                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                                break;
-                            }
-                        }
-                    });
+            // Encode and store the band's chunks on the workers.
+            let band = Arc::new(band);
+            let n = cells.len();
+            let results = pool.run_all(cells.into_iter().map(|coords| {
+                let (next, band, band_shape, fill) = (next.clone(), band.clone(), band_shape.clone(), meta.fill.clone());
+                move || {
+                    crate::error::catch("prepend", || {
+                        let grid = &next.meta.grid;
+                        let chunk_shape = grid.chunk_shape(&coords);
+                        let mut data = super::region::filled(chunk_shape.iter().product::<u64>() as usize, &fill);
+                        let origin: Vec<u64> =
+                            coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { grid.chunk_start(a, c) }).collect();
+                        let extent: Vec<u64> = (0..band_shape.len()).map(|a| chunk_shape[a].min(band_shape[a] - origin[a])).collect();
+                        let src = super::region::Strided::of(&band_shape, &origin, 0);
+                        let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
+                        super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
+                        next.store_chunk(&coords, &data).map(|_| ())
+                    })
                 }
-            });
-            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                return Err(e);
+            }));
+            let mut done = 0;
+            for result in results.iter() {
+                result?;
+                done += 1;
+            }
+            if done != n {
+                return Err(Error::Internal("a worker storing prepended chunks stopped".into()));
             }
             band_start += rows;
         }

@@ -9,11 +9,12 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use super::{ReadPattern, Staged, View};
-use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind, WorkerPool};
+use crate::cache::{CacheKey, Cached, ChunkCache, KeyKind};
 use crate::error::lock;
 use crate::fs::context::Context;
 use crate::fs::open::{OpenArray, TextIndex};
 use crate::fs::spool::Spool;
+use crate::pool::WorkerPool;
 use crate::zarr::array::Array;
 use crate::zarr::dtype::DataType;
 use crate::zarr::node::display_path;
