@@ -2,9 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::codec::{
-    BloscCodec, BytesCodec, BytesToBytesCodec, CodecChain, DeltaCodec, GzipCodec, Lz4Codec, TransposeCodec, ZlibCodec, ZstdCodec,
-};
+use super::codec::{BytesCodec, BytesToBytesCodec, CodecChain, TransposeCodec};
 use super::dtype::DataType;
 use super::grid::{AxisGrid, ChunkGrid, parse_shape};
 use super::key::ChunkKeyEncoding;
@@ -159,7 +157,6 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
     let filter_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
     let first_filter = filters.first().and_then(filter_id);
     let (dtype, big_endian) = DataType::parse_v2(field(doc, "dtype")?, first_filter.as_deref())?;
-    let item = dtype.size().unwrap_or(1);
     let grid = ChunkGrid::regular(chunks, ndim)?;
     check_sizes(&shape, &dtype, &grid)?;
     let separator = match doc.get("dimension_separator").and_then(Value::as_str) {
@@ -186,24 +183,11 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
     // For `|O` arrays the first filter (vlen-utf8 / vlen-bytes) turns elements into bytes.
     let filters = if dtype.is_variable() { &filters[1..] } else { &filters[..] };
     for f in filters {
-        match filter_id(f).as_deref() {
-            Some("delta") => bytes_to_bytes.push(Box::new(DeltaCodec::parse_v2(f)?)),
-            Some(other) => return Err(Error::metadata(format!("unsupported v2 filter {other:?}"))),
-            None => return Err(Error::metadata(format!("v2 filter without an id: {f}"))),
-        }
+        bytes_to_bytes.push(super::codec::table::v2(f, &dtype)?);
     }
     match doc.get("compressor") {
         None | Some(Value::Null) => {}
-        Some(c) => bytes_to_bytes.push(match filter_id(c).as_deref() {
-            Some("blosc") => Box::new(BloscCodec::parse_v2(c, item)?),
-            Some("zstd") => Box::new(ZstdCodec::parse(c)?),
-            Some("zlib") => Box::new(ZlibCodec::parse(c)?),
-            Some("gzip") => Box::new(GzipCodec::parse(c)?),
-            Some("lz4") => Box::new(Lz4Codec::parse(c)?),
-            other => {
-                return Err(Error::metadata(format!("unsupported v2 compressor {}", other.unwrap_or("(no id)"))));
-            }
-        }),
+        Some(c) => bytes_to_bytes.push(super::codec::table::v2(c, &dtype)?),
     }
     let endian = if big_endian { json!({"endian": "big"}) } else { json!({"endian": "little"}) };
     let array_to_bytes: Box<dyn super::codec::ArrayToBytesCodec> = match (&dtype, first_filter.as_deref()) {

@@ -9,6 +9,7 @@ mod delta;
 mod gzip;
 mod lz4;
 mod sharding;
+pub mod table;
 mod transpose;
 mod vlen;
 mod zlib;
@@ -29,6 +30,7 @@ pub use self::zstd::ZstdCodec;
 use serde_json::Value;
 
 use super::dtype::DataType;
+use table::Built;
 use crate::{Error, Result};
 
 /// What a codec needs to know of the chunk it encodes: its shape, data type and fill.
@@ -156,37 +158,18 @@ impl CodecChain {
             let empty = Value::Object(Default::default());
             let config = obj.get("configuration").unwrap_or(&empty);
             let order_error = |kind: &str| Error::metadata(format!("codec {name} ({kind}) is out of order in the codec list"));
-            match name {
-                "transpose" => {
+            match table::v3(name, config, dtype, &shape)? {
+                Built::ArrayToArray(codec) => {
                     if a2b.is_some() {
                         return Err(order_error("array→array"));
                     }
-                    let t = TransposeCodec::parse(config, shape.len())?;
-                    shape = t.encoded_shape(&shape);
-                    a2a.push(Box::new(t));
+                    shape = codec.encoded_shape(&shape);
+                    a2a.push(codec);
                 }
-                "bytes"
-                | "sharding_indexed"
-                | "vlen-utf8"
-                | "vlen-bytes"
-                | "vlen_v2"
-                | "zarrs.vlen_v2"
-                | "vlen"
-                | "zarrs.vlen"
-                | "https://codec.zarrs.dev/array_to_bytes/vlen_v2"
-                | "https://codec.zarrs.dev/array_to_bytes/vlen" => {
+                Built::ArrayToBytes(codec) => {
                     if a2b.is_some() {
                         return Err(Error::metadata("codecs has more than one array→bytes codec"));
                     }
-                    let codec: Box<dyn ArrayToBytesCodec> = match name {
-                        "bytes" => Box::new(BytesCodec::parse(config, dtype)?),
-                        "sharding_indexed" => Box::new(ShardingCodec::parse(config, dtype, &shape)?),
-                        "vlen-utf8" | "vlen-bytes" => {
-                            Box::new(VlenInterleavedCodec { name: if name == "vlen-utf8" { "vlen-utf8" } else { "vlen-bytes" } })
-                        }
-                        "vlen" | "zarrs.vlen" | "https://codec.zarrs.dev/array_to_bytes/vlen" => Box::new(ZarrsVlenCodec::parse(config)?),
-                        _ => Box::new(VlenInterleavedCodec { name: "zarrs.vlen_v2" }),
-                    };
                     if codec.is_variable() != dtype.is_variable() {
                         return Err(Error::metadata(format!("codec {name} does not fit the data type {}", dtype.name())));
                     }
@@ -195,19 +178,11 @@ impl CodecChain {
                     }
                     a2b = Some(codec);
                 }
-                _ => {
+                Built::BytesToBytes(codec) => {
                     if a2b.is_none() {
                         return Err(order_error("bytes→bytes"));
                     }
-                    b2b.push(match name {
-                        "blosc" => Box::new(BloscCodec::parse_v3(config, dtype)?),
-                        "zstd" => Box::new(ZstdCodec::parse(config)?),
-                        "gzip" => Box::new(GzipCodec::parse(config)?),
-                        "crc32c" => Box::new(Crc32cCodec),
-                        other => {
-                            return Err(Error::metadata(format!("unsupported codec {other:?}")));
-                        }
-                    });
+                    b2b.push(codec);
                 }
             }
         }
