@@ -14,16 +14,14 @@ use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, Region, Strided, copy_box, filled, try_for_each_cell};
+use crate::zarr::region::{FlatRange, Region, Strided, copy_box, filled};
 
 /// Call `f` with each cell of `grid` the boxes touch and the part of the box inside it, box by
 /// box (the cells of a box in C order), until `f` breaks.
 fn visit_cells(grid: &ChunkGrid, boxes: &[Region], mut f: impl FnMut(&[u64], &[(u64, u64)]) -> ControlFlow<()>) {
     let mut inside = Vec::with_capacity(grid.axes.len());
     for b in boxes {
-        let lo: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.0).0).collect();
-        let hi: Vec<u64> = b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0).collect();
-        let flow = try_for_each_cell(&lo, &hi, |coords| {
+        let flow = grid.cells_touching(b).try_for_each(|coords| {
             inside.clear();
             inside.extend(coords.iter().enumerate().map(|(a, &c)| {
                 let start = grid.chunk_start(a, c);
@@ -39,7 +37,8 @@ fn visit_cells(grid: &ChunkGrid, boxes: &[Region], mut f: impl FnMut(&[u64], &[(
 
 /// Per axis, how many cells of `grid` the box `b` touches.
 fn cells_per_axis(grid: &ChunkGrid, b: &[(u64, u64)]) -> Vec<u64> {
-    b.iter().enumerate().map(|(a, r)| grid.chunk_of(a, r.1 - 1).0 - grid.chunk_of(a, r.0).0 + 1).collect()
+    let cells = grid.cells_touching(b);
+    cells.end.iter().zip(&cells.start).map(|(e, s)| e - s).collect()
 }
 
 /// The boxes of `range` in batches touching at most `max_cells` cells each, boxes cut at cell
@@ -358,7 +357,7 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::region::for_each_cell;
+    use crate::zarr::region::IndexBox;
     use proptest::prelude::*;
 
     proptest! {
@@ -387,9 +386,7 @@ mod tests {
                     prop_assert!(cells.coords(i - 1) < coords);
                 }
                 for b in cells.boxes(i) {
-                    let lo: Vec<u64> = b.iter().map(|r| r.0).collect();
-                    let hi: Vec<u64> = b.iter().map(|r| r.1 - 1).collect();
-                    for_each_cell(&lo, &hi, |index| {
+                    IndexBox::of_region(b).for_each(|index| {
                         for (axis, &x) in index.iter().enumerate() {
                             assert_eq!(grid.chunk_of(axis, x).0, coords[axis]);
                         }

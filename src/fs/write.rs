@@ -13,7 +13,7 @@ use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, Strided, fill_box, filled, for_each_cell};
+use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, filled};
 use crate::{Error, Result};
 
 /// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
@@ -180,19 +180,11 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     new_shape[0] = rows;
     let old_grid = grid.grid_shape(&meta.shape);
     let new_grid = grid.grid_shape(&new_shape);
-    let others_hi: Vec<u64> = old_grid[1..].iter().map(|&n| n.saturating_sub(1)).collect();
     let next = open.reshaped(&new_shape)?;
     if old_grid[1..].contains(&0) {
         open.set_reshaped(&mut lock(&open.edits), next);
         return Ok(());
     }
-    let band = |c0: u64| -> (Vec<u64>, Vec<u64>) {
-        let mut lo = vec![c0];
-        lo.extend(vec![0; others_hi.len()]);
-        let mut hi = vec![c0];
-        hi.extend(&others_hi);
-        (lo, hi)
-    };
     let cut = rows.min(old_rows);
     let (cut_chunk, cut_offset) = grid.chunk_of(0, cut);
     if rows < old_rows {
@@ -224,11 +216,8 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
     }
     // The chunk band the cut runs through: everything from the cut on becomes fill.
     if cut_offset != 0 {
-        let (lo, hi) = band(cut_chunk);
         let chunk_rows = grid.chunk_len(0, cut_chunk);
-        let mut coords_list = Vec::new();
-        for_each_cell(&lo, &hi, |c| coords_list.push(c.to_vec()));
-        for coords in coords_list {
+        for coords in IndexBox::band(&old_grid, cut_chunk, cut_chunk + 1).indices() {
             let shape = grid.chunk_shape(&coords);
             let mut start = vec![0u64; shape.len()];
             start[0] = cut_offset;

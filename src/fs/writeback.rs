@@ -9,7 +9,6 @@ use crate::error::lock;
 use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::node::display_path;
-use crate::zarr::region::for_each_cell;
 use crate::{Error, Result};
 
 /// Store every changed chunk and the metadata of `open`. Returns the first error; chunks that
@@ -162,8 +161,7 @@ fn forget_stored(
         },
         ReadUnits::InnerChunks { .. } => {
             cache.remove(&open.unit_key(coords, true));
-            let (lo, hi) = array.units_of_chunk(coords);
-            for_each_cell(&lo, &hi, |unit| cache.remove(&open.unit_key(unit, false)));
+            array.units_of_chunk(coords).for_each(|unit| cache.remove(&open.unit_key(unit, false)));
         }
     }
 }

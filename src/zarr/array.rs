@@ -8,6 +8,7 @@ use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::grid::ChunkGrid;
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
+use super::region::IndexBox;
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
@@ -144,14 +145,12 @@ impl Array {
             .collect())
     }
 
-    /// The first and last read unit inside (outer) chunk `chunk`.
-    pub fn units_of_chunk(&self, chunk: &[u64]) -> (Vec<u64>, Vec<u64>) {
-        let Some(inner) = &self.inner_grid else { return (chunk.to_vec(), chunk.to_vec()) };
-        let grid = &self.meta.grid;
-        let lo: Vec<u64> = chunk.iter().enumerate().map(|(a, &c)| inner.chunk_of(a, grid.chunk_start(a, c)).0).collect();
-        let hi: Vec<u64> =
-            chunk.iter().enumerate().map(|(a, &c)| inner.chunk_of(a, grid.chunk_start(a, c) + grid.chunk_len(a, c) - 1).0).collect();
-        (lo, hi)
+    /// The read units inside (outer) chunk `chunk`.
+    pub fn units_of_chunk(&self, chunk: &[u64]) -> IndexBox {
+        match &self.inner_grid {
+            Some(inner) => inner.cells_touching(&self.meta.grid.cell_region(chunk)),
+            None => IndexBox { start: chunk.to_vec(), end: chunk.iter().map(|c| c + 1).collect() },
+        }
     }
 
     /// A whole decoded chunk and the version it was stored at, or `None` when its key is
@@ -289,11 +288,8 @@ impl Array {
             }
             return Ok(());
         }
-        let mut lo = vec![first_out];
-        lo.extend(vec![0; old_grid.len() - 1]);
-        let hi: Vec<u64> = old_grid.iter().map(|&n| n - 1).collect();
         let mut result = Ok(());
-        super::region::for_each_cell(&lo, &hi, |coords| {
+        IndexBox::band(&old_grid, first_out, old_grid[0]).for_each(|coords| {
             if result.is_ok() {
                 result = f(coords);
             }
@@ -346,11 +342,8 @@ impl Array {
         region[axis] = len / slab;
         let item = meta.item_size();
         let row = region[1..].iter().product::<u64>() * item as u64;
-        let cells_hi: Vec<u64> = region
-            .iter()
-            .enumerate()
-            .map(|(a, &n)| if a == axis { new_chunks - 1 } else { grid.axes[a].chunks_for(n).saturating_sub(1) })
-            .collect();
+        let cells: Vec<u64> =
+            region.iter().enumerate().map(|(a, &n)| if a == axis { new_chunks } else { grid.axes[a].chunks_for(n) }).collect();
         let mut band_start = 0;
         while band_start < region[0] {
             let b = grid.chunk_of(0, band_start).0;
@@ -359,16 +352,11 @@ impl Array {
             read_at(band_start * row, &mut band)?;
             let mut band_shape = region.clone();
             band_shape[0] = rows;
-            let mut lo = vec![0u64; region.len()];
-            let mut hi = cells_hi.clone();
-            lo[0] = b;
-            hi[0] = b;
-            let mut cells = Vec::new();
-            super::region::for_each_cell(&lo, &hi, |c| cells.push(c.to_vec()));
+            let band_cells = IndexBox::band(&cells, b, b + 1).indices();
             // Encode and store the band's chunks on the workers.
             let band = Arc::new(band);
-            let n = cells.len();
-            let results = pool.run_all(cells.into_iter().map(|coords| {
+            let n = band_cells.len();
+            let results = pool.run_all(band_cells.into_iter().map(|coords| {
                 let (next, band, band_shape, fill) = (next.clone(), band.clone(), band_shape.clone(), meta.fill.clone());
                 move || {
                     crate::error::catch("prepend", || {

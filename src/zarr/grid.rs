@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::region::IndexBox;
 use crate::{Error, Result};
 
 /// One run of equal edges, with where it starts (in chunks and in elements).
@@ -278,6 +279,17 @@ impl ChunkGrid {
     }
 
     /// The declared shape of the chunk at `coords`.
+    /// The cells a non-empty box of elements touches.
+    pub fn cells_touching(&self, region: &[(u64, u64)]) -> IndexBox {
+        let (start, end) = region.iter().enumerate().map(|(a, r)| (self.chunk_of(a, r.0).0, self.chunk_of(a, r.1 - 1).0 + 1)).unzip();
+        IndexBox { start, end }
+    }
+
+    /// The elements of the cell at `coords`, as a region.
+    pub fn cell_region(&self, coords: &[u64]) -> Vec<(u64, u64)> {
+        coords.iter().enumerate().map(|(a, &c)| (self.chunk_start(a, c), self.chunk_start(a, c) + self.chunk_len(a, c))).collect()
+    }
+
     pub fn chunk_shape(&self, coords: &[u64]) -> Vec<u64> {
         coords.iter().enumerate().map(|(axis, &c)| self.chunk_len(axis, c)).collect()
     }

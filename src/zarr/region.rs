@@ -61,34 +61,71 @@ fn decompose(shape: &[u64], lo: u64, hi: u64, prefix: &mut Region, out: &mut Vec
     }
 }
 
-/// Call `f` for every coordinate in the box `lo..=hi`, last axis fastest.
-pub fn for_each_cell(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64])) {
-    let _ = try_for_each_cell(lo, hi, |c| {
-        f(c);
-        ControlFlow::Continue(())
-    });
+/// A box of indices — grid cells or elements — `start[a]..end[a]` on each axis (zarrs'
+/// `ArraySubset` is the model), visited in C order (last axis fastest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexBox {
+    pub start: Vec<u64>,
+    pub end: Vec<u64>,
 }
 
-/// `for_each_cell`, stopping when `f` breaks.
-pub fn try_for_each_cell(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64]) -> ControlFlow<()>) -> ControlFlow<()> {
-    if lo.iter().zip(hi).any(|(l, h)| l > h) {
-        return ControlFlow::Continue(());
+impl IndexBox {
+    /// Every index of `shape`.
+    pub fn whole(shape: &[u64]) -> IndexBox {
+        IndexBox { start: vec![0; shape.len()], end: shape.to_vec() }
     }
-    let mut coords = lo.to_vec();
-    loop {
-        f(&coords)?;
-        let mut axis = coords.len();
-        loop {
-            if axis == 0 {
-                return ControlFlow::Continue(());
-            }
-            axis -= 1;
-            if coords[axis] < hi[axis] {
-                coords[axis] += 1;
-                break;
-            }
-            coords[axis] = lo[axis];
+
+    /// Indices `from..to` along axis 0 and all of `shape` along the others: a band of a chunk
+    /// grid, or rows of an array.
+    pub fn band(shape: &[u64], from: u64, to: u64) -> IndexBox {
+        let mut b = IndexBox::whole(shape);
+        if let (Some(s), Some(e)) = (b.start.first_mut(), b.end.first_mut()) {
+            (*s, *e) = (from, to.min(*e));
         }
+        b
+    }
+
+    /// The box of a region (per axis `start..end`).
+    pub fn of_region(region: &[(u64, u64)]) -> IndexBox {
+        IndexBox { start: region.iter().map(|r| r.0).collect(), end: region.iter().map(|r| r.1).collect() }
+    }
+
+    /// Call `f` for every index in the box.
+    pub fn for_each(&self, mut f: impl FnMut(&[u64])) {
+        let _ = self.try_for_each(|c| {
+            f(c);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// `for_each`, stopping when `f` breaks.
+    pub fn try_for_each(&self, mut f: impl FnMut(&[u64]) -> ControlFlow<()>) -> ControlFlow<()> {
+        if self.start.iter().zip(&self.end).any(|(s, e)| s >= e) {
+            return ControlFlow::Continue(());
+        }
+        let mut index = self.start.clone();
+        loop {
+            f(&index)?;
+            let mut axis = index.len();
+            loop {
+                if axis == 0 {
+                    return ControlFlow::Continue(());
+                }
+                axis -= 1;
+                index[axis] += 1;
+                if index[axis] < self.end[axis] {
+                    break;
+                }
+                index[axis] = self.start[axis];
+            }
+        }
+    }
+
+    /// Every index in the box, in C order.
+    pub fn indices(&self) -> Vec<Vec<u64>> {
+        let mut out = Vec::new();
+        self.for_each(|c| out.push(c.to_vec()));
+        out
     }
 }
 
@@ -216,6 +253,21 @@ pub fn filled(n: usize, fill: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn index_boxes_visit_in_c_order() {
+        let band = IndexBox::band(&[4, 2, 3], 1, 3);
+        let all = band.indices();
+        assert_eq!(all.len(), 2 * 2 * 3);
+        assert_eq!((all[0].as_slice(), all[1].as_slice(), all[3].as_slice()), (&[1, 0, 0][..], &[1, 0, 1][..], &[1, 1, 0][..]));
+        assert_eq!(all.last().unwrap(), &[2, 1, 2]);
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
+        // An empty axis makes an empty box; a 0-d box has one index.
+        assert!(IndexBox::band(&[4, 0], 0, 4).indices().is_empty());
+        assert!(IndexBox::band(&[4, 2], 3, 3).indices().is_empty());
+        assert_eq!(IndexBox::whole(&[]).indices(), vec![Vec::<u64>::new()]);
+        assert_eq!(IndexBox::of_region(&[(2, 4), (5, 6)]).indices(), vec![vec![2, 5], vec![3, 5]]);
+    }
 
     fn flatten(shape: &[u64], b: &Region) -> Vec<u64> {
         let strides = c_strides(shape);

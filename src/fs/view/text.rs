@@ -18,7 +18,7 @@ use crate::pool::WorkerPool;
 use crate::zarr::array::Array;
 use crate::zarr::dtype::DataType;
 use crate::zarr::node::display_path;
-use crate::zarr::region::for_each_cell;
+use crate::zarr::region::IndexBox;
 use crate::{Error, Result};
 
 pub struct TextView;
@@ -198,15 +198,8 @@ type ChunkElements = (Vec<u64>, Vec<Vec<u8>>);
 fn band_elements(array: &Array, band: u64) -> Result<Vec<ChunkElements>> {
     let meta = &array.meta;
     let grid_shape = meta.grid.grid_shape(&meta.shape);
-    let mut lo = vec![0u64; grid_shape.len()];
-    let mut hi: Vec<u64> = grid_shape.iter().map(|&n| n.saturating_sub(1)).collect();
-    lo[0] = band;
-    hi[0] = band;
-    let mut coords = Vec::new();
-    if grid_shape.iter().skip(1).all(|&n| n > 0) {
-        for_each_cell(&lo, &hi, |c| coords.push(c.to_vec()));
-    }
-    coords
+    IndexBox::band(&grid_shape, band, band + 1)
+        .indices()
         .into_iter()
         .map(|c| {
             let n = meta.grid.chunk_shape(&c).iter().product::<u64>() as usize;
@@ -245,15 +238,9 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
         let chunks = band_elements(array, band)?;
         let by_coords: HashMap<&[u64], usize> = chunks.iter().enumerate().map(|(i, (c, _))| (c.as_slice(), i)).collect();
         let (r0, r1) = band_rows(array, band);
-        let mut lo = vec![r0];
-        let mut hi = vec![r1.saturating_sub(1)];
-        lo.extend(meta.shape[1..].iter().map(|_| 0));
-        hi.extend(meta.shape[1..].iter().map(|&n| n.saturating_sub(1)));
-        if r1 > r0 && meta.shape[1..].iter().all(|&n| n > 0) {
-            for_each_cell(&lo, &hi, |index| {
-                damaged += usize::from(escape(element_at(array, &chunks, &by_coords, index), is_bytes(array), &mut out));
-            });
-        }
+        IndexBox::band(&meta.shape, r0, r1).for_each(|index| {
+            damaged += usize::from(escape(element_at(array, &chunks, &by_coords, index), is_bytes(array), &mut out));
+        });
         warn(damaged);
         Ok(Cached::Text(out))
     })
@@ -428,20 +415,13 @@ fn store_from(array: &Array, elements: &mut dyn Iterator<Item = Result<Vec<u8>>>
         let (first_row, end_row) = band_rows(array, band);
         let band_start = first_row * strides[0];
         let band_elements = elements.take(((end_row - first_row) * strides[0]) as usize).collect::<Result<Vec<_>>>()?;
-        let lo: Vec<u64> = std::iter::once(band).chain(grid_shape[1..].iter().map(|_| 0)).collect();
-        let mut hi: Vec<u64> = grid_shape.iter().map(|&n| n - 1).collect();
-        hi[0] = band;
         let mut result = Ok(());
-        for_each_cell(&lo, &hi, |coords| {
+        IndexBox::band(&grid_shape, band, band + 1).for_each(|coords| {
             if result.is_err() {
                 return;
             }
-            let shape = grid.chunk_shape(coords);
-            let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect();
-            let mut chunk = Vec::with_capacity(shape.iter().product::<u64>() as usize);
-            let hi_local: Vec<u64> = shape.iter().map(|&n| n - 1).collect();
-            for_each_cell(&vec![0; shape.len()], &hi_local, |local| {
-                let index: Vec<u64> = local.iter().zip(&origin).map(|(l, o)| l + o).collect();
+            let mut chunk = Vec::with_capacity(grid.chunk_shape(coords).iter().product::<u64>() as usize);
+            IndexBox::of_region(&grid.cell_region(coords)).for_each(|index| {
                 let inside = index.iter().zip(&meta.shape).all(|(i, n)| i < n);
                 let flat = index.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>();
                 let element = if inside { band_elements.get((flat - band_start) as usize) } else { None };

@@ -30,8 +30,8 @@ pub use self::zstd::ZstdCodec;
 use serde_json::Value;
 
 use super::dtype::DataType;
-use table::Built;
 use crate::{Error, Result};
+use table::Built;
 
 /// What a codec needs to know of the chunk it encodes: its shape, data type and fill.
 #[derive(Clone, Debug)]
