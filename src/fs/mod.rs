@@ -89,7 +89,7 @@ impl ZarrFs {
     }
 
     /// Permission to change something, held for the length of the change.
-    fn change(&self) -> Result<RwLockReadGuard<'_, bool>> {
+    fn change_permit(&self) -> Result<RwLockReadGuard<'_, bool>> {
         let accepting = self.accepting.read().unwrap_or_else(|p| p.into_inner());
         if self.cx.config.read_only || !*accepting { Err(Error::ReadOnly) } else { Ok(accepting) }
     }
@@ -158,7 +158,7 @@ impl ZarrFs {
     /// Open a file for the process `pid` (`truncate`: O_TRUNC); returns the handle id.
     pub fn open(&self, ino: u64, write: bool, truncate: bool, pid: u32) -> Result<u64> {
         let node = self.node(ino)?;
-        let change = if write { Some(self.change()?) } else { None };
+        let permit = if write { Some(self.change_permit()?) } else { None };
         let opened = match (node.kind, write) {
             (NodeKind::Dir | NodeKind::ControlDir, _) => return Err(Error::IsADirectory),
             (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
@@ -183,7 +183,7 @@ impl ZarrFs {
         let fh = self.cx.next_id();
         self.handles.insert(fh, Handle { opener: pid, opened });
         if truncate && write && node.kind == NodeKind::Data {
-            drop(change);
+            drop(permit);
             if let Err(e) = self.truncate(ino, 0, Some(fh)) {
                 self.handles.remove(fh);
                 return Err(e);
@@ -219,7 +219,7 @@ impl ZarrFs {
     /// bytes written to `prepend`.
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8], append: bool) -> Result<u32> {
         let node = self.node(ino)?;
-        let _change = self.change()?;
+        let _permit = self.change_permit()?;
         let handle = self.handle(fh)?;
         match (node.kind, &handle.opened) {
             (NodeKind::Prepend, Opened::Prepend { spool, .. }) => crate::error::lock(spool).write(offset, data)?,
@@ -234,7 +234,7 @@ impl ZarrFs {
     /// the change, so it is stored at once; `ftruncate` waits for close.
     pub fn truncate(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
         let node = self.node(ino)?;
-        let _change = self.change()?;
+        let _permit = self.change_permit()?;
         match node.kind {
             NodeKind::Data => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
@@ -273,15 +273,17 @@ impl ZarrFs {
             OnClose::Nothing => Ok(()),
             OnClose::Flush(array) => self.cx.flush_array(array),
             OnClose::Commit(file, staged) => {
-                let _change = self.change()?;
+                let _permit = self.change_permit()?;
                 file.view.commit(&self.cx, &file.array, staged)
             }
             OnClose::Prepend(array, spool) => {
+                // The permit before the spool, as a write takes them (the lock order).
+                let permit = self.change_permit();
                 let mut spool = crate::error::lock(spool);
                 if spool.is_empty() {
                     return Ok(());
                 }
-                let _change = self.change()?;
+                let _permit = permit?;
                 prepend::commit(array, &mut spool, &self.cx.cache, &self.cx.pool, self.cx.next_id())
                     .inspect_err(|e| tracing::warn!(array = %display_path(&array.array().path), "prepend refused: {e}"))?;
                 // The data file changed under the kernel's cache: every page moved.

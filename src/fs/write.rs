@@ -38,7 +38,7 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
 }
 
 /// Elements of the chunk at `coords` inside the array (its padding excluded).
-fn in_bounds(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
+fn elements_inside(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
     coords
         .iter()
         .enumerate()
@@ -141,7 +141,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     for i in 0..cells.len() {
         let coords = cells.coords(i);
         let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
-        let from_fill = covered == in_bounds(&meta.grid, &meta.shape, coords);
+        let from_fill = covered == elements_inside(&meta.grid, &meta.shape, coords);
         edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
     Ok(())

@@ -49,7 +49,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         done += 1;
         match result {
             Ok(stored) => {
-                forget_stored(open, &array, cache, &coords, edit, stored.version);
+                cache_stored(open, &array, cache, &coords, edit, stored.version);
                 lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
@@ -123,7 +123,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                     edits.charge(-(dirty_cost(&buf) as isize));
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
-                        forget_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
+                        cache_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
                         edits.chunks.remove(&coords);
                     }
                 }
@@ -144,7 +144,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
 
 /// After a chunk was stored (at `version`; `None`: deleted): the cache holds the new contents
 /// (or forgets the old ones).
-fn forget_stored(
+fn cache_stored(
     open: &OpenArray,
     array: &Array,
     cache: &ChunkCache,
