@@ -1,7 +1,7 @@
 //! The daemon: checks before forking, fork with a readiness pipe, logging, the signal wait,
 //! systemd notification, the flush on the way out (bounded in time), and `zarrfs unmount`
 //! (finding and stopping the daemon that serves a mount point). It builds the core and hands it
-//! to `crate::fuse::Session`; it knows neither fuser nor the format.
+//! to `crate::fuse::Session`; it knows nothing of fuser or of how requests are served.
 
 use std::ffi::CString;
 use std::io::{Read, Write};

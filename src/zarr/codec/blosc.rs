@@ -1,4 +1,7 @@
 //! `blosc` (bytes→bytes): Blosc1 frames through C-Blosc (`blosc-src`), memcpyed frames included.
+//! Spec: zarr v3 core codecs (`blosc`). v3 `{"name": "blosc", "configuration": {"cname": "zstd",
+//! "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}`; v2 compressor
+//! `{"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}`.
 
 use std::ffi::{CString, c_void};
 

@@ -1,4 +1,6 @@
 //! `bytes` (array→bytes): elements in C order, little- or big-endian.
+//! Spec: zarr v3 core codecs (`bytes`). v3 `{"name": "bytes", "configuration": {"endian": "little"}}`;
+//! in v2 the byte order comes from the dtype (`<f8`, `>f8`), not a codec.
 
 use serde_json::{Value, json};
 

@@ -1,4 +1,5 @@
 //! `crc32c` (bytes→bytes): the input followed by its CRC-32C, little-endian.
+//! Spec: zarr v3 core codecs (`crc32c`). v3 `{"name": "crc32c"}`; no v2 form.
 
 use serde_json::{Value, json};
 

@@ -1,5 +1,6 @@
 //! numcodecs `delta` (a v2 filter, run as bytes→bytes over typed elements): stores the first
 //! element and then the differences, as `astype`; decoding is a running sum.
+//! numcodecs `Delta`. v2 filter `{"id": "delta", "dtype": "<i4", "astype": "<i4"}`; no v3 form.
 
 use serde_json::{Value, json};
 

@@ -1,4 +1,6 @@
 //! `gzip` (bytes→bytes): the gzip file format (RFC 1952), not raw zlib.
+//! Spec: zarr v3 core codecs (`gzip`). v3 `{"name": "gzip", "configuration": {"level": 5}}`; v2
+//! compressor `{"id": "gzip", "level": 5}`.
 
 use std::io::Write;
 

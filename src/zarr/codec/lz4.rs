@@ -1,4 +1,5 @@
 //! numcodecs `lz4` (v2, bytes→bytes): u32 little-endian decoded size, then one LZ4 block.
+//! numcodecs `LZ4`. v2 compressor `{"id": "lz4", "acceleration": 1}`; no v3 form.
 
 use serde_json::{Value, json};
 

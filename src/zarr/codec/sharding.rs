@@ -1,6 +1,9 @@
 //! `sharding_indexed` (array→bytes): a shard holds inner chunks, each encoded with the inner
 //! codecs, and an index of `(offset, nbytes)` per inner chunk (C order; all-ones = empty).
 //! Reads can fetch the index and then single inner chunks by byte range.
+//! Spec: zarr v3 `sharding_indexed`. v3 `{"name": "sharding_indexed", "configuration":
+//! {"chunk_shape": [32, 32], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"},
+//! {"name": "crc32c"}], "index_location": "end"}}`; no v2 form.
 
 use serde_json::{Value, json};
 

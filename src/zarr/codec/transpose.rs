@@ -1,4 +1,6 @@
 //! `transpose` (array→array): a permutation of the chunk's axes.
+//! Spec: zarr v3 core codecs (`transpose`). v3 `{"name": "transpose", "configuration": {"order":
+//! [1, 0]}}`; a v2 `"order": "F"` becomes the transpose that reverses the axes.
 
 use serde_json::{Value, json};
 

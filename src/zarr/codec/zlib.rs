@@ -1,4 +1,5 @@
 //! v2 `zlib` (bytes→bytes): an RFC 1950 zlib stream.
+//! numcodecs `Zlib`. v2 compressor `{"id": "zlib", "level": 1}`; no v3 form (v3 has `gzip`).
 
 use std::io::Write;
 

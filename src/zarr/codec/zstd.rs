@@ -1,4 +1,6 @@
 //! `zstd` (bytes→bytes): a standard zstd frame, with or without checksum and content size.
+//! Spec: zarr v3 `zstd` codec. v3 `{"name": "zstd", "configuration": {"level": 0, "checksum":
+//! false}}`; v2 compressor `{"id": "zstd", "level": 0}`.
 
 use serde_json::{Value, json};
 
