@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::daemon::MountPlan;
+use crate::headers::HeaderFormat;
 
 #[derive(Parser, Debug)]
 #[command(name = "zarrfs", version, about = "Mount a Zarr store as a directory tree in which every array is one flat raw file")]
@@ -82,10 +83,13 @@ struct MountArgs {
     /// larger show an `error` file instead.
     #[arg(long, value_parser = parse_size)]
     max_chunk_size: Option<u64>,
+    /// Header views beside `data`: npy, envi, nrrd, mhd (comma-separated), all or none.
+    #[arg(long)]
+    views: Option<String>,
     /// Log to this file (a background daemon otherwise logs to syslog, `-f` to stderr).
     #[arg(long)]
     log_file: Option<PathBuf>,
-    /// Mount options, comma-separated: ro, allow_other, auto_unmount, cache_size=2G, threads=16, …
+    /// Mount options, comma-separated: ro, allow_other, auto_unmount, cache_size=2G, threads=16, views=npy:nrrd, …
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// More log output (-v debug, -vv trace).
@@ -177,6 +181,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         spool_dir: args.spool_dir.clone(),
         flush_timeout: Duration::from_secs(args.flush_timeout),
         max_chunk_size: args.max_chunk_size,
+        views: args.views.as_deref().map(HeaderFormat::parse_list).transpose()?,
         auto_unmount: !args.no_auto_unmount && fusermount3().is_some(),
         ..Default::default()
     };
@@ -205,6 +210,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
                 ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
                 ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
                 ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
+                ("views", Some(v)) => plan.views = Some(HeaderFormat::parse_list(v)?),
                 (k, None) if is_generic_option(k) => {}
                 (k, _) if k.starts_with("x-") => {}
                 _ => return Err(format!("unknown mount option {o:?}")),

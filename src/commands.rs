@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::headers::HeaderFormat;
 use crate::store::{self, LocalStore, Store};
 use crate::zarr::array::Array;
 use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
@@ -109,6 +110,11 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
         "codecs": a.codecs.describe(),
         // Variable-length arrays show text, whose size is known only once rendered.
         "data_bytes": if a.dtype.is_variable() { Value::Null } else { json!(a.byte_len()) },
+        // Each header view: shown (true), or why the format cannot express the array.
+        "views": HeaderFormat::ALL
+            .iter()
+            .map(|f| (f.file_name().to_string(), f.header(&a.dtype, &a.shape).map_or_else(Value::from, |_| Value::Bool(true))))
+            .collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -152,8 +158,16 @@ fn render(nodes: &[Value]) -> String {
                     Some(b) => format!("{b} bytes"),
                     None => "text".to_string(),
                 };
+                let views = n["views"].as_object().map_or_else(String::new, |views| {
+                    let (shown, absent): (Vec<_>, Vec<_>) = views.iter().partition(|(_, v)| v.as_bool() == Some(true));
+                    let mut s = format!("  views {}", shown.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "));
+                    for (name, why) in absent {
+                        s.push_str(&format!(" (no {name}: {})", why.as_str().unwrap_or("?")));
+                    }
+                    s
+                });
                 s.push_str(&format!(
-                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size})\n",
+                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size}){views}\n",
                     n["zarr_format"],
                     n["data_type"].as_str().unwrap_or("?"),
                     n["shape"],

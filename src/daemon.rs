@@ -37,6 +37,8 @@ pub struct MountPlan {
     pub spool_dir: Option<PathBuf>,
     pub flush_timeout: Duration,
     pub max_chunk_size: Option<u64>,
+    /// The header views shown (`None`: the default, all).
+    pub views: Option<Vec<crate::headers::HeaderFormat>>,
 }
 
 /// Check what can be checked before forking, so that errors reach the caller's terminal.
@@ -183,6 +185,9 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Resul
     config.adopt_offset = plan.adopt_offset;
     if let Some(dir) = &plan.spool_dir {
         config.spool_dir = dir.clone();
+    }
+    if let Some(views) = &plan.views {
+        config.views = views.clone();
     }
     crate::fs::prepare_spool_dir(&config.spool_dir).map_err(|e| e.to_string())?;
     if let Some(n) = plan.max_chunk_size {

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod error;
 pub mod fs;
 pub mod fuse;
+pub mod headers;
 pub mod logging;
 pub mod pool;
 pub mod store;

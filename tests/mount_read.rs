@@ -120,7 +120,8 @@ fn tree_is_exactly_the_contract() {
     let m = mount_store("v3.zarr");
     let mut seen = BTreeSet::new();
     walk(&m.mountpoint, "", &mut seen);
-    // Arrays: a directory with zarr.json, data and prepend; every ancestor a group with zarr.json.
+    // Arrays: a directory with zarr.json, data, prepend and the header views the array's type
+    // and shape allow; every ancestor a group with zarr.json.
     let mut want = BTreeSet::from([
         ".zarrfs/".to_string(),
         ".zarrfs/stats".into(),
@@ -131,7 +132,7 @@ fn tree_is_exactly_the_contract() {
         "g1/empty_group/zarr.json".into(),
     ]);
     for e in expected().into_iter().filter(|e| e.store == "v3.zarr") {
-        for f in ["zarr.json", "data", "prepend"] {
+        for f in ["zarr.json", "data", "prepend"].into_iter().chain(e.views()) {
             want.insert(format!("{}/{f}", e.path));
         }
         let mut prefix = String::new();
@@ -166,6 +167,10 @@ fn v2_tree_shows_its_documents() {
         "sub/nan_fill/.zarray",
         "sub/nan_fill/.zattrs",
         "sub/nan_fill/data",
+        "sub/nan_fill/data.hdr",
+        "sub/nan_fill/data.mhd",
+        "sub/nan_fill/data.nhdr",
+        "sub/nan_fill/data.npy",
         "sub/nan_fill/prepend",
     ]
     .iter()

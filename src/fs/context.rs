@@ -12,6 +12,7 @@ use super::tree::Tree;
 use super::writeback;
 use crate::cache::ChunkCache;
 use crate::error::lock;
+use crate::headers::HeaderFormat;
 use crate::pool::WorkerPool;
 use crate::store::Store;
 use crate::zarr::metadata::DOCUMENT_NAMES;
@@ -38,6 +39,8 @@ pub struct Config {
     pub adopt_offset: bool,
     /// Where bytes written to `prepend` are staged.
     pub spool_dir: std::path::PathBuf,
+    /// The header views shown beside `data` (where the format can express the array).
+    pub views: Vec<HeaderFormat>,
 }
 
 impl Default for Config {
@@ -51,6 +54,7 @@ impl Default for Config {
             adopt_offset: false,
             // SAFETY: geteuid cannot fail. One per user: a directory another user made is refused.
             spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
+            views: HeaderFormat::ALL.to_vec(),
         }
     }
 }
@@ -122,10 +126,19 @@ impl Context {
         Ok(())
     }
 
-    /// The core changed `array`'s data (and maybe its metadata) under the kernel's caches.
+    /// The core changed `array`'s data (and maybe its metadata) under the kernel's caches: of
+    /// `data`, its documents and its views.
     pub fn invalidate_data(&self, array: &Arc<OpenArray>) {
+        self.invalidate_files(array, "");
+    }
+
+    /// A write through `written` (`data` or a view) changed bytes that the array's other
+    /// files show too: the kernel's cached pages and sizes of those are dropped.
+    pub fn invalidate_files(&self, array: &Arc<OpenArray>, written: &str) {
         let Some(dir) = self.tree.find_dir(&array.array().path) else { return };
-        for name in [DATA, DOCUMENT_NAMES[0], DOCUMENT_NAMES[1]] {
+        let views = HeaderFormat::ALL.map(HeaderFormat::file_name);
+        let documents = if written.is_empty() { &DOCUMENT_NAMES[..] } else { &[] };
+        for name in [DATA].iter().chain(&views).chain(documents).filter(|&&n| n != written) {
             if let Some(ino) = self.tree.find(dir, name) {
                 lock(&self.stale).insert(ino);
                 if let Some(kernel) = self.kernel.get() {

@@ -15,8 +15,9 @@ pub enum Opened {
     /// A document as it was when opened (metadata, `error`, stats): a reader sees one version
     /// of it, and a large one is not read again for every page the kernel asks for.
     Document(Arc<[u8]>),
-    /// `data`. Only a handle opened for writing stores (and reports) the array's changes at
-    /// close; `staged` holds what the view stages until then.
+    /// `data`, or a view that shows a header before its bytes (`data.npy`). Only a handle
+    /// opened for writing stores (and reports) the array's changes at close; `staged` holds
+    /// what the view stages until then.
     Data { file: DataFile, writable: bool, reads: ReadPattern, staged: Staged },
     /// `prepend`, opened for writing: the bytes staged for one prepend.
     Prepend { array: Arc<OpenArray>, spool: Mutex<Spool> },

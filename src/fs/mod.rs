@@ -40,6 +40,9 @@ pub struct Attr {
     pub ino: u64,
     pub kind: FileKind,
     pub size: u64,
+    /// Bytes the file takes of its own: a view that carries `data`'s bytes counts only its
+    /// header, so that `du` counts an array once.
+    pub own_bytes: u64,
     pub perm: u16,
     pub mtime: SystemTime,
     /// Changes behind the kernel's back (metadata documents): not to be cached.
@@ -139,15 +142,34 @@ impl ZarrFs {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.node(ino)?;
-        let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, perm, mtime: self.mount_time, volatile: false };
-        let file = |size: u64, perm: u16| Attr { ino, kind: FileKind::RegularFile, size, perm, mtime: self.mount_time, volatile: false };
+        let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime: self.mount_time, volatile: false };
+        let file = |size: u64, perm: u16| Attr {
+            ino,
+            kind: FileKind::RegularFile,
+            size,
+            own_bytes: size,
+            perm,
+            mtime: self.mount_time,
+            volatile: false,
+        };
+        let data_perm = if self.cx.config.read_only { 0o444 } else { 0o644 };
         Ok(match node.kind {
             NodeKind::Dir => dir(0o755),
             NodeKind::ControlDir => dir(0o555),
             NodeKind::MetaFile => Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, 0o444) },
             NodeKind::Data => {
                 let (size, volatile) = self.nodes.data_file(&self.cx, &node.path)?.size(&self.cx)?;
-                Attr { volatile, ..file(size, if self.cx.config.read_only { 0o444 } else { 0o644 }) }
+                Attr { volatile, ..file(size, data_perm) }
+            }
+            // A view follows the array's shape, which writes through `data` change behind the
+            // kernel's back: its attributes are not cached.
+            NodeKind::View(format) => {
+                let file_of = self.nodes.data_file(&self.cx, &node.path)?;
+                let header = file_of.header(&self.cx, format).map_err(|_| Error::NotFound)?.len() as u64;
+                match format.carries_data() {
+                    true => Attr { own_bytes: header, volatile: true, ..file(header + file_of.size(&self.cx)?.0, data_perm) },
+                    false => Attr { volatile: true, ..file(header, 0o444) },
+                }
             }
             NodeKind::Prepend => file(0, 0o200),
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, 0o444),
@@ -164,6 +186,17 @@ impl ZarrFs {
             (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
             (NodeKind::MetaFile | NodeKind::ErrorFile | NodeKind::StatsFile, true) => {
                 return Err(Error::NotPermitted("metadata documents are read-only through the mount".into()));
+            }
+            (NodeKind::View(format), writable) if format.carries_data() => Opened::Data {
+                file: self.nodes.data_file(&self.cx, &node.path)?,
+                writable,
+                reads: view::ReadPattern::default(),
+                staged: Mutex::new(None),
+            },
+            (NodeKind::View(_), true) => return Err(Error::NotPermitted("a header view follows the array: change it through data".into())),
+            (NodeKind::View(format), false) => {
+                let file = self.nodes.data_file(&self.cx, &node.path)?;
+                Opened::Document(Arc::from(file.header(&self.cx, format).map_err(|_| Error::NotFound)?))
             }
             (NodeKind::MetaFile, false) => Opened::Document(Arc::from(self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
@@ -182,7 +215,7 @@ impl ZarrFs {
         };
         let fh = self.cx.next_id();
         self.handles.insert(fh, Handle { opener: pid, opened });
-        if truncate && write && node.kind == NodeKind::Data {
+        if truncate && write && matches!(node.kind, NodeKind::Data | NodeKind::View(_)) {
             drop(permit);
             if let Err(e) = self.truncate(ino, 0, Some(fh)) {
                 self.handles.remove(fh);
@@ -203,6 +236,15 @@ impl ZarrFs {
         match (node.kind, handle.as_ref().map(|h| &h.opened)) {
             (_, Some(Opened::Document(bytes))) => Ok(slice(bytes)),
             (NodeKind::Data, Some(Opened::Data { file, reads, .. })) => file.view.read(&self.cx, &file.array, Some(reads), offset, size),
+            (NodeKind::View(format), Some(Opened::Data { file, reads, .. })) => {
+                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
+                file.read_after(&self.cx, &header, Some(reads), offset, size)
+            }
+            (NodeKind::View(format), _) => {
+                let file = self.nodes.data_file(&self.cx, &node.path)?;
+                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
+                if format.carries_data() { file.read_after(&self.cx, &header, None, offset, size) } else { Ok(slice(&header)) }
+            }
             (NodeKind::Data, _) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.view.read(&self.cx, &file.array, None, offset, size)
@@ -224,7 +266,15 @@ impl ZarrFs {
         match (node.kind, &handle.opened) {
             (NodeKind::Prepend, Opened::Prepend { spool, .. }) => crate::error::lock(spool).write(offset, data)?,
             (NodeKind::Prepend, _) => return Err(Error::Invalid("prepend is not open for writing".into())),
-            (NodeKind::Data, Opened::Data { file, staged, .. }) => file.view.write(&self.cx, &file.array, staged, offset, data, append)?,
+            (NodeKind::Data, Opened::Data { file, staged, .. }) => {
+                file.view.write(&self.cx, &file.array, staged, offset, data, append)?;
+                self.cx.invalidate_files(&file.array, DATA);
+            }
+            (NodeKind::View(format), Opened::Data { file, staged, .. }) => {
+                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
+                file.write_after(&self.cx, &header, staged, offset, data)?;
+                self.cx.invalidate_files(&file.array, format.file_name());
+            }
             _ => return Err(Error::NotPermitted("only data and prepend are written to".into())),
         }
         Ok(data.len() as u32)
@@ -245,6 +295,8 @@ impl ZarrFs {
                 };
                 file.view.truncate(&self.cx, &file.array, staged, size)?;
             }
+            NodeKind::View(_) if size == self.getattr(ino)?.size => {}
+            NodeKind::View(_) => return Err(Error::Unsupported("a view does not change the array's size: resize it through data".into())),
             // Opening `prepend` for writing truncates it: it is always empty.
             NodeKind::Prepend if size == 0 => {}
             _ => return Err(Error::NotPermitted("only data can change size".into())),

@@ -11,6 +11,7 @@ use super::open::OpenArray;
 use super::tree::{self, Node, NodeKind};
 use super::view::DataFile;
 use crate::error::lock;
+use crate::headers::HeaderFormat;
 use crate::store::{self, ByteRange};
 use crate::zarr::array::Array;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
@@ -106,17 +107,22 @@ impl Nodes {
             _ => {}
         }
         let state = self.dir_state(cx, &dir.path)?;
-        let kind = match (name, &state) {
-            (DATA, DirState::Array(_)) => NodeKind::Data,
-            (PREPEND, DirState::Array(_)) => NodeKind::Prepend,
-            (ERROR, DirState::Broken(_)) => NodeKind::ErrorFile,
-            (n, _) if METADATA_DOCUMENTS.contains(&n) => {
+        let view = match &state {
+            DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.header(cx, f).is_ok()),
+            _ => None,
+        };
+        let kind = match (name, &state, view) {
+            (DATA, DirState::Array(_), _) => NodeKind::Data,
+            (PREPEND, DirState::Array(_), _) => NodeKind::Prepend,
+            (ERROR, DirState::Broken(_), _) => NodeKind::ErrorFile,
+            (_, _, Some(format)) => NodeKind::View(format),
+            (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
                 if cx.store.get_range(&store::join(&dir.path, n), ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
                 }
                 NodeKind::MetaFile
             }
-            (n, DirState::Group) if !is_hidden(n) && is_node(cx.store.as_ref(), &store::join(&dir.path, n))? => NodeKind::Dir,
+            (n, DirState::Group, _) if !is_hidden(n) && is_node(cx.store.as_ref(), &store::join(&dir.path, n))? => NodeKind::Dir,
             _ => return Err(Error::NotFound),
         };
         let path = match kind {
@@ -148,9 +154,12 @@ impl Nodes {
             push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
         }
         match state {
-            DirState::Array(_) => {
+            DirState::Array(file) => {
                 push(DATA, NodeKind::Data, dir.path.clone());
                 push(PREPEND, NodeKind::Prepend, dir.path.clone());
+                for format in HeaderFormat::ALL.into_iter().filter(|&f| file.header(cx, f).is_ok()) {
+                    push(format.file_name(), NodeKind::View(format), dir.path.clone());
+                }
             }
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
             DirState::Group => {

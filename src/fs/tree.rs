@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::headers::HeaderFormat;
+
 pub const ROOT: u64 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -13,6 +15,8 @@ pub enum NodeKind {
     MetaFile,
     /// An array's elements as one flat file.
     Data,
+    /// A header view of `data` for legacy tools (`data.npy`, `data.hdr`, ...).
+    View(HeaderFormat),
     /// Write-only: bytes written here go in front of the array.
     Prepend,
     /// Why a node cannot be served.

@@ -56,7 +56,7 @@ impl FuseAdapter {
         FileAttr {
             ino: INodeNo(a.ino),
             size: a.size,
-            blocks: a.size.div_ceil(512),
+            blocks: a.own_bytes.div_ceil(512),
             atime: a.mtime,
             mtime: a.mtime,
             ctime: a.mtime,

@@ -23,6 +23,36 @@ pub struct Expected {
     pub path: String,
     pub bytes: Vec<u8>,
     pub bad_ranges: Vec<(usize, usize)>,
+    /// numpy's name of the data type (`int32`, `>f8`, `<U5`, `?`).
+    pub dtype: String,
+    pub shape: Vec<u64>,
+}
+
+impl Expected {
+    /// The header views the contract shows for this array (legacy-headers.md): npy for every
+    /// fixed-size type; ENVI, NRRD and MetaImage for the numeric types each has a code for,
+    /// with at least one axis and none of length 0.
+    pub fn views(&self) -> Vec<&'static str> {
+        let base = self.dtype.trim_start_matches(['<', '>', '|', '=']);
+        let base = match base {
+            "?" | "b1" => "bool",
+            "f8" => "float64",
+            "i4" => "int32",
+            other => other,
+        };
+        let sidecar = !self.shape.is_empty() && !self.shape.contains(&0);
+        let envi =
+            ["bool", "uint8", "int16", "int32", "float32", "float64", "complex64", "complex128", "uint16", "uint32", "int64", "uint64"];
+        let nrrd = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"];
+        let mut out = vec!["data.npy"];
+        if sidecar && envi.contains(&base) {
+            out.push("data.hdr");
+        }
+        if sidecar && nrrd.contains(&base) {
+            out.extend(["data.nhdr", "data.mhd"]);
+        }
+        out
+    }
 }
 
 pub fn expected() -> Vec<Expected> {
@@ -38,7 +68,9 @@ pub fn expected() -> Vec<Expected> {
             .and_then(|r| r.as_array())
             .map(|a| a.iter().map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_u64().unwrap() as usize)).collect())
             .unwrap_or_default();
-        out.push(Expected { store: store.to_string(), path: path.to_string(), bytes, bad_ranges });
+        let dtype = entry["dtype"].as_str().unwrap_or_default().to_string();
+        let shape = entry["shape"].as_array().map(|s| s.iter().filter_map(|n| n.as_u64()).collect()).unwrap_or_default();
+        out.push(Expected { store: store.to_string(), path: path.to_string(), bytes, bad_ranges, dtype, shape });
     }
     out
 }

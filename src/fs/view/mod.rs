@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use super::context::Context;
 use super::open::OpenArray;
-use crate::Result;
+use crate::headers::HeaderFormat;
+use crate::{Error, Result};
 
 /// What a handle has staged for its view until it closes (text: the new text, or the lines
 /// to append).
@@ -51,5 +52,48 @@ impl DataFile {
 
     pub fn size(&self, cx: &Context) -> Result<(u64, bool)> {
         self.view.size(cx, &self.array)
+    }
+
+    /// The header of this array's `format` view, when the mount shows that view and the
+    /// format can express the array (else why not).
+    pub fn header(&self, cx: &Context, format: HeaderFormat) -> std::result::Result<Vec<u8>, String> {
+        if !cx.config.views.contains(&format) {
+            return Err(format!("{} views are off (-o views)", format.option_name()));
+        }
+        let array = self.array.array();
+        format.header(&array.meta.dtype, &array.meta.shape)
+    }
+
+    /// Bytes of a view that shows `header` and then the bytes of `data` (`data.npy`).
+    pub fn read_after(&self, cx: &Context, header: &[u8], reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = header.len() as u64;
+        let end = offset.saturating_add(u64::from(size));
+        let mut out = header.get(offset.min(h) as usize..end.min(h) as usize).unwrap_or_default().to_vec();
+        if end > h {
+            let from = offset.max(h) - h;
+            out.extend(self.view.read(cx, &self.array, reads, from, (end - h - from) as u32)?);
+        }
+        Ok(out)
+    }
+
+    /// A write to such a view: header bytes may be written back unchanged (a page of an mmap),
+    /// never changed; the rest are writes to `data`, within its size (a view cannot resize).
+    pub fn write_after(&self, cx: &Context, header: &[u8], staged: &Staged, offset: u64, data: &[u8]) -> Result<()> {
+        let h = header.len() as u64;
+        let end = offset.saturating_add(data.len() as u64);
+        if offset < h {
+            let n = (h - offset).min(data.len() as u64) as usize;
+            if data[..n] != header[offset as usize..offset as usize + n] {
+                return Err(Error::NotPermitted("a view's header is the array's type and shape: change those through data".into()));
+            }
+        }
+        if end <= h {
+            return Ok(());
+        }
+        if end - h > self.size(cx)?.0 {
+            return Err(Error::Unsupported("a view does not change the array's size: grow it through data or prepend".into()));
+        }
+        let skip = h.saturating_sub(offset) as usize;
+        self.view.write(cx, &self.array, staged, offset.max(h) - h, &data[skip..], false)
     }
 }

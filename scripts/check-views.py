@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Header views read by the tools they are for: every array of the v3 and v2 fixtures with a
+view is read through a live mount by numpy (`np.load` of `data.npy`, with `mmap_mode="r"`),
+pynrrd (`data.nhdr`), SimpleITK (`data.mhd`) and GDAL through rasterio (`data` with its ENVI
+`data.hdr`) — whichever of them is installed — and compared with zarr-python's array. Then a
+copy of an array is written through `np.load(mmap_mode="r+")` and read back through `data` and,
+after unmounting, by zarr-python.
+
+    scripts/check-views.py target/release/zarrfs
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import warnings
+
+import numpy as np
+import zarr
+
+# zarr-python notes stray files in the fixtures, GDAL that a raw file has no geotransform.
+warnings.filterwarnings("ignore")
+
+binary = os.path.abspath(sys.argv[1])
+fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+readers = {}
+for name in ("nrrd", "SimpleITK", "rasterio"):
+    try:
+        readers[name] = __import__(name)
+    except ImportError:
+        print(f"views: {name} is not installed; its view is not checked")
+passed, failed = 0, []
+
+
+def check(ok, what):
+    global passed
+    if ok:
+        passed += 1
+    else:
+        failed.append(what)
+
+
+def mount(store, mnt):
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+
+
+def unmount(mnt):
+    subprocess.run([binary, "unmount", mnt], check=True)
+
+
+def arrays(group, prefix=""):
+    for name, node in group.members():
+        path = f"{prefix}{name}"
+        if isinstance(node, zarr.Array):
+            yield path, node
+        else:
+            yield from arrays(node, path + "/")
+
+
+def as_le(a):
+    return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
+
+
+work = tempfile.mkdtemp(prefix="zarrfs-views-")
+try:
+    for store in ("v3.zarr", "v2.zarr"):
+        mnt = os.path.join(work, "mnt-" + store)
+        mount(os.path.join(fixtures, store), mnt)
+        try:
+            for path, arr in arrays(zarr.open_group(os.path.join(fixtures, store), mode="r")):
+                d = os.path.join(mnt, path)
+                if not os.path.exists(os.path.join(d, "data.npy")):
+                    continue
+                try:
+                    want = as_le(arr[...])
+                except Exception:
+                    continue  # damaged fixtures are checked elsewhere
+                what = f"{store}/{path}"
+                got = np.load(os.path.join(d, "data.npy"), mmap_mode="r")
+                # Byte for byte: NaN and NaT compare equal where their bits do.
+                check(got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes(), f"{what}: np.load(data.npy)")
+                if "nrrd" in readers and os.path.exists(os.path.join(d, "data.nhdr")):
+                    data, _ = readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")
+                    check(np.array_equal(data, want.astype(data.dtype) if want.dtype == bool else want, equal_nan=True), f"{what}: pynrrd")
+                # SimpleITK reads 2 to 5 dimensions.
+                if "SimpleITK" in readers and os.path.exists(os.path.join(d, "data.mhd")) and 2 <= want.ndim <= 5:
+                    img = readers["SimpleITK"].GetArrayFromImage(readers["SimpleITK"].ReadImage(os.path.join(d, "data.mhd")))
+                    check(np.array_equal(img, want.astype(img.dtype) if want.dtype == bool else want, equal_nan=True), f"{what}: SimpleITK")
+                if "rasterio" in readers and os.path.exists(os.path.join(d, "data.hdr")) and want.ndim in (2, 3):
+                    with readers["rasterio"].open(os.path.join(d, "data")) as ds:
+                        img = ds.read()
+                    expect = want.reshape((1,) + want.shape) if want.ndim == 2 else want
+                    check(np.array_equal(img, expect.astype(img.dtype) if want.dtype == bool else expect, equal_nan=True), f"{what}: GDAL ENVI")
+        finally:
+            unmount(mnt)
+
+    # Writes through np.load(mmap_mode="r+") land in the array.
+    store = os.path.join(work, "rw.zarr")
+    shutil.copytree(os.path.join(fixtures, "v3.zarr"), store)
+    mnt = os.path.join(work, "mnt-rw")
+    mount(store, mnt)
+    try:
+        view = np.load(os.path.join(mnt, "dtypes/float32/data.npy"), mmap_mode="r+")
+        model = np.array(view)
+        view[1:3, 2] = [41.5, -7.25]
+        model[1:3, 2] = [41.5, -7.25]
+        view.flush()
+        del view
+        raw = np.fromfile(os.path.join(mnt, "dtypes/float32/data"), dtype="<f4").reshape(model.shape)
+        check(np.array_equal(raw, model, equal_nan=True), "memmap r+ write read back through data")
+    finally:
+        unmount(mnt)
+    check(np.array_equal(zarr.open_array(os.path.join(store, "dtypes/float32"), mode="r")[...], model, equal_nan=True),
+          "memmap r+ write read back by zarr-python")
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+print(f"views: {passed} passed, {len(failed)} failed")
+for f in failed:
+    print("  FAILED", f)
+sys.exit(1 if failed else 0)
