@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Header views read by the tools they are for: every array of the v3 and v2 fixtures with a
 view is read through a live mount by numpy (`np.load` of `data.npy`, with `mmap_mode="r"`),
+tifffile (`imread` and `memmap` of `data.tif`), Pillow (2-D `data.tif`), nibabel (`data.nii`),
 pynrrd (`data.nhdr`), SimpleITK (`data.mhd`) and GDAL through rasterio (`data` with its ENVI
-`data.hdr`) — whichever of them is installed — and compared with zarr-python's array. Then a
+`data.hdr`, and 2-D `data.tif`) — whichever of them is installed — and compared with
+zarr-python's array. Then a
 copy of an array is written through `np.load(mmap_mode="r+")` and read back through `data` and,
 after unmounting, by zarr-python.
 
@@ -25,9 +27,9 @@ warnings.filterwarnings("ignore")
 binary = os.path.abspath(sys.argv[1])
 fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 readers = {}
-for name in ("nrrd", "SimpleITK", "rasterio"):
+for name in ("nrrd", "SimpleITK", "rasterio", "tifffile", "PIL.Image", "nibabel"):
     try:
-        readers[name] = __import__(name)
+        readers[name] = __import__(name, fromlist=["_"])
     except ImportError:
         print(f"views: {name} is not installed; its view is not checked")
 passed, failed = 0, []
@@ -88,6 +90,22 @@ try:
                 if "SimpleITK" in readers and os.path.exists(os.path.join(d, "data.mhd")) and 2 <= want.ndim <= 5:
                     img = readers["SimpleITK"].GetArrayFromImage(readers["SimpleITK"].ReadImage(os.path.join(d, "data.mhd")))
                     check(np.array_equal(img, want.astype(img.dtype) if want.dtype == bool else want, equal_nan=True), f"{what}: SimpleITK")
+                tif = os.path.join(d, "data.tif")
+                as_stored = want.astype(np.uint8) if want.dtype == bool else want
+                if "tifffile" in readers and os.path.exists(tif):
+                    t = readers["tifffile"]
+                    check(np.array_equal(t.imread(tif), as_stored, equal_nan=True), f"{what}: tifffile.imread")
+                    check(np.array_equal(t.memmap(tif, mode="r"), as_stored, equal_nan=True), f"{what}: tifffile.memmap")
+                if "PIL.Image" in readers and os.path.exists(tif) and want.ndim == 2 and as_stored.dtype in (np.uint8, np.float32):
+                    with readers["PIL.Image"].open(tif) as im:
+                        check(np.array_equal(np.asarray(im), as_stored, equal_nan=True), f"{what}: Pillow")
+                if "rasterio" in readers and os.path.exists(tif) and want.ndim == 2 and as_stored.dtype != np.float16:
+                    with readers["rasterio"].open(tif) as ds:
+                        check(np.array_equal(ds.read(1), as_stored, equal_nan=True), f"{what}: GDAL GTiff")
+                if "nibabel" in readers and os.path.exists(os.path.join(d, "data.nii")):
+                    img = np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj)
+                    # NIfTI axes run fastest first: the transpose of the C-order array.
+                    check(np.array_equal(img, as_stored.T, equal_nan=True), f"{what}: nibabel")
                 if "rasterio" in readers and os.path.exists(os.path.join(d, "data.hdr")) and want.ndim in (2, 3):
                     with readers["rasterio"].open(os.path.join(d, "data")) as ds:
                         img = ds.read()

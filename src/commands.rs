@@ -113,7 +113,7 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()
-            .map(|f| (f.file_name().to_string(), f.header(&a.dtype, &a.shape).map_or_else(Value::from, |_| Value::Bool(true))))
+            .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape).map_or_else(Value::from, |_| Value::Bool(true))))
             .collect::<serde_json::Map<_, _>>(),
     })
 }

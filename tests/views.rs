@@ -30,7 +30,7 @@ fn every_view_of_every_fixture_shows_the_arrays_bytes_type_and_shape() {
         for e in expected().into_iter().filter(|e| e.store == store && e.bad_ranges.is_empty() && !e.bytes.is_empty()) {
             let dir = m.path(&e.path);
             let views = e.views();
-            for name in ["data.npy", "data.hdr", "data.nhdr", "data.mhd"] {
+            for name in ["data.npy", "data.tif", "data.nii", "data.hdr", "data.nhdr", "data.mhd"] {
                 assert_eq!(dir.join(name).exists(), views.contains(&name), "{store}/{}: {name}", e.path);
             }
             let npy = std::fs::read(dir.join("data.npy")).unwrap();
@@ -46,6 +46,15 @@ fn every_view_of_every_fixture_shows_the_arrays_bytes_type_and_shape() {
                 assert!(nhdr.contains(&format!("sizes: {fastest_first}\n")) && nhdr.ends_with("data file: data\n"), "{nhdr}");
                 let mhd = std::fs::read_to_string(dir.join("data.mhd")).unwrap();
                 assert!(mhd.contains(&format!("DimSize = {fastest_first}\n")) && mhd.ends_with("ElementDataFile = data\n"), "{mhd}");
+            }
+            for carrier in ["data.tif", "data.nii"].into_iter().filter(|v| views.contains(v)) {
+                let bytes = std::fs::read(dir.join(carrier)).unwrap();
+                assert!(bytes[4096..4096 + e.bytes.len()] == e.bytes[..], "{store}/{}: {carrier} does not carry data", e.path);
+            }
+            if views.contains(&"data.nii") {
+                let nii = std::fs::read(dir.join("data.nii")).unwrap();
+                assert_eq!(&nii[344..348], b"n+1\0");
+                assert_eq!(nii.len(), 4096 + e.bytes.len());
             }
             if views.contains(&"data.hdr") {
                 let hdr = std::fs::read_to_string(dir.join("data.hdr")).unwrap();

@@ -165,10 +165,11 @@ impl ZarrFs {
             // kernel's back: its attributes are not cached.
             NodeKind::View(format) => {
                 let file_of = self.nodes.data_file(&self.cx, &node.path)?;
-                let header = file_of.header(&self.cx, format).map_err(|_| Error::NotFound)?.len() as u64;
+                let layout = file_of.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                let own = layout.header.len() as u64 + layout.trailer_len();
                 match format.carries_data() {
-                    true => Attr { own_bytes: header, volatile: true, ..file(header + file_of.size(&self.cx)?.0, data_perm) },
-                    false => Attr { volatile: true, ..file(header, 0o444) },
+                    true => Attr { own_bytes: own, volatile: true, ..file(own + file_of.size(&self.cx)?.0, data_perm) },
+                    false => Attr { volatile: true, ..file(own, 0o444) },
                 }
             }
             NodeKind::Prepend => file(0, 0o200),
@@ -196,7 +197,7 @@ impl ZarrFs {
             (NodeKind::View(_), true) => return Err(Error::NotPermitted("a header view follows the array: change it through data".into())),
             (NodeKind::View(format), false) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
-                Opened::Document(Arc::from(file.header(&self.cx, format).map_err(|_| Error::NotFound)?))
+                Opened::Document(Arc::from(file.layout(&self.cx, format).map_err(|_| Error::NotFound)?.header))
             }
             (NodeKind::MetaFile, false) => Opened::Document(Arc::from(self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
@@ -237,13 +238,13 @@ impl ZarrFs {
             (_, Some(Opened::Document(bytes))) => Ok(slice(bytes)),
             (NodeKind::Data, Some(Opened::Data { file, reads, .. })) => file.view.read(&self.cx, &file.array, Some(reads), offset, size),
             (NodeKind::View(format), Some(Opened::Data { file, reads, .. })) => {
-                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
-                file.read_after(&self.cx, &header, Some(reads), offset, size)
+                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                file.read_around(&self.cx, &layout, Some(reads), offset, size)
             }
             (NodeKind::View(format), _) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
-                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
-                if format.carries_data() { file.read_after(&self.cx, &header, None, offset, size) } else { Ok(slice(&header)) }
+                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                if format.carries_data() { file.read_around(&self.cx, &layout, None, offset, size) } else { Ok(slice(&layout.header)) }
             }
             (NodeKind::Data, _) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
@@ -271,8 +272,8 @@ impl ZarrFs {
                 self.cx.invalidate_files(&file.array, DATA);
             }
             (NodeKind::View(format), Opened::Data { file, staged, .. }) => {
-                let header = file.header(&self.cx, format).map_err(|_| Error::NotFound)?;
-                file.write_after(&self.cx, &header, staged, offset, data)?;
+                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                file.write_around(&self.cx, &layout, staged, offset, data)?;
                 self.cx.invalidate_files(&file.array, format.file_name());
             }
             _ => return Err(Error::NotPermitted("only data and prepend are written to".into())),

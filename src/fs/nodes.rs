@@ -108,7 +108,7 @@ impl Nodes {
         }
         let state = self.dir_state(cx, &dir.path)?;
         let view = match &state {
-            DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.header(cx, f).is_ok()),
+            DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.layout(cx, f).is_ok()),
             _ => None,
         };
         let kind = match (name, &state, view) {
@@ -157,7 +157,7 @@ impl Nodes {
             DirState::Array(file) => {
                 push(DATA, NodeKind::Data, dir.path.clone());
                 push(PREPEND, NodeKind::Prepend, dir.path.clone());
-                for format in HeaderFormat::ALL.into_iter().filter(|&f| file.header(cx, f).is_ok()) {
+                for format in HeaderFormat::ALL.into_iter().filter(|&f| file.layout(cx, f).is_ok()) {
                     push(format.file_name(), NodeKind::View(format), dir.path.clone());
                 }
             }

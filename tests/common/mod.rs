@@ -30,8 +30,9 @@ pub struct Expected {
 
 impl Expected {
     /// The header views the contract shows for this array (legacy-headers.md): npy for every
-    /// fixed-size type; ENVI, NRRD and MetaImage for the numeric types each has a code for,
-    /// with at least one axis and none of length 0.
+    /// fixed-size type; TIFF (2-D and 3-D), NIfTI (up to 7-D, axes ≤ 32767), ENVI, NRRD and
+    /// MetaImage for the numeric types each has a code for, with at least one axis and none of
+    /// length 0.
     pub fn views(&self) -> Vec<&'static str> {
         let base = self.dtype.trim_start_matches(['<', '>', '|', '=']);
         let base = match base {
@@ -44,7 +45,29 @@ impl Expected {
         let envi =
             ["bool", "uint8", "int16", "int32", "float32", "float64", "complex64", "complex128", "uint16", "uint32", "int64", "uint64"];
         let nrrd = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"];
+        let tiff = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64"];
+        let nifti = [
+            "bool",
+            "uint8",
+            "int16",
+            "int32",
+            "float32",
+            "complex64",
+            "float64",
+            "int8",
+            "uint16",
+            "uint32",
+            "int64",
+            "uint64",
+            "complex128",
+        ];
         let mut out = vec!["data.npy"];
+        if sidecar && tiff.contains(&base) && (2..=3).contains(&self.shape.len()) {
+            out.push("data.tif");
+        }
+        if sidecar && nifti.contains(&base) && self.shape.len() <= 7 && self.shape.iter().all(|&n| n <= 32767) {
+            out.push("data.nii");
+        }
         if sidecar && envi.contains(&base) {
             out.push("data.hdr");
         }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::context::Context;
 use super::open::OpenArray;
-use crate::headers::HeaderFormat;
+use crate::headers::{HeaderFormat, Layout};
 use crate::{Error, Result};
 
 /// What a handle has staged for its view until it closes (text: the new text, or the lines
@@ -54,46 +54,57 @@ impl DataFile {
         self.view.size(cx, &self.array)
     }
 
-    /// The header of this array's `format` view, when the mount shows that view and the
+    /// The own bytes of this array's `format` view, when the mount shows that view and the
     /// format can express the array (else why not).
-    pub fn header(&self, cx: &Context, format: HeaderFormat) -> std::result::Result<Vec<u8>, String> {
+    pub fn layout(&self, cx: &Context, format: HeaderFormat) -> std::result::Result<Layout, String> {
         if !cx.config.views.contains(&format) {
-            return Err(format!("{} views are off (-o views)", format.option_name()));
+            return Err(format!("{} views are off (--views)", format.option_name()));
         }
         let array = self.array.array();
-        format.header(&array.meta.dtype, &array.meta.shape)
+        format.layout(&array.meta.dtype, &array.meta.shape)
     }
 
-    /// Bytes of a view that shows `header` and then the bytes of `data` (`data.npy`).
-    pub fn read_after(&self, cx: &Context, header: &[u8], reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let h = header.len() as u64;
-        let end = offset.saturating_add(u64::from(size));
-        let mut out = header.get(offset.min(h) as usize..end.min(h) as usize).unwrap_or_default().to_vec();
-        if end > h {
+    /// Bytes of a view that shows its header, the bytes of `data`, then its trailer (`.npy`,
+    /// `.tif`, `.nii`).
+    pub fn read_around(&self, cx: &Context, layout: &Layout, reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = layout.header.len() as u64;
+        let data_end = h + self.size(cx)?.0;
+        let end = offset.saturating_add(u64::from(size)).min(data_end + layout.trailer_len());
+        let mut out = layout.header.get(offset.min(h) as usize..end.min(h) as usize).unwrap_or_default().to_vec();
+        if end > h && offset < data_end {
             let from = offset.max(h) - h;
-            out.extend(self.view.read(cx, &self.array, reads, from, (end - h - from) as u32)?);
+            let to = end.min(data_end) - h;
+            out.extend(self.view.read(cx, &self.array, reads, from, (to - from) as u32)?);
+        }
+        if end > data_end {
+            out.extend(layout.trailer_bytes(offset.max(data_end) - data_end, end - data_end));
         }
         Ok(out)
     }
 
-    /// A write to such a view: header bytes may be written back unchanged (a page of an mmap),
-    /// never changed; the rest are writes to `data`, within its size (a view cannot resize).
-    pub fn write_after(&self, cx: &Context, header: &[u8], staged: &Staged, offset: u64, data: &[u8]) -> Result<()> {
-        let h = header.len() as u64;
+    /// A write to such a view: the view's own bytes may be written back unchanged (a page of
+    /// an mmap), never changed; the rest are writes to `data`, within its size (a view cannot
+    /// resize the array).
+    pub fn write_around(&self, cx: &Context, layout: &Layout, staged: &Staged, offset: u64, data: &[u8]) -> Result<()> {
+        let h = layout.header.len() as u64;
+        let data_end = h + self.size(cx)?.0;
         let end = offset.saturating_add(data.len() as u64);
-        if offset < h {
-            let n = (h - offset).min(data.len() as u64) as usize;
-            if data[..n] != header[offset as usize..offset as usize + n] {
-                return Err(Error::NotPermitted("a view's header is the array's type and shape: change those through data".into()));
-            }
-        }
-        if end <= h {
-            return Ok(());
-        }
-        if end - h > self.size(cx)?.0 {
+        if end > data_end + layout.trailer_len() {
             return Err(Error::Unsupported("a view does not change the array's size: grow it through data or prepend".into()));
         }
-        let skip = h.saturating_sub(offset) as usize;
-        self.view.write(cx, &self.array, staged, offset.max(h) - h, &data[skip..], false)
+        // `own` is what the view holds from `at` on, within this write.
+        let unchanged = |own: &[u8], at: u64| own.is_empty() || data[(at - offset) as usize..][..own.len()] == *own;
+        let header_part = &layout.header[offset.min(h) as usize..end.min(h) as usize];
+        let trailer_from = offset.max(data_end);
+        let trailer_part = if end > trailer_from { layout.trailer_bytes(trailer_from - data_end, end - data_end) } else { Vec::new() };
+        if !unchanged(header_part, offset) || !unchanged(&trailer_part, trailer_from) {
+            return Err(Error::NotPermitted("a view's header is the array's type and shape: change those through data".into()));
+        }
+        if end <= h || offset >= data_end {
+            return Ok(());
+        }
+        let (from, to) = (offset.max(h), end.min(data_end));
+        let part = &data[(from - offset) as usize..(to - offset) as usize];
+        self.view.write(cx, &self.array, staged, from - h, part, false)
     }
 }

@@ -1,0 +1,158 @@
+//! Headers that let legacy tools open an array's flat file by themselves (legacy-headers.md):
+//! views that carry the bytes of `data` after a 4096-byte header — `.npy`, `.tif` (whose page
+//! directories follow the data) and `.nii` — and the sidecars ENVI `.hdr`, NRRD `.nhdr` and
+//! MetaImage `.mhd`, which name `data`. Each is a pure function of the data type and shape; a
+//! format that cannot express an array says why. It knows nothing of files or mounts.
+
+mod nifti;
+mod npy;
+mod sidecar;
+mod tiff;
+
+use crate::zarr::dtype::DataType;
+
+/// The bytes of `data` start at this offset in a view that carries them: the view's pages
+/// line up with those of `data`, and growth leaves the header's length alone.
+pub const CARRIED_DATA_OFFSET: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeaderFormat {
+    Npy,
+    Tiff,
+    Nifti,
+    Envi,
+    Nrrd,
+    MetaImage,
+}
+
+/// A view's own bytes: the header, and (TIFF) what follows the array's bytes.
+pub struct Layout {
+    pub header: Vec<u8>,
+    trailer: Option<tiff::Directories>,
+}
+
+impl Layout {
+    pub fn trailer_len(&self) -> u64 {
+        self.trailer.as_ref().map_or(0, tiff::Directories::len)
+    }
+
+    /// Bytes `from..to` of the trailer (offsets within it).
+    pub fn trailer_bytes(&self, from: u64, to: u64) -> Vec<u8> {
+        self.trailer.as_ref().map_or_else(Vec::new, |t| t.bytes(from, to.min(t.len())))
+    }
+}
+
+impl HeaderFormat {
+    pub const ALL: [HeaderFormat; 6] =
+        [HeaderFormat::Npy, HeaderFormat::Tiff, HeaderFormat::Nifti, HeaderFormat::Envi, HeaderFormat::Nrrd, HeaderFormat::MetaImage];
+
+    /// The view's name beside `data`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            HeaderFormat::Npy => "data.npy",
+            HeaderFormat::Tiff => "data.tif",
+            HeaderFormat::Nifti => "data.nii",
+            HeaderFormat::Envi => "data.hdr",
+            HeaderFormat::Nrrd => "data.nhdr",
+            HeaderFormat::MetaImage => "data.mhd",
+        }
+    }
+
+    /// Its name in `--views` and `-o views=`.
+    pub fn option_name(self) -> &'static str {
+        match self {
+            HeaderFormat::Npy => "npy",
+            HeaderFormat::Tiff => "tiff",
+            HeaderFormat::Nifti => "nifti",
+            HeaderFormat::Envi => "envi",
+            HeaderFormat::Nrrd => "nrrd",
+            HeaderFormat::MetaImage => "mhd",
+        }
+    }
+
+    pub fn by_file_name(name: &str) -> Option<HeaderFormat> {
+        HeaderFormat::ALL.into_iter().find(|f| f.file_name() == name)
+    }
+
+    /// A list of views: `all`, `none`, or names joined with `,` (`--views`) or `:` / `+` (in
+    /// `-o views=`, where commas separate mount options).
+    pub fn parse_list(list: &str) -> Result<Vec<HeaderFormat>, String> {
+        match list {
+            "all" => return Ok(HeaderFormat::ALL.to_vec()),
+            "none" | "" => return Ok(Vec::new()),
+            _ => {}
+        }
+        list.split([',', ':', '+'])
+            .map(|name| {
+                HeaderFormat::ALL
+                    .into_iter()
+                    .find(|f| f.option_name() == name)
+                    .ok_or_else(|| format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd; all or none)"))
+            })
+            .collect()
+    }
+
+    /// Whether the array's bytes follow the header in the view itself (else it names `data`).
+    pub fn carries_data(self) -> bool {
+        matches!(self, HeaderFormat::Npy | HeaderFormat::Tiff | HeaderFormat::Nifti)
+    }
+
+    /// The view's own bytes for an array of `dtype` and `shape` (C order, little-endian), or
+    /// why this format cannot show it.
+    pub fn layout(self, dtype: &DataType, shape: &[u64]) -> Result<Layout, String> {
+        if dtype.is_variable() {
+            return Err("variable-length elements have no fixed size".into());
+        }
+        if self != HeaderFormat::Npy {
+            if shape.is_empty() {
+                return Err("a 0-d array has no axes to describe".into());
+            }
+            if shape.contains(&0) {
+                return Err("an axis of length 0".into());
+            }
+        }
+        let header = |bytes: Result<Vec<u8>, String>| bytes.map(|header| Layout { header, trailer: None });
+        match self {
+            HeaderFormat::Npy => header(npy::header(dtype, shape)),
+            HeaderFormat::Tiff => tiff::layout(dtype, shape),
+            HeaderFormat::Nifti => header(nifti::header(dtype, shape)),
+            HeaderFormat::Envi => header(sidecar::envi(dtype, shape)),
+            HeaderFormat::Nrrd => header(sidecar::nrrd(dtype, shape)),
+            HeaderFormat::MetaImage => header(sidecar::metaimage(dtype, shape)),
+        }
+    }
+}
+
+fn no_type(format: &str, dtype: &DataType) -> String {
+    format!("{format} has no type for {}", dtype.name())
+}
+
+/// A header padded with zeros to `CARRIED_DATA_OFFSET`.
+fn padded(mut header: Vec<u8>) -> Vec<u8> {
+    header.resize(CARRIED_DATA_OFFSET as usize, 0);
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_lists_parse() {
+        assert_eq!(HeaderFormat::parse_list("npy:nrrd").unwrap(), vec![HeaderFormat::Npy, HeaderFormat::Nrrd]);
+        assert_eq!(HeaderFormat::parse_list("tiff,nifti").unwrap(), vec![HeaderFormat::Tiff, HeaderFormat::Nifti]);
+        assert_eq!(HeaderFormat::parse_list("all").unwrap().len(), 6);
+        assert!(HeaderFormat::parse_list("none").unwrap().is_empty());
+        assert!(HeaderFormat::parse_list("png").is_err());
+    }
+
+    #[test]
+    fn only_npy_shows_0_d_arrays_and_none_shows_empty_axes_or_text() {
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[]).is_ok());
+        for f in HeaderFormat::ALL.into_iter().filter(|&f| f != HeaderFormat::Npy) {
+            assert!(f.layout(&DataType::UInt8, &[]).is_err(), "{f:?}");
+            assert!(f.layout(&DataType::UInt8, &[0, 4]).is_err(), "{f:?}");
+        }
+        assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3]).is_err()));
+    }
+}
