@@ -128,6 +128,20 @@ try:
         del view
         raw = np.fromfile(os.path.join(mnt, "dtypes/float32/data"), dtype="<f4").reshape(model.shape)
         check(np.array_equal(raw, model, equal_nan=True), "memmap r+ write read back through data")
+        # A growth through data: every view shows the new shape at once (new rows are fill).
+        d = os.path.join(mnt, "dtypes/uint16")
+        before = np.load(os.path.join(d, "data.npy"))
+        with open(os.path.join(d, "data"), "r+b") as f:
+            f.truncate((before.shape[0] + 2) * before.shape[1] * 2)
+        fill = zarr.open_array(os.path.join(fixtures, "v3.zarr", "dtypes/uint16"), mode="r").fill_value
+        grown = np.concatenate([before, np.full((2, before.shape[1]), fill, dtype=before.dtype)])
+        check(np.array_equal(np.load(os.path.join(d, "data.npy")), grown), "npy after a growth")
+        if "tifffile" in readers:
+            check(np.array_equal(readers["tifffile"].imread(os.path.join(d, "data.tif")), grown), "tifffile after a growth")
+        if "nibabel" in readers:
+            check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), grown.T), "nibabel after a growth")
+        if "nrrd" in readers:
+            check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], grown), "pynrrd after a growth")
     finally:
         unmount(mnt)
     check(np.array_equal(zarr.open_array(os.path.join(store, "dtypes/float32"), mode="r")[...], model, equal_nan=True),

@@ -295,6 +295,7 @@ impl ZarrFs {
                     _ => None,
                 };
                 file.view.truncate(&self.cx, &file.array, staged, size)?;
+                self.cx.invalidate_files(&file.array, DATA);
             }
             NodeKind::View(_) if size == self.getattr(ino)?.size => {}
             NodeKind::View(_) => return Err(Error::Unsupported("a view does not change the array's size: resize it through data".into())),
