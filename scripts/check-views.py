@@ -4,9 +4,9 @@ view is read through a live mount by numpy (`np.load` of `data.npy`, with `mmap_
 tifffile (`imread` and `memmap` of `data.tif`), Pillow (2-D `data.tif`), nibabel (`data.nii`),
 pynrrd (`data.nhdr`), SimpleITK (`data.mhd`) and GDAL through rasterio (`data` with its ENVI
 `data.hdr`, and 2-D `data.tif`) — whichever of them is installed — and compared with
-zarr-python's array. Then a
-copy of an array is written through `np.load(mmap_mode="r+")` and read back through `data` and,
-after unmounting, by zarr-python.
+zarr-python's array. Then, on a copy: a write through `np.load(mmap_mode="r+")` is read back
+through `data` and, after unmounting, by zarr-python; an array grown through `data` and one
+prepended through `prepend` are re-read through their views by the same readers.
 
     scripts/check-views.py target/release/zarrfs
 """
@@ -43,9 +43,9 @@ def check(ok, what):
         failed.append(what)
 
 
-def mount(store, mnt):
+def mount(store, mnt, *extra):
     os.makedirs(mnt, exist_ok=True)
-    subprocess.run([binary, "mount", store, mnt], check=True)
+    subprocess.run([binary, "mount", store, mnt, *extra], check=True)
 
 
 def unmount(mnt):
@@ -146,6 +146,29 @@ try:
         unmount(mnt)
     check(np.array_equal(zarr.open_array(os.path.join(store, "dtypes/float32"), mode="r")[...], model, equal_nan=True),
           "memmap r+ write read back by zarr-python")
+
+    # A prepend (one chunk row of 3 in front, adopting the offset key encoding): every view shows
+    # the new rows first.
+    mount(store, mnt, "--adopt-offset")
+    try:
+        d = os.path.join(mnt, "dtypes/int16")
+        before = np.load(os.path.join(d, "data.npy"))
+        rows = np.arange(3 * before.shape[1], dtype="<i2").reshape(3, before.shape[1]) - 100
+        with open(os.path.join(d, "prepend"), "wb") as f:
+            f.write(rows.tobytes())
+        after = np.concatenate([rows, before])
+        check(np.array_equal(np.load(os.path.join(d, "data.npy")), after), "npy after a prepend")
+        if "tifffile" in readers:
+            check(np.array_equal(readers["tifffile"].imread(os.path.join(d, "data.tif")), after), "tifffile after a prepend")
+        if "nibabel" in readers:
+            check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), after.T), "nibabel after a prepend")
+        if "nrrd" in readers:
+            check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], after), "pynrrd after a prepend")
+        if "SimpleITK" in readers:
+            sitk = readers["SimpleITK"]
+            check(np.array_equal(sitk.GetArrayFromImage(sitk.ReadImage(os.path.join(d, "data.mhd"))), after), "SimpleITK after a prepend")
+    finally:
+        unmount(mnt)
 finally:
     shutil.rmtree(work, ignore_errors=True)
 

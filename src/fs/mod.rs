@@ -161,14 +161,18 @@ impl ZarrFs {
                 let (size, volatile) = self.nodes.data_file(&self.cx, &node.path)?.size(&self.cx)?;
                 Attr { volatile, ..file(size, data_perm) }
             }
-            // A view follows the array's shape, which writes through `data` change behind the
-            // kernel's back: its attributes are not cached.
+            // A view follows the array's shape. One that carries the data is cached as `data` is:
+            // every change through the array's other files drops it (`invalidate_files`); a
+            // sidecar is small and not cached.
             NodeKind::View(format) => {
                 let file_of = self.nodes.data_file(&self.cx, &node.path)?;
                 let layout = file_of.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
                 let own = layout.header.len() as u64 + layout.trailer_len();
                 match format.carries_data() {
-                    true => Attr { own_bytes: own, volatile: true, ..file(own + file_of.size(&self.cx)?.0, data_perm) },
+                    true => {
+                        let (size, volatile) = file_of.size(&self.cx)?;
+                        Attr { own_bytes: own, volatile, ..file(own + size, data_perm) }
+                    }
                     false => Attr { volatile: true, ..file(own, 0o444) },
                 }
             }
