@@ -61,6 +61,20 @@ def arrays(group, prefix=""):
             yield from arrays(node, path + "/")
 
 
+def reread(d, want, when):
+    """The views of the array in `d`, read again after it changed, must show `want`."""
+    check(np.array_equal(np.load(os.path.join(d, "data.npy")), want), f"numpy {when}")
+    if "tifffile" in readers:
+        check(np.array_equal(readers["tifffile"].imread(os.path.join(d, "data.tif")), want), f"tifffile {when}")
+    if "nibabel" in readers:
+        check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), want.T), f"nibabel {when}")
+    if "nrrd" in readers:
+        check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], want), f"pynrrd {when}")
+    if "SimpleITK" in readers:
+        sitk = readers["SimpleITK"]
+        check(np.array_equal(sitk.GetArrayFromImage(sitk.ReadImage(os.path.join(d, "data.mhd"))), want), f"SimpleITK {when}")
+
+
 def as_le(a):
     return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
 
@@ -135,13 +149,7 @@ try:
             f.truncate((before.shape[0] + 2) * before.shape[1] * 2)
         fill = zarr.open_array(os.path.join(fixtures, "v3.zarr", "dtypes/uint16"), mode="r").fill_value
         grown = np.concatenate([before, np.full((2, before.shape[1]), fill, dtype=before.dtype)])
-        check(np.array_equal(np.load(os.path.join(d, "data.npy")), grown), "npy after a growth")
-        if "tifffile" in readers:
-            check(np.array_equal(readers["tifffile"].imread(os.path.join(d, "data.tif")), grown), "tifffile after a growth")
-        if "nibabel" in readers:
-            check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), grown.T), "nibabel after a growth")
-        if "nrrd" in readers:
-            check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], grown), "pynrrd after a growth")
+        reread(d, grown, "after a growth")
     finally:
         unmount(mnt)
     check(np.array_equal(zarr.open_array(os.path.join(store, "dtypes/float32"), mode="r")[...], model, equal_nan=True),
@@ -157,16 +165,7 @@ try:
         with open(os.path.join(d, "prepend"), "wb") as f:
             f.write(rows.tobytes())
         after = np.concatenate([rows, before])
-        check(np.array_equal(np.load(os.path.join(d, "data.npy")), after), "npy after a prepend")
-        if "tifffile" in readers:
-            check(np.array_equal(readers["tifffile"].imread(os.path.join(d, "data.tif")), after), "tifffile after a prepend")
-        if "nibabel" in readers:
-            check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), after.T), "nibabel after a prepend")
-        if "nrrd" in readers:
-            check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], after), "pynrrd after a prepend")
-        if "SimpleITK" in readers:
-            sitk = readers["SimpleITK"]
-            check(np.array_equal(sitk.GetArrayFromImage(sitk.ReadImage(os.path.join(d, "data.mhd"))), after), "SimpleITK after a prepend")
+        reread(d, after, "after a prepend")
     finally:
         unmount(mnt)
 finally:

@@ -122,3 +122,27 @@ fn the_views_option_chooses_which_appear_and_sidecars_are_read_only() {
     let err = std::fs::OpenOptions::new().write(true).open(dir(&some).join("data.mhd")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM));
 }
+
+#[test]
+fn a_change_through_one_file_is_seen_through_the_others_already_cached() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    let dir = m.path("dtypes/int32");
+    // Both files are read first, so the kernel holds their pages.
+    let npy_before = std::fs::read(dir.join("data.npy")).unwrap();
+    let data_before = std::fs::read(dir.join("data")).unwrap();
+    assert!(npy_before[4096..] == data_before[..]);
+    std::fs::OpenOptions::new().write(true).open(dir.join("data")).unwrap().write_all_at(&99i32.to_le_bytes(), 0).unwrap();
+    assert_eq!(std::fs::read(dir.join("data.npy")).unwrap()[4096..4100], 99i32.to_le_bytes(), "data.npy shows a write through data");
+    std::fs::OpenOptions::new().write(true).open(dir.join("data.npy")).unwrap().write_all_at(&77i32.to_le_bytes(), 4100).unwrap();
+    assert_eq!(std::fs::read(dir.join("data")).unwrap()[4..8], 77i32.to_le_bytes(), "data shows a write through data.npy");
+    let tif = std::fs::read(dir.join("data.tif")).unwrap();
+    assert_eq!(tif[4096..4104], [99i32.to_le_bytes(), 77i32.to_le_bytes()].concat()[..], "data.tif shows both");
+    // A growth through data: the views' sizes and headers follow although their pages were cached.
+    let f = std::fs::OpenOptions::new().write(true).open(dir.join("data")).unwrap();
+    f.set_len(data_before.len() as u64 + 5 * 4).unwrap();
+    drop(f);
+    let npy = std::fs::read(dir.join("data.npy")).unwrap();
+    assert_eq!(npy.len(), 4096 + data_before.len() + 20);
+    assert!(npy_dict(&npy).contains("'shape': (8, 5)"), "{}", npy_dict(&npy));
+}

@@ -26,6 +26,7 @@ pub enum HeaderFormat {
 }
 
 /// A view's own bytes: the header, and (TIFF) what follows the array's bytes.
+#[derive(Debug)]
 pub struct Layout {
     pub header: Vec<u8>,
     trailer: Option<tiff::Directories>,
@@ -111,6 +112,11 @@ impl HeaderFormat {
                 return Err("an axis of length 0".into());
             }
         }
+        // A view that carries the data is longer than it: it must still be a file size.
+        let data = shape.iter().try_fold(dtype.size().unwrap_or(1) as u128, |n, &d| n.checked_mul(u128::from(d)));
+        if self.carries_data() && data.is_none_or(|n| n + CARRIED_DATA_OFFSET as u128 > i64::MAX as u128) {
+            return Err("the view would pass 2^63 bytes".into());
+        }
         let header = |bytes: Result<Vec<u8>, String>| bytes.map(|header| Layout { header, trailer: None });
         match self {
             HeaderFormat::Npy => header(npy::header(dtype, shape)),
@@ -154,5 +160,8 @@ mod tests {
             assert!(f.layout(&DataType::UInt8, &[0, 4]).is_err(), "{f:?}");
         }
         assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3]).is_err()));
+        // Data of 2^63 - 2 bytes fits a file; with a 4096-byte header in front it would not.
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[2, (1 << 62) - 1]).unwrap_err().contains("2^63"));
+        assert!(HeaderFormat::Nrrd.layout(&DataType::UInt8, &[2, (1 << 62) - 1]).is_ok());
     }
 }

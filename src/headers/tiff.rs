@@ -10,6 +10,7 @@ use crate::zarr::dtype::DataType;
 const TAGS: u64 = 10;
 
 /// The page directories after the data.
+#[derive(Debug)]
 pub struct Directories {
     big: bool,
     pages: u64,
@@ -127,6 +128,11 @@ pub fn layout(dtype: &DataType, shape: &[u64]) -> Result<Layout, String> {
     if height > u64::from(u32::MAX) || width > u64::from(u32::MAX) {
         return Err("TIFF planes are at most 2^32 - 1 pixels on a side".into());
     }
+    // Sizes come from metadata: the whole file, directories included, must stay a file size.
+    let largest = 4096 + u128::from(pages) * (u128::from(height) * u128::from(width) * u128::from(bits / 8) + 216) + 8;
+    if largest > i64::MAX as u128 {
+        return Err("the TIFF view would pass 2^63 bytes".into());
+    }
     let plane_bytes = height * width * u64::from(bits / 8);
     let end = CARRIED_DATA_OFFSET + pages * plane_bytes;
     let small = Directories { big: false, pages, width, height, bits, sample_format, plane_bytes, pad: end.next_multiple_of(8) - end };
@@ -184,6 +190,8 @@ mod tests {
         assert_eq!(tif.trailer_bytes(3, 200), whole[3..200]);
         assert!(layout(&DataType::Complex64, &[2, 2]).is_err());
         assert!(layout(&DataType::UInt8, &[2, 2, 2, 2]).is_err());
+        // 2^61 one-byte planes: the data fits a file, its directories would not.
+        assert!(layout(&DataType::UInt8, &[1 << 61, 1, 1]).unwrap_err().contains("2^63"));
     }
 
     #[test]
