@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::commands::OpenedStore;
 use crate::daemon::MountPlan;
 use crate::headers::HeaderFormat;
+use crate::store::{Location, RemoteOptions};
 
 #[derive(Parser, Debug)]
 #[command(name = "zarrfs", version, about = "Mount a Zarr store as a directory tree in which every array is one flat raw file")]
@@ -27,30 +29,69 @@ enum Command {
     /// Unmount a zarrfs mount point; the daemon then exits.
     Unmount { mountpoint: PathBuf },
     /// Switch an array to the offset chunk key encoding with zero offsets (metadata only).
-    Adopt { store: PathBuf, array: String },
+    Adopt {
+        store: OsString,
+        array: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Prepend FILE (raw, C order, little-endian; whole chunks along the axis) to an array.
     Prepend {
-        store: PathBuf,
+        store: OsString,
         array: String,
         file: PathBuf,
         /// The axis to grow at its front.
         #[arg(long, default_value_t = 0)]
         axis: usize,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
     /// Print the hierarchy: arrays, shapes, data types, grids, chunk keys, codecs, problems.
     Info {
-        store: PathBuf,
+        store: OsString,
         /// A node inside the store (default: the root).
         path: Option<String>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
+}
+
+/// How to reach an object store (`s3://bucket/prefix`, `https://...`); the rest comes from the
+/// conventional AWS environment.
+#[derive(clap::Args, Debug, Default)]
+struct RemoteArgs {
+    /// The S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, or AWS).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// The bucket's region (default: AWS_REGION, AWS_DEFAULT_REGION).
+    #[arg(long)]
+    region: Option<String>,
+    /// Anonymous requests, for public buckets (also AWS_SKIP_SIGNATURE=true).
+    #[arg(long)]
+    no_sign_request: bool,
+    /// Virtual-hosted-style addressing (https://bucket.host/key) instead of path style.
+    #[arg(long)]
+    virtual_hosted: bool,
+}
+
+impl RemoteArgs {
+    fn options(&self) -> RemoteOptions {
+        RemoteOptions {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            no_sign_request: self.no_sign_request,
+            virtual_hosted: self.virtual_hosted,
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
 struct MountArgs {
-    store: PathBuf,
+    /// A directory, s3://bucket/prefix (also s3a://), or http(s)://host/path (read-only).
+    store: OsString,
     mountpoint: PathBuf,
     /// Stay in the foreground.
     #[arg(short, long)]
@@ -86,6 +127,11 @@ struct MountArgs {
     /// Header views beside `data`: npy, envi, nrrd, mhd (comma-separated), all or none.
     #[arg(long)]
     views: Option<String>,
+    /// Seconds a node's metadata is trusted before it is read again (other writers' changes).
+    #[arg(long)]
+    metadata_ttl: Option<u64>,
+    #[command(flatten)]
+    remote: RemoteArgs,
     /// Log to this file (a background daemon otherwise logs to syslog, `-f` to stderr).
     #[arg(long)]
     log_file: Option<PathBuf>,
@@ -167,13 +213,15 @@ fn parse_threads(s: &str) -> Result<NonZeroUsize, String> {
 
 /// The mount plan of `zarrfs mount`'s flags and options.
 fn plan(args: MountArgs) -> Result<MountPlan, String> {
+    let store = Location::parse(&args.store)?;
     let mut plan = MountPlan {
-        store: args.store.clone(),
+        read_only: args.read_only || store.read_only(),
+        store,
+        remote: args.remote.options(),
         mountpoint: args.mountpoint.clone(),
         foreground: args.foreground,
         log_file: args.log_file.clone(),
         verbose: args.verbose,
-        read_only: args.read_only,
         cache_size: args.cache_size,
         dirty_limit: args.dirty_limit,
         threads: args.threads,
@@ -181,6 +229,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         spool_dir: args.spool_dir.clone(),
         flush_timeout: Duration::from_secs(args.flush_timeout),
         max_chunk_size: args.max_chunk_size,
+        metadata_ttl: args.metadata_ttl.map(Duration::from_secs),
         views: args.views.as_deref().map(HeaderFormat::parse_list).transpose()?,
         auto_unmount: !args.no_auto_unmount && fusermount3().is_some(),
         ..Default::default()
@@ -211,11 +260,23 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
                 ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
                 ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
                 ("views", Some(v)) => plan.views = Some(HeaderFormat::parse_list(v)?),
+                ("metadata_ttl", Some(v)) => {
+                    plan.metadata_ttl =
+                        Some(Duration::from_secs(v.parse().map_err(|_| format!("option metadata_ttl={v}: expected seconds"))?))
+                }
+                ("endpoint", Some(v)) => plan.remote.endpoint = Some(v.to_string()),
+                ("region", Some(v)) => plan.remote.region = Some(v.to_string()),
+                ("no_sign_request", None) => plan.remote.no_sign_request = true,
+                ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
                 (k, None) if is_generic_option(k) => {}
                 (k, _) if k.starts_with("x-") => {}
                 _ => return Err(format!("unknown mount option {o:?}")),
             }
         }
+    }
+    if plan.store.read_only() {
+        // Plain HTTP cannot be written, whatever the options say.
+        plan.read_only = true;
     }
     if plan.allow_other && plan.allow_root {
         return Err("allow_other and allow_root cannot be combined".into());
@@ -286,6 +347,18 @@ fn helper_args(args: Vec<OsString>) -> Option<Vec<OsString>> {
     Some(out)
 }
 
+/// Open the store an offline command works on, then run it.
+fn offline(store: &std::ffi::OsStr, remote: &RemoteArgs, command: impl FnOnce(&OpenedStore) -> ExitCode) -> ExitCode {
+    let opened = Location::parse(store).and_then(|location| Ok(OpenedStore { store: location.open(&remote.options())?, location }));
+    match opened {
+        Ok(s) => command(&s),
+        Err(e) => {
+            eprintln!("zarrfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
     let mut args: Vec<OsString> = std::env::args_os().collect();
     let program = args.first().map(Path::new).and_then(Path::file_name).and_then(|n| n.to_str()).unwrap_or("").to_string();
@@ -317,9 +390,11 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Adopt { store, array } => crate::commands::adopt(&store, &array),
-        Command::Prepend { store, array, file, axis } => crate::commands::prepend(&store, &array, &file, axis),
-        Command::Info { store, path, json } => crate::commands::info(&store, path, json),
+        Command::Adopt { store, array, remote } => offline(&store, &remote, |s| crate::commands::adopt(s, &array)),
+        Command::Prepend { store, array, file, axis, remote } => {
+            offline(&store, &remote, |s| crate::commands::prepend(s, &array, &file, axis))
+        }
+        Command::Info { store, path, json, remote } => offline(&store, &remote, |s| crate::commands::info(s, path, json)),
     }
 }
 

@@ -9,14 +9,20 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::headers::HeaderFormat;
-use crate::store::{self, LocalStore, Store};
+use crate::store::{self, Location, Store};
+
+/// The store an offline command works on, opened, and where it is (for messages).
+pub struct OpenedStore {
+    pub store: Arc<dyn Store>,
+    pub location: Location,
+}
 use crate::zarr::array::Array;
 use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
 use crate::zarr::node::{is_hidden, is_node, read_node};
 use crate::{Error, Result};
 
 /// `zarrfs adopt`: switch an array to the offset chunk key encoding (metadata only).
-pub fn adopt(store: &Path, array: &str) -> ExitCode {
+pub fn adopt(store: &OpenedStore, array: &str) -> ExitCode {
     offline(store, array, |a| {
         let adopted = a.adopted_offset()?;
         adopted.store_metadata()?;
@@ -26,7 +32,7 @@ pub fn adopt(store: &Path, array: &str) -> ExitCode {
 }
 
 /// `zarrfs prepend`: prepend a raw file's rows along `axis`.
-pub fn prepend(store: &Path, array: &str, file: &Path, axis: usize) -> ExitCode {
+pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> ExitCode {
     offline(store, array, |a| {
         let f = std::fs::File::open(file)?;
         let len = f.metadata()?.len();
@@ -47,16 +53,9 @@ pub fn prepend(store: &Path, array: &str, file: &Path, axis: usize) -> ExitCode 
 }
 
 /// `zarrfs info`: the hierarchy under `path`, as text or JSON.
-pub fn info(store: &Path, path: Option<String>, as_json: bool) -> ExitCode {
-    let store = match LocalStore::open(store) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("zarrfs: store {}: {e}", store.display());
-            return ExitCode::FAILURE;
-        }
-    };
+pub fn info(opened: &OpenedStore, path: Option<String>, as_json: bool) -> ExitCode {
     let path = path.unwrap_or_default().trim_matches('/').to_string();
-    match collect(&store, &path) {
+    match collect(opened.store.as_ref(), &path) {
         Ok(nodes) if as_json => {
             println!("{}", serde_json::to_string_pretty(&nodes).unwrap_or_default());
             ExitCode::SUCCESS
@@ -66,20 +65,20 @@ pub fn info(store: &Path, path: Option<String>, as_json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("zarrfs: {}: {e}", store.root().display());
+            eprintln!("zarrfs: {}: {e}", opened.location);
             ExitCode::FAILURE
         }
     }
 }
 
 /// Run an offline change on one array of a store.
-fn offline(store: &Path, array: &str, change: impl FnOnce(&Array) -> Result<()>) -> ExitCode {
+fn offline(opened: &OpenedStore, array: &str, change: impl FnOnce(&Array) -> Result<()>) -> ExitCode {
     let path = array.trim_matches('/');
-    let result = LocalStore::open(store).and_then(|s| Array::open(Arc::new(s), path)).and_then(|a| change(&a));
+    let result = Array::open(opened.store.clone(), path).and_then(|a| change(&a));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("zarrfs: {}/{path}: {e}", store.display());
+            eprintln!("zarrfs: {}/{path}: {e}", opened.location);
             ExitCode::FAILURE
         }
     }

@@ -15,12 +15,16 @@ use std::time::Duration;
 
 use crate::fs::{Config, ZarrFs};
 use crate::fuse::{Session, SessionOptions};
-use crate::store::{LocalStore, Store};
+use crate::store::{Location, ObjectStore, RemoteOptions, Store};
 
 /// Everything a mount needs, after flags and `-o` options are merged (`crate::cli`).
 #[derive(Debug, Default)]
 pub struct MountPlan {
-    pub store: PathBuf,
+    pub store: Location,
+    /// How to reach an object store (unused for a local directory).
+    pub remote: RemoteOptions,
+    /// How long a node's metadata is trusted before it is read again (`None`: the default).
+    pub metadata_ttl: Option<Duration>,
     pub mountpoint: PathBuf,
     pub foreground: bool,
     pub log_file: Option<PathBuf>,
@@ -42,13 +46,14 @@ pub struct MountPlan {
 }
 
 /// Check what can be checked before forking, so that errors reach the caller's terminal.
+/// An object store is checked by the daemon before it reports that the mount is live (`open_store`):
+/// its client starts threads, which must not exist when the daemon forks.
 fn preflight(plan: &MountPlan) -> Result<(), String> {
-    if !plan.store.is_dir() {
-        return Err(format!("store {} is not a directory", plan.store.display()));
-    }
-    let store = LocalStore::open(&plan.store).map_err(|e| format!("store {}: {e}", plan.store.display()))?;
-    if !matches!(crate::zarr::node::is_node(&store, ""), Ok(true)) {
-        return Err(format!("{} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root", plan.store.display()));
+    if let Location::Local(path) = &plan.store {
+        if !path.is_dir() {
+            return Err(format!("store {} is not a directory", path.display()));
+        }
+        check_is_store(&plan.store, plan.store.open(&plan.remote)?.as_ref())?;
     }
     if !plan.mountpoint.is_dir() {
         return Err(format!("mount point {} is not a directory", plan.mountpoint.display()));
@@ -60,6 +65,14 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
         return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());
     }
     Ok(())
+}
+
+fn check_is_store(location: &Location, store: &dyn Store) -> Result<(), String> {
+    match crate::zarr::node::is_node(store, "") {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{location} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root")),
+        Err(e) => Err(format!("{location}: {e}")),
+    }
 }
 
 /// `zarrfs mount`: returns once the mount is live, in the background unless `foreground`.
@@ -174,8 +187,17 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Resul
 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
-    let store: Arc<dyn Store> = Arc::new(LocalStore::open(&plan.store).map_err(|e| format!("store {}: {e}", plan.store.display()))?);
+    let store = plan.store.open(&plan.remote)?;
+    check_is_store(&plan.store, store.as_ref())?;
     let mut config = Config { read_only: plan.read_only, ..Config::default() };
+    if plan.store.is_remote() {
+        // Requests wait on the network: keep many in flight, and read further ahead.
+        config.workers = std::num::NonZeroUsize::new(ObjectStore::WORKERS).unwrap_or(config.workers);
+        config.read_ahead = config.read_ahead.max(64 << 20);
+    }
+    if let Some(ttl) = plan.metadata_ttl {
+        config.metadata_ttl = ttl;
+    }
     if let Some(n) = plan.cache_size {
         config.cache_size = n as usize;
     }
@@ -196,7 +218,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Resul
     let fs = Arc::new(ZarrFs::new(store, config));
 
     let options = SessionOptions {
-        fs_name: plan.store.display().to_string(),
+        fs_name: plan.store.to_string(),
         read_only: plan.read_only,
         allow_other: plan.allow_other,
         allow_root: plan.allow_root,
@@ -204,7 +226,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Resul
         threads: plan.threads,
     };
     let session = Session::mount(fs.clone(), &plan.mountpoint, &options)?;
-    tracing::info!(store = %plan.store.display(), mountpoint = %plan.mountpoint.display(), "mounted");
+    tracing::info!(store = %plan.store, mountpoint = %plan.mountpoint.display(), "mounted");
     report("ok");
     // Under systemd (Type=notify): ready now that the mount answers.
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();

@@ -41,6 +41,8 @@ pub struct Config {
     pub spool_dir: std::path::PathBuf,
     /// The header views shown beside `data` (where the format can express the array).
     pub views: Vec<HeaderFormat>,
+    /// How long a node's metadata is served before the store is asked whether it changed.
+    pub metadata_ttl: std::time::Duration,
 }
 
 impl Default for Config {
@@ -55,6 +57,7 @@ impl Default for Config {
             // SAFETY: geteuid cannot fail. One per user: a directory another user made is refused.
             spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
             views: HeaderFormat::ALL.to_vec(),
+            metadata_ttl: std::time::Duration::from_secs(5),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::context::{CONTROL_DIR, Context, DATA, ERROR, PREPEND, STATS};
 use super::open::OpenArray;
@@ -12,11 +13,11 @@ use super::tree::{self, Node, NodeKind};
 use super::view::DataFile;
 use crate::error::lock;
 use crate::headers::HeaderFormat;
-use crate::store::{self, ByteRange};
+use crate::store::{self, ByteRange, Version};
 use crate::zarr::array::Array;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::{NodeMetadata, render_like};
-use crate::zarr::node::{METADATA_DOCUMENTS, display_path, is_hidden, is_node, read_node};
+use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node, read_node};
 use crate::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,20 +42,54 @@ pub enum DirState {
     Broken(Arc<str>),
 }
 
+/// A directory as last read, and when: its node document's version and the time it was
+/// checked against the store.
+struct Known {
+    state: DirState,
+    version: Option<Version>,
+    checked: Instant,
+}
+
 /// The directories seen so far, by store path.
 #[derive(Default)]
 pub struct Nodes {
-    dirs: Mutex<HashMap<String, DirState>>,
+    dirs: Mutex<HashMap<String, Known>>,
+}
+
+/// The version of the node document at `path` (the first of `NODE_DOCUMENTS` there).
+fn node_version(cx: &Context, path: &str) -> Result<Option<Version>> {
+    for name in NODE_DOCUMENTS {
+        if let Some(head) = cx.store.head(&store::join(path, name))? {
+            return Ok(Some(head.version));
+        }
+    }
+    Ok(None)
 }
 
 impl Nodes {
-    /// What the directory at `path` is; parsed once and kept (the first to parse it wins, so
-    /// an array is served by one `OpenArray` however many lookups race for it).
+    /// What the directory at `path` is. Parsed once and kept: the first to parse it wins, so an
+    /// array is served by one `OpenArray` however many lookups race for it. After the metadata
+    /// TTL the node document's version is checked, and a change another writer made is taken in
+    /// (an array with changes of its own not yet stored keeps what it has).
     pub fn dir_state(&self, cx: &Context, path: &str) -> Result<DirState> {
-        if let Some(s) = lock(&self.dirs).get(path) {
-            return Ok(s.clone());
+        let known = lock(&self.dirs).get(path).map(|k| (k.state.clone(), k.version, k.checked));
+        match known {
+            Some((state, _, checked)) if checked.elapsed() < cx.config.metadata_ttl => Ok(state),
+            Some((state, version, _)) => self.recheck(cx, path, state, version),
+            None => {
+                // The version first: a change after it is seen at the next check.
+                let version = node_version(cx, path)?;
+                let state = Self::load(cx, path)?;
+                let mut dirs = lock(&self.dirs);
+                let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now() });
+                Ok(known.state.clone())
+            }
         }
-        let state = match read_node(cx.store.as_ref(), path) {
+    }
+
+    /// Parse the node at `path`.
+    fn load(cx: &Context, path: &str) -> Result<DirState> {
+        Ok(match read_node(cx.store.as_ref(), path) {
             Ok(Some(NodeMetadata::Group)) => DirState::Group,
             Ok(Some(NodeMetadata::Array(meta))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
@@ -66,8 +101,51 @@ impl Nodes {
                 tracing::warn!(node = %display_path(path), "cannot serve node: {e}");
                 DirState::Broken(Arc::from(format!("{e}\n")))
             }
+        })
+    }
+
+    /// Check a directory whose TTL ran out against the store.
+    fn recheck(&self, cx: &Context, path: &str, state: DirState, version: Option<Version>) -> Result<DirState> {
+        let now = node_version(cx, path)?;
+        let (state, version) = match &state {
+            _ if now == version => (state, version),
+            DirState::Array(file) => {
+                // Writes wait while the array takes the new metadata; one with changes of its
+                // own keeps serving them (its flush will meet the other writer's change).
+                let _writer = file.array.writer();
+                let current = file.array.array();
+                match read_node(cx.store.as_ref(), path) {
+                    _ if file.array.is_dirty() => (state.clone(), version),
+                    Ok(Some(NodeMetadata::Array(meta))) if meta.document == current.meta.document => (state.clone(), now),
+                    Ok(Some(NodeMetadata::Array(meta))) => {
+                        tracing::info!(node = %display_path(path), "metadata changed in the store; serving the new version");
+                        let array = Array::new(cx.store.clone(), path, *meta);
+                        // A new cache id: chunks cached under the old metadata are not served.
+                        file.array.replace(Arc::new(array), cx.next_id());
+                        *lock(&file.array.text) = None;
+                        cx.invalidate_data(&file.array);
+                        (state.clone(), now)
+                    }
+                    _ => (Self::load_or_forget(self, cx, path)?, now),
+                }
+            }
+            _ => (Self::load_or_forget(self, cx, path)?, now),
         };
-        Ok(lock(&self.dirs).entry(path.to_string()).or_insert(state).clone())
+        if let Some(known) = lock(&self.dirs).get_mut(path) {
+            known.state = state.clone();
+            known.version = version;
+            known.checked = Instant::now();
+        }
+        Ok(state)
+    }
+
+    /// The node at `path` parsed again; one that is gone is forgotten.
+    fn load_or_forget(&self, cx: &Context, path: &str) -> Result<DirState> {
+        Self::load(cx, path).inspect_err(|e| {
+            if matches!(e, Error::NotFound) {
+                lock(&self.dirs).remove(path);
+            }
+        })
     }
 
     /// The `data` file of the array at `path`.
@@ -82,7 +160,7 @@ impl Nodes {
     pub fn open_arrays(&self) -> Vec<Arc<OpenArray>> {
         lock(&self.dirs)
             .values()
-            .filter_map(|d| match d {
+            .filter_map(|d| match &d.state {
                 DirState::Array(file) => Some(file.array.clone()),
                 _ => None,
             })
@@ -149,9 +227,21 @@ impl Nodes {
             let file_kind = if kind == NodeKind::Dir { FileKind::Directory } else { FileKind::RegularFile };
             out.push(DirEntry { ino: cx.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
         };
-        let listing = cx.store.list_dir(&dir.path)?;
-        for e in listing.iter().filter(|e| !e.is_dir && METADATA_DOCUMENTS.contains(&e.name.as_str())) {
-            push(&e.name, NodeKind::MetaFile, store::join(&dir.path, &e.name));
+        // An array's directory may hold every chunk key (v2): its documents are asked for one
+        // by one instead of listing it.
+        let listing = match state {
+            DirState::Group | DirState::Broken(_) => cx.store.list_dir(&dir.path)?,
+            DirState::Array(_) => Vec::new(),
+        };
+        for name in METADATA_DOCUMENTS {
+            let key = store::join(&dir.path, name);
+            let present = match state {
+                DirState::Array(_) => cx.store.head(&key)?.is_some(),
+                _ => listing.iter().any(|e| !e.is_dir && e.name == name),
+            };
+            if present {
+                push(name, NodeKind::MetaFile, key);
+            }
         }
         match state {
             DirState::Array(file) => {
@@ -203,7 +293,7 @@ impl Nodes {
     /// The array whose changed metadata `key` will hold at the next flush, if it is one.
     fn pending_document(&self, key: &str) -> Option<Arc<Array>> {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
-        match lock(&self.dirs).get(dir).cloned() {
+        match lock(&self.dirs).get(dir).map(|k| k.state.clone()) {
             Some(DirState::Array(file)) if file.array.metadata_dirty() => {
                 Some(file.array.array()).filter(|array| array.meta.document_name() == name)
             }

@@ -1,10 +1,16 @@
-//! Key/value stores under the format: a local directory, and an in-memory map for tests.
+//! Key/value stores under the format: a local directory, object storage (S3-compatible or
+//! HTTP), and an in-memory map for tests. The core sees one `Store` whichever serves it.
 
 mod local;
 mod memory;
+mod object;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use object::{ObjectStore, RemoteLocation, RemoteOptions, RequestCounts};
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::Result;
 
@@ -73,6 +79,64 @@ pub trait Store: Send + Sync {
     }
     /// Make the given keys (written or deleted) durable: their data and their directories.
     fn sync(&self, keys: &[String]) -> Result<()>;
+    /// The requests made so far, by kind, for stores that make requests.
+    fn requests(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// Where a store is: a local directory or an object store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    Local(PathBuf),
+    Remote(RemoteLocation),
+}
+
+impl Location {
+    /// `s3://`, `s3a://`, `http://` and `https://` name object stores; anything else is a path.
+    pub fn parse(s: &std::ffi::OsStr) -> std::result::Result<Location, String> {
+        match s.to_str().and_then(RemoteLocation::parse) {
+            Some(remote) => remote.map(Location::Remote),
+            None => Ok(Location::Local(PathBuf::from(s))),
+        }
+    }
+
+    /// Open the store. An object store is reached once (`ObjectStore::check`), so that a wrong
+    /// bucket, endpoint or credentials fail here with a message rather than later.
+    pub fn open(&self, options: &RemoteOptions) -> std::result::Result<Arc<dyn Store>, String> {
+        match self {
+            Location::Local(path) => Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?)),
+            Location::Remote(remote) => {
+                let store = ObjectStore::open(remote, options).map_err(|e| e.to_string())?;
+                store.check()?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Location::Remote(_))
+    }
+
+    /// Object stores over plain HTTP cannot be written.
+    pub fn read_only(&self) -> bool {
+        matches!(self, Location::Remote(r) if r.read_only())
+    }
+}
+
+impl Default for Location {
+    fn default() -> Self {
+        Location::Local(PathBuf::new())
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Local(p) => write!(f, "{}", p.display()),
+            Location::Remote(r) => write!(f, "{r}"),
+        }
+    }
 }
 
 /// The store key of `name` under `prefix`.

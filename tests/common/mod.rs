@@ -2,6 +2,7 @@
 //! that is unmounted when the guard drops, panics included.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod model;
 
 use std::collections::BTreeMap;
@@ -116,6 +117,8 @@ pub struct Mount {
     pub mountpoint: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
+    /// The store directory (mirrored back from the bucket when the mount stops).
+    store: PathBuf,
 }
 
 impl Mount {
@@ -127,7 +130,7 @@ impl Mount {
         let child = Command::new(bin())
             .arg("mount")
             .arg("-f")
-            .arg(store)
+            .arg(backend::mount_source(store))
             .arg(&mountpoint)
             .args(extra)
             .stdin(Stdio::null())
@@ -135,7 +138,7 @@ impl Mount {
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("start zarrfs");
-        let mut m = Mount { dir, mountpoint, log, child: Some(child) };
+        let mut m = Mount { dir, mountpoint, log, child: Some(child), store: store.to_path_buf() };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !is_mounted(&m.mountpoint) {
             if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -181,15 +184,13 @@ impl Mount {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            backend::pull(&self.store);
         }
     }
 
     /// SIGKILL the daemon (a crash) and clear the dead mount.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill_only();
         force_unmount(&self.mountpoint);
     }
 
@@ -202,12 +203,14 @@ impl Mount {
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 force_unmount(&self.mountpoint);
+                backend::pull(&self.store);
                 return Some(status);
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 force_unmount(&self.mountpoint);
+                backend::pull(&self.store);
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -236,11 +239,16 @@ pub fn write_and_close(path: &Path, opts: &std::fs::OpenOptions, bytes: &[u8]) -
 
 /// Every stored file under `dir` with its bytes and mtime.
 pub fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
+    backend::pull(dir);
+    snapshot_local(dir)
+}
+
+fn snapshot_local(dir: &Path) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() {
-            out.extend(snapshot(&p));
+            out.extend(snapshot_local(&p));
         } else {
             let meta = std::fs::metadata(&p).unwrap();
             out.insert(p.display().to_string(), (std::fs::read(&p).unwrap(), meta.modified().unwrap()));

@@ -1,0 +1,584 @@
+//! A store in object storage: an S3-compatible bucket (read-write) or a plain HTTP(S) location
+//! (read-only), served by the Arrow project's `object_store` crate.
+//!
+//! The core's `Store` is synchronous: each call here runs its request on a Tokio runtime that
+//! lives inside this store and nowhere else, blocking the calling thread (a FUSE request thread
+//! or a pool worker). Concurrency comes from those threads, so a mount on object storage gets
+//! more workers (`ObjectStore::WORKERS`) to keep requests in flight while a reader streams.
+//!
+//! An object PUT is atomic, so values are written in place with no temporary name. Metadata
+//! documents are written with conditional PUTs (If-Match on the ETag they were read at, or
+//! If-None-Match when they were absent), so a change another writer made since is detected and
+//! the write fails instead of silently replacing it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+    UpdateVersion,
+};
+
+use super::{ByteRange, Entry, Head, Store, Value, Version};
+use crate::error::lock;
+use crate::{Error, Result};
+
+/// Where an object store is, as given on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteLocation {
+    /// `s3://bucket/prefix` (or `s3a://`).
+    S3 { bucket: String, prefix: String },
+    /// `http(s)://host/path`: read-only, no listing.
+    Http { url: String },
+}
+
+impl RemoteLocation {
+    /// The remote location `s` names, or `None` when it is a local path.
+    pub fn parse(s: &str) -> Option<std::result::Result<RemoteLocation, String>> {
+        if let Some(rest) = s.strip_prefix("s3://").or_else(|| s.strip_prefix("s3a://")) {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let prefix = prefix.trim_matches('/').to_string();
+            // S3 bucket names are 3 to 63 characters.
+            if bucket.len() < 3 || bucket.len() > 63 {
+                return Some(Err(format!("{s}: a bucket name has 3 to 63 characters")));
+            }
+            return Some(Ok(RemoteLocation::S3 { bucket: bucket.to_string(), prefix }));
+        }
+        if s.starts_with("http://") || s.starts_with("https://") {
+            return Some(Ok(RemoteLocation::Http { url: s.trim_end_matches('/').to_string() }));
+        }
+        None
+    }
+
+    pub fn read_only(&self) -> bool {
+        matches!(self, RemoteLocation::Http { .. })
+    }
+}
+
+impl std::fmt::Display for RemoteLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteLocation::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            RemoteLocation::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            RemoteLocation::Http { url } => write!(f, "{url}"),
+        }
+    }
+}
+
+/// What may be set on the command line for object stores; the rest comes from the
+/// conventional AWS environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, ...)
+/// and the shared credentials file of `AWS_PROFILE`.
+#[derive(Clone, Debug, Default)]
+pub struct RemoteOptions {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Anonymous requests (public buckets).
+    pub no_sign_request: bool,
+    /// `https://bucket.host/...` rather than `https://host/bucket/...`.
+    pub virtual_hosted: bool,
+}
+
+/// Requests made, by kind: `.zarrfs/stats` shows them, and tests count them.
+#[derive(Debug, Default)]
+pub struct RequestCounts {
+    pub get: AtomicU64,
+    pub ranged_get: AtomicU64,
+    pub head: AtomicU64,
+    pub put: AtomicU64,
+    pub delete: AtomicU64,
+    pub list: AtomicU64,
+    pub bytes_fetched: AtomicU64,
+}
+
+impl RequestCounts {
+    pub fn to_json(&self) -> serde_json::Value {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "get": n(&self.get), "ranged_get": n(&self.ranged_get), "head": n(&self.head), "put": n(&self.put),
+            "delete": n(&self.delete), "list": n(&self.list), "bytes_fetched": n(&self.bytes_fetched),
+        })
+    }
+}
+
+/// Documents whose writes are guarded by conditional PUTs: the node metadata another writer
+/// may change too. Chunks are not: two writers of one chunk are a race Zarr does not arbitrate.
+const GUARDED: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
+
+fn guarded(key: &str) -> bool {
+    GUARDED.contains(&key.rsplit('/').next().unwrap_or(key))
+}
+
+/// How a directory listing is answered.
+enum Listing {
+    /// The bucket lists its keys.
+    Bucket,
+    /// Plain HTTP cannot list: the children of a group are the ones its consolidated metadata
+    /// names (read once).
+    Consolidated(OnceLock<Vec<String>>),
+}
+
+pub struct ObjectStore {
+    remote: Arc<dyn Remote>,
+    runtime: tokio::runtime::Runtime,
+    location: RemoteLocation,
+    listing: Listing,
+    /// The ETag each guarded document was last read or written at (`None`: seen absent).
+    etags: Mutex<HashMap<String, Option<String>>>,
+    pub requests: Arc<RequestCounts>,
+}
+
+impl ObjectStore {
+    /// Decode workers for a mount on object storage: requests wait on the network, so more of
+    /// them in flight (tensorstore keeps 32) than there are cores.
+    pub const WORKERS: usize = 32;
+
+    /// Connect to `location`. Nothing is requested yet: `check` does that.
+    pub fn open(location: &RemoteLocation, options: &RemoteOptions) -> Result<ObjectStore> {
+        let client = ClientOptions::new()
+            .with_timeout(Duration::from_secs(30))
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_pool_max_idle_per_host(64);
+        let retry = RetryConfig { max_retries: 6, retry_timeout: Duration::from_secs(60), ..RetryConfig::default() };
+        let invalid = |e: object_store::Error| Error::Invalid(format!("{location}: {e}"));
+        let (remote, listing): (Arc<dyn Remote>, _) = match location {
+            RemoteLocation::S3 { bucket, prefix } => {
+                let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client).with_retry(retry);
+                // The conventional environment, as `AmazonS3Builder::from_env` reads it, over the
+                // client options above (AWS_ALLOW_HTTP is one of them).
+                for (key, value) in std::env::vars() {
+                    if key.starts_with("AWS_")
+                        && let Ok(config) = key.to_ascii_lowercase().parse()
+                    {
+                        b = b.with_config(config, value);
+                    }
+                }
+                b = b.with_bucket_name(bucket).with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
+                if let Some(e) = &options.endpoint {
+                    b = b.with_endpoint(e);
+                }
+                if let Some(r) = options.region.clone().or_else(region_from_env) {
+                    b = b.with_region(r);
+                }
+                if options.no_sign_request {
+                    b = b.with_skip_signature(true);
+                }
+                if options.virtual_hosted {
+                    b = b.with_virtual_hosted_style_request(true);
+                }
+                if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+                    && let Some(c) = profile_credentials()
+                {
+                    b = b.with_access_key_id(c.0).with_secret_access_key(c.1);
+                    if let Some(token) = c.2 {
+                        b = b.with_token(token);
+                    }
+                }
+                let s3 = b.build().map_err(invalid)?;
+                let remote: Arc<dyn Remote> = if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(object_store::prefix::PrefixStore::new(s3, ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?))
+                };
+                (remote, Listing::Bucket)
+            }
+            RemoteLocation::Http { url } => {
+                let allow_http = url.starts_with("http://");
+                let http = object_store::http::HttpBuilder::new()
+                    .with_url(url)
+                    .with_client_options(client.with_allow_http(allow_http))
+                    .with_retry(retry)
+                    .build()
+                    .map_err(invalid)?;
+                (Arc::new(http) as Arc<dyn Remote>, Listing::Consolidated(OnceLock::new()))
+            }
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("zarrfs-net")
+            .enable_all()
+            .build()
+            .map_err(Error::Io)?;
+        Ok(ObjectStore {
+            remote,
+            runtime,
+            location: location.clone(),
+            listing,
+            etags: Mutex::default(),
+            requests: Arc::default(),
+        })
+    }
+
+    pub fn location(&self) -> &RemoteLocation {
+        &self.location
+    }
+
+    /// Reach the store once, so that a missing bucket, refused credentials or an unreachable
+    /// endpoint are reported when the mount starts rather than on the first read.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let probe = async {
+            match self.location {
+                RemoteLocation::S3 { .. } => self.remote.list_with_delimiter(None).await.map(|_| ()),
+                // Plain HTTP: the root's metadata, absent or not, proves the server answers.
+                RemoteLocation::Http { .. } => match self.remote.head(&ObjectPath::from("zarr.json")).await {
+                    Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+            }
+        };
+        match self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(60), probe).await }) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("{}: {}", self.location, explain(&e))),
+            Err(_) => Err(format!("{}: no answer within 60 s", self.location)),
+        }
+    }
+
+    fn path(key: &str) -> Result<ObjectPath> {
+        ObjectPath::parse(key).map_err(|e| Error::refused(key, format!("not a valid object key: {e}")))
+    }
+
+    fn run<T>(&self, fut: impl Future<Output = object_store::Result<T>>) -> object_store::Result<T> {
+        self.runtime.block_on(fut)
+    }
+
+    /// A failed request, after the client's retries: logged with the key and the last cause.
+    fn failed(&self, op: &str, key: &str, e: object_store::Error) -> Error {
+        let why = explain(&e);
+        tracing::warn!(store = %self.location, key, "{op} failed: {why}");
+        match e {
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
+                Error::refused(key, "changed by another writer since this mount read it; not overwritten")
+            }
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                Error::Io(std::io::Error::from_raw_os_error(libc::EACCES))
+            }
+            _ => Error::Io(std::io::Error::other(format!("{op} {key}: {why}"))),
+        }
+    }
+
+    fn remember_etag(&self, key: &str, etag: Option<Option<String>>) {
+        if guarded(key) {
+            let mut etags = lock(&self.etags);
+            match etag {
+                Some(e) => etags.insert(key.to_string(), e),
+                None => etags.remove(key),
+            };
+        }
+    }
+
+    fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The names of the nodes the root's consolidated metadata lists (HTTP stores), as keys of
+    /// their directories: `a`, `a/b`, ...
+    fn consolidated_nodes(&self) -> &[String] {
+        let Listing::Consolidated(nodes) = &self.listing else { return &[] };
+        nodes.get_or_init(|| {
+            let read = |key: &str| self.get(key, 64 << 20).ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let mut out = Vec::new();
+            if let Some(doc) = read("zarr.json")
+                && let Some(meta) = doc.pointer("/consolidated_metadata/metadata").and_then(|m| m.as_object())
+            {
+                out.extend(meta.keys().cloned());
+            }
+            if let Some(doc) = read(".zmetadata")
+                && let Some(meta) = doc.get("metadata").and_then(|m| m.as_object())
+            {
+                out.extend(meta.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
+            }
+            out.sort();
+            out.dedup();
+            out
+        })
+    }
+}
+
+/// What went wrong, in one line a user can act on.
+fn explain(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("nosuchbucket") {
+        return "no such bucket".into();
+    }
+    if matches!(e, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. })
+        || lower.contains("403")
+        || lower.contains("accessdenied")
+        || lower.contains("signaturedoesnotmatch")
+        || lower.contains("invalidaccesskeyid")
+    {
+        return format!("access denied (check the credentials, region and endpoint): {}", first_line(&text));
+    }
+    first_line(&text)
+}
+
+fn first_line(s: &str) -> String {
+    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.len() > 400 { format!("{}…", &s[..s.floor_char_boundary(400)]) } else { s }
+}
+
+fn region_from_env() -> Option<String> {
+    std::env::var("AWS_REGION").ok().or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()).filter(|r| !r.is_empty())
+}
+
+/// The access key, secret and session token of `AWS_PROFILE` (default `default`) in the shared
+/// credentials file (`AWS_SHARED_CREDENTIALS_FILE`, default `~/.aws/credentials`).
+fn profile_credentials() -> Option<(String, String, Option<String>)> {
+    let file = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".aws/credentials")))?;
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    parse_credentials(&std::fs::read_to_string(file).ok()?, &profile)
+}
+
+fn parse_credentials(text: &str, profile: &str) -> Option<(String, String, Option<String>)> {
+    let (mut section, mut fields) = (String::new(), HashMap::new());
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+        } else if section == profile
+            && let Some((k, v)) = line.split_once('=')
+        {
+            fields.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    Some((fields.remove("aws_access_key_id")?, fields.remove("aws_secret_access_key")?, fields.remove("aws_session_token")))
+}
+
+/// A value's version from its ETag (or its length alone where the server gives none).
+fn version_of(meta: &object_store::ObjectMeta) -> Version {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    meta.e_tag.hash(&mut h);
+    meta.version.hash(&mut h);
+    Version([h.finish(), meta.size, 0, 0, 0])
+}
+
+impl Store for ObjectStore {
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        let path = Self::path(key)?;
+        self.count(&self.requests.get);
+        let got = self.run(async {
+            let r = self.remote.get_opts(&path, GetOptions::default()).await?;
+            // A value larger than its bound is refused before its body is read.
+            if r.meta.size > max {
+                return Ok(Err(r.meta.size));
+            }
+            let meta = r.meta.clone();
+            Ok(Ok((r.bytes().await?, meta)))
+        });
+        match got {
+            Ok(Ok((bytes, meta))) => {
+                self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if bytes.len() as u64 > max {
+                    return Err(Error::refused(key, format!("more than the {max} bytes it can hold")));
+                }
+                self.remember_etag(key, Some(meta.e_tag.clone()));
+                Ok(Some(Value { bytes: bytes.into(), version: version_of(&meta) }))
+            }
+            Ok(Err(size)) => Err(Error::refused(key, format!("{size} bytes, more than the {max} it can hold (not read)"))),
+            Err(object_store::Error::NotFound { .. }) => {
+                self.remember_etag(key, Some(None));
+                Ok(None)
+            }
+            Err(e) => Err(self.failed("GET", key, e)),
+        }
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        let path = Self::path(key)?;
+        self.count(&self.requests.head);
+        match self.run(self.remote.head(&path)) {
+            Ok(meta) => Ok(Some(Head { len: meta.size, version: version_of(&meta) })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.failed("HEAD", key, e)),
+        }
+    }
+
+    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+        let path = Self::path(key)?;
+        let range = match range {
+            // An empty range asks only whether the value exists.
+            ByteRange::Range { len: 0, .. } | ByteRange::Suffix(0) => return Ok(self.head(key)?.map(|_| Vec::new())),
+            ByteRange::Range { start, len } => GetRange::Bounded(start..start.saturating_add(len)),
+            ByteRange::Suffix(n) => GetRange::Suffix(n),
+        };
+        let want = range.clone();
+        self.count(&self.requests.ranged_get);
+        let got = self.run(async {
+            let r = self.remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
+            let size = r.meta.size;
+            Ok((r.bytes().await?, size))
+        });
+        match got {
+            Ok((bytes, size)) => {
+                self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                // A server answers a range past the end with what there is: the store contract
+                // says such a range is an error.
+                let expected = match want {
+                    GetRange::Bounded(r) => r.end - r.start,
+                    GetRange::Suffix(n) => n,
+                    GetRange::Offset(o) => size.saturating_sub(o),
+                };
+                if bytes.len() as u64 != expected {
+                    return Err(Error::corrupt(key, format!("a range of {expected} bytes of a {size}-byte value is past its end")));
+                }
+                Ok(Some(bytes.into()))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) if e.to_string().contains("416") || e.to_string().to_ascii_lowercase().contains("range") => {
+                Err(Error::corrupt(key, format!("range past the end: {}", first_line(&e.to_string()))))
+            }
+            Err(e) => Err(self.failed("GET (range)", key, e)),
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let path = Self::path(key)?;
+        let mode = match lock(&self.etags).get(key).filter(|_| guarded(key)) {
+            Some(Some(etag)) => PutMode::Update(UpdateVersion { e_tag: Some(etag.clone()), version: None }),
+            Some(None) => PutMode::Create,
+            None => PutMode::Overwrite,
+        };
+        self.count(&self.requests.put);
+        let payload = PutPayload::from(value.to_vec());
+        match self.run(self.remote.put_opts(&path, payload, PutOptions { mode, ..PutOptions::default() })) {
+            Ok(put) => {
+                self.remember_etag(key, Some(put.e_tag.clone()));
+                let meta = object_store::ObjectMeta {
+                    location: path,
+                    last_modified: Default::default(),
+                    size: value.len() as u64,
+                    e_tag: put.e_tag,
+                    version: put.version,
+                };
+                Ok(version_of(&meta))
+            }
+            Err(e) => Err(self.failed("PUT", key, e)),
+        }
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let path = Self::path(key)?;
+        self.count(&self.requests.delete);
+        match self.run(self.remote.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                self.remember_etag(key, Some(None));
+                Ok(())
+            }
+            Err(e) => Err(self.failed("DELETE", key, e)),
+        }
+    }
+
+    fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
+        if let Listing::Consolidated(_) = self.listing {
+            // Without a listing, a directory holds the nodes consolidated metadata names (the
+            // node documents themselves are found by asking for them).
+            let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+            let mut out: Vec<Entry> = self
+                .consolidated_nodes()
+                .iter()
+                .filter_map(|n| n.strip_prefix(lead.as_str()))
+                .filter_map(|rest| rest.split('/').next())
+                .map(|name| Entry { name: name.to_string(), is_dir: true })
+                .collect();
+            out.dedup();
+            return Ok(out);
+        }
+        let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
+        self.count(&self.requests.list);
+        let listed = self.run(self.remote.list_with_delimiter(dir.as_ref())).map_err(|e| self.failed("LIST", prefix, e))?;
+        let name = |p: &ObjectPath| p.filename().map(str::to_string);
+        let mut out: Vec<Entry> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(name)
+            .map(|name| Entry { name, is_dir: true })
+            .chain(listed.objects.iter().filter_map(|o| name(&o.location)).map(|name| Entry { name, is_dir: false }))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
+        if let Listing::Consolidated(_) = self.listing {
+            return Ok(None);
+        }
+        let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
+        // A recursive listing, stopped as soon as it shows more names than `max` or more keys
+        // than a few pages: it costs what the answer is worth, however large the prefix.
+        let budget = max.saturating_mul(16).max(1000);
+        self.count(&self.requests.list);
+        let names = self.run(async {
+            let mut stream = self.remote.list(dir.as_ref());
+            let (mut names, mut seen) = (std::collections::BTreeSet::new(), 0usize);
+            while let Some(meta) = stream.next().await {
+                let meta = meta?;
+                seen += 1;
+                let rest: Vec<_> = meta.location.prefix_match(&dir.clone().unwrap_or_default()).into_iter().flatten().collect();
+                if let Some(first) = rest.first() {
+                    names.insert(first.as_ref().to_string());
+                }
+                if names.len() > max || seen > budget {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(names.into_iter().collect::<Vec<_>>()))
+        });
+        names.map_err(|e| self.failed("LIST", prefix, e))
+    }
+
+    fn sync(&self, _keys: &[String]) -> Result<()> {
+        // A PUT that returned is durable.
+        Ok(())
+    }
+
+    fn requests(&self) -> Option<serde_json::Value> {
+        Some(self.requests.to_json())
+    }
+}
+
+impl std::fmt::Debug for ObjectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStore").field("location", &self.location).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        let s3 = |b: &str, p: &str| Some(Ok(RemoteLocation::S3 { bucket: b.into(), prefix: p.into() }));
+        assert_eq!(RemoteLocation::parse("s3://bkt/a/b.zarr/"), s3("bkt", "a/b.zarr"));
+        assert_eq!(RemoteLocation::parse("s3a://bkt"), s3("bkt", ""));
+        assert!(matches!(RemoteLocation::parse("s3://ab/x"), Some(Err(_))));
+        assert_eq!(RemoteLocation::parse("https://h/s.zarr/"), Some(Ok(RemoteLocation::Http { url: "https://h/s.zarr".into() })));
+        assert_eq!(RemoteLocation::parse("/tmp/s3://x"), None);
+        assert_eq!(RemoteLocation::parse("s3://bkt/a").unwrap().unwrap().to_string(), "s3://bkt/a");
+    }
+
+    #[test]
+    fn profile_credentials_are_read_from_their_section() {
+        let text = "[default]\naws_access_key_id = A\naws_secret_access_key=B\n\n[other]\naws_access_key_id=C\naws_secret_access_key = D\naws_session_token = T\n";
+        assert_eq!(parse_credentials(text, "default"), Some(("A".into(), "B".into(), None)));
+        assert_eq!(parse_credentials(text, "other"), Some(("C".into(), "D".into(), Some("T".into()))));
+        assert_eq!(parse_credentials(text, "missing"), None);
+    }
+
+    #[test]
+    fn only_node_documents_are_guarded() {
+        assert!(guarded("a/b/zarr.json") && guarded(".zattrs") && guarded("x/.zmetadata"));
+        assert!(!guarded("a/c/0/0") && !guarded("a/0.0"));
+    }
+}
