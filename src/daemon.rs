@@ -95,14 +95,12 @@ pub fn run(plan: MountPlan) -> ExitCode {
         }
     };
     let background = ready_pipe.is_some();
-    // The first report goes to the waiting parent and closes the pipe, which releases it.
+    // The first report goes to the waiting parent and closes the pipe, which releases it;
+    // whether it reached the parent is returned.
     let ready_pipe = std::cell::Cell::new(ready_pipe);
     let report = |msg: &str| match ready_pipe.take() {
-        Some(fd) => {
-            let _ = std::fs::File::from(fd).write_all(msg.as_bytes());
-        }
-        None if !msg.is_empty() && msg != "ok" => eprintln!("zarrfs: {msg}"),
-        None => {}
+        Some(fd) => std::fs::File::from(fd).write_all(msg.as_bytes()).is_ok(),
+        None => false,
     };
     let target = match (&plan.log_file, background) {
         (Some(f), _) => crate::logging::LogTarget::File(f),
@@ -110,14 +108,19 @@ pub fn run(plan: MountPlan) -> ExitCode {
         (None, false) => crate::logging::LogTarget::Stderr,
     };
     if let Err(e) = crate::logging::init(plan.verbose, target) {
-        report(&e);
+        if !report(&e) {
+            eprintln!("zarrfs: {e}");
+        }
         return ExitCode::FAILURE;
     }
-    match run_mount(&plan, report, background) {
+    match run_mount(&plan, |m| report(m), background) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
-            report(&e);
+            // Said once where it is read: by the waiting parent, else in the log (and a log
+            // file keeps it too).
+            if !report(&e) || plan.log_file.is_some() {
+                tracing::error!("{e}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -178,7 +181,7 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
-fn run_mount(plan: &MountPlan, report: impl Fn(&str), background: bool) -> Result<(), String> {
+fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) -> Result<(), String> {
     // Block the shutdown signals before any thread starts: every thread inherits the mask and
     // the main thread alone takes them, with sigtimedwait.
     let signals = signal_set();

@@ -174,6 +174,7 @@ fn a_chunk_written_full_of_fill_is_deleted() {
     let f = OpenOptions::new().write(true).open(m.path("shapes/d1/data")).unwrap();
     f.write_at(&[9; 5], 0).unwrap();
     drop(f);
+    common::backend::pull(&store);
     assert!(!store.join("shapes/d1/c/0").exists(), "the all-fill chunk's key is gone after close");
     // Sharded: a shard whose inner chunks all become fill is deleted; the index lists only
     // non-fill inner chunks.
@@ -181,6 +182,7 @@ fn a_chunk_written_full_of_fill_is_deleted() {
     let fill: Vec<u8> = (0..4 * 9).flat_map(|_| (-1f32).to_le_bytes()).collect();
     f.write_at(&fill, 0).unwrap(); // rows 0..4: shard row 0, both shards
     drop(f);
+    common::backend::pull(&store);
     assert!(!store.join("sharded/end/c/0/0").exists() && !store.join("sharded/end/c/0/1").exists());
     let no_temp = common::snapshot(&store).into_keys().filter(|p| p.contains(".zarrfs-")).collect::<Vec<_>>();
     assert!(no_temp.is_empty(), "temporary files left: {no_temp:?}");

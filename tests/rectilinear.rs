@@ -48,18 +48,21 @@ fn a_trillion_chunks_mount_read_write_grow_and_prepend_at_the_cost_of_one_run() 
     let before = std::fs::read_dir(store.join("a/c")).unwrap().count();
     f.write_all_at(&[8, 9], (N - 2) * 2).unwrap();
     f.sync_all().unwrap();
+    common::backend::pull(&store);
     assert_eq!(std::fs::read_dir(store.join("a/c")).unwrap().count(), before + 1);
     assert_eq!(std::fs::read(store.join(format!("a/c/{}/0", N - 2))).unwrap(), [8, 9]);
     // A write past the end grows it by one edge, merged into the run.
     f.write_all_at(&[10, 11], N * 2).unwrap();
     drop(f);
     assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 * (N + 1));
+    common::backend::pull(&store);
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("a/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shapes"], json!([[[1, N + 1]], 2]));
     // A prepend of any number of rows is one new edge in front.
     let mut p = OpenOptions::new().write(true).open(m.path("a/prepend")).unwrap();
     p.write_all(&[20, 21, 22, 23, 24, 25]).unwrap();
     drop(p);
+    common::backend::pull(&store);
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("a/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shapes"], json!([[3, [1, N + 1]], 2]));
     assert_eq!(doc["chunk_key_encoding"]["configuration"]["offset"], json!([-1, 0]));
@@ -93,12 +96,16 @@ fn sharded_rectilinear_grids_grow_by_whole_inner_chunks_only() {
     assert_eq!(f.set_len(13 * 16).unwrap_err().raw_os_error(), Some(libc::EINVAL));
     f.set_len(14 * 16).unwrap();
     drop(f);
+    common::backend::pull(&store);
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("sharded/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shapes"], json!([[4, 8, 2], [8]]));
 }
 
 #[test]
 fn changed_one_row_chunks_count_their_entries_against_the_dirty_limit() {
+    if common::backend::local_only("16 384 one-row chunk objects, counted while the mount is live") {
+        return;
+    }
     // 32 KiB written in two-byte chunks is 16 384 changed chunks: far more held than 32 KiB.
     let rows = 1u64 << 14;
     let dir = tempfile::tempdir().unwrap();

@@ -107,7 +107,7 @@ impl ZarrFs {
     fn stats_json(&self) -> Vec<u8> {
         let c = &self.cx.cache.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "cache": {
                 "hits": load(&c.hits), "misses": load(&c.misses), "decoded_bytes": load(&c.decoded_bytes),
                 "bytes": self.cx.cache.bytes(), "capacity": self.cx.cache.capacity(), "load_errors": load(&c.errors),
@@ -118,6 +118,9 @@ impl ZarrFs {
             "requests": self.stats.requests(),
             "errors": self.stats.errors(),
         });
+        if let Some(store) = self.cx.store.requests() {
+            doc["store_requests"] = store;
+        }
         let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         out.push(b'\n');
         out

@@ -79,7 +79,7 @@ impl Nodes {
             None => {
                 // The version first: a change after it is seen at the next check.
                 let version = node_version(cx, path)?;
-                let state = Self::load(cx, path)?;
+                let state = Self::load(cx, path, version)?;
                 let mut dirs = lock(&self.dirs);
                 let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now() });
                 Ok(known.state.clone())
@@ -88,11 +88,12 @@ impl Nodes {
     }
 
     /// Parse the node at `path`.
-    fn load(cx: &Context, path: &str) -> Result<DirState> {
+    fn load(cx: &Context, path: &str, version: Option<Version>) -> Result<DirState> {
         Ok(match read_node(cx.store.as_ref(), path) {
             Ok(Some(NodeMetadata::Group)) => DirState::Group,
             Ok(Some(NodeMetadata::Array(meta))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
+                array.set_stored_version(version);
                 DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone())))
             }
             Ok(None) => return Err(Error::NotFound),
@@ -116,20 +117,24 @@ impl Nodes {
                 let current = file.array.array();
                 match read_node(cx.store.as_ref(), path) {
                     _ if file.array.is_dirty() => (state.clone(), version),
-                    Ok(Some(NodeMetadata::Array(meta))) if meta.document == current.meta.document => (state.clone(), now),
+                    Ok(Some(NodeMetadata::Array(meta))) if meta.document == current.meta.document => {
+                        current.set_stored_version(now);
+                        (state.clone(), now)
+                    }
                     Ok(Some(NodeMetadata::Array(meta))) => {
                         tracing::info!(node = %display_path(path), "metadata changed in the store; serving the new version");
                         let array = Array::new(cx.store.clone(), path, *meta);
+                        array.set_stored_version(now);
                         // A new cache id: chunks cached under the old metadata are not served.
                         file.array.replace(Arc::new(array), cx.next_id());
                         *lock(&file.array.text) = None;
                         cx.invalidate_data(&file.array);
                         (state.clone(), now)
                     }
-                    _ => (Self::load_or_forget(self, cx, path)?, now),
+                    _ => (self.load_or_forget(cx, path, now)?, now),
                 }
             }
-            _ => (Self::load_or_forget(self, cx, path)?, now),
+            _ => (self.load_or_forget(cx, path, now)?, now),
         };
         if let Some(known) = lock(&self.dirs).get_mut(path) {
             known.state = state.clone();
@@ -140,8 +145,8 @@ impl Nodes {
     }
 
     /// The node at `path` parsed again; one that is gone is forgotten.
-    fn load_or_forget(&self, cx: &Context, path: &str) -> Result<DirState> {
-        Self::load(cx, path).inspect_err(|e| {
+    fn load_or_forget(&self, cx: &Context, path: &str, version: Option<Version>) -> Result<DirState> {
+        Self::load(cx, path, version).inspect_err(|e| {
             if matches!(e, Error::NotFound) {
                 lock(&self.dirs).remove(path);
             }

@@ -19,8 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
-    UpdateVersion,
+    ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 
 use super::{ByteRange, Entry, Head, Store, Value, Version};
@@ -106,6 +105,7 @@ impl RequestCounts {
 
 /// Documents whose writes are guarded by conditional PUTs: the node metadata another writer
 /// may change too. Chunks are not: two writers of one chunk are a race Zarr does not arbitrate.
+/// (Over plain HTTP, these are also what a directory listing asks for.)
 const GUARDED: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
 
 fn guarded(key: &str) -> bool {
@@ -181,7 +181,10 @@ impl ObjectStore {
                 let remote: Arc<dyn Remote> = if prefix.is_empty() {
                     Arc::new(s3)
                 } else {
-                    Arc::new(object_store::prefix::PrefixStore::new(s3, ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?))
+                    Arc::new(object_store::prefix::PrefixStore::new(
+                        s3,
+                        ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?,
+                    ))
                 };
                 (remote, Listing::Bucket)
             }
@@ -202,14 +205,7 @@ impl ObjectStore {
             .enable_all()
             .build()
             .map_err(Error::Io)?;
-        Ok(ObjectStore {
-            remote,
-            runtime,
-            location: location.clone(),
-            listing,
-            etags: Mutex::default(),
-            requests: Arc::default(),
-        })
+        Ok(ObjectStore { remote, runtime, location: location.clone(), listing, etags: Mutex::default(), requests: Arc::default() })
     }
 
     pub fn location(&self) -> &RemoteLocation {
@@ -278,7 +274,8 @@ impl ObjectStore {
     fn consolidated_nodes(&self) -> &[String] {
         let Listing::Consolidated(nodes) = &self.listing else { return &[] };
         nodes.get_or_init(|| {
-            let read = |key: &str| self.get(key, 64 << 20).ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let read =
+                |key: &str| self.get(key, 64 << 20).ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
             let mut out = Vec::new();
             if let Some(doc) = read("zarr.json")
                 && let Some(meta) = doc.pointer("/consolidated_metadata/metadata").and_then(|m| m.as_object())
@@ -311,6 +308,9 @@ fn explain(e: &object_store::Error) -> String {
         || lower.contains("invalidaccesskeyid")
     {
         return format!("access denied (check the credentials, region and endpoint): {}", first_line(&text));
+    }
+    if lower.contains("error sending request") || lower.contains("connection refused") || lower.contains("dns error") {
+        return format!("cannot reach the server (check the endpoint): {}", first_line(text.rsplit(" - ").next().unwrap_or(&text)));
     }
     first_line(&text)
 }
@@ -492,6 +492,12 @@ impl Store for ObjectStore {
                 .map(|name| Entry { name: name.to_string(), is_dir: true })
                 .collect();
             out.dedup();
+            for name in GUARDED {
+                if self.head(&super::join(prefix, name))?.is_some() {
+                    out.push(Entry { name: name.to_string(), is_dir: false });
+                }
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(out);
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };

@@ -2,13 +2,14 @@
 //! inner chunk. It knows nothing of caching or files.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::grid::ChunkGrid;
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
 use super::region::IndexBox;
+use crate::error::lock;
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
@@ -19,6 +20,10 @@ pub struct Array {
     store: Arc<dyn Store>,
     /// The grid of inner chunks, when shards are read one inner chunk at a time.
     inner_grid: Option<ChunkGrid>,
+    /// The version of the metadata document as this array (and those derived from it) last
+    /// read or stored it, when known: storing the metadata over a document another writer has
+    /// changed since is refused rather than silently undoing their change.
+    stored_version: Arc<Mutex<Option<Version>>>,
 }
 
 /// The cells reads are cached by: whole chunks, or the inner chunks of shards.
@@ -31,12 +36,27 @@ impl Array {
     pub fn new(store: Arc<dyn Store>, path: &str, meta: ArrayMetadata) -> Array {
         // Parsing checked that inner chunks divide every shard edge.
         let inner_grid = meta.codecs.partial_sharding().and_then(|s| meta.grid.subdivided(&s.inner_shape).ok());
-        Array { path: path.to_string(), meta, store, inner_grid }
+        Array { path: path.to_string(), meta, store, inner_grid, stored_version: Arc::default() }
+    }
+
+    /// The same array with other metadata; it shares the stored version.
+    fn derived(&self, meta: ArrayMetadata) -> Array {
+        Array { stored_version: self.stored_version.clone(), ..Array::new(self.store.clone(), &self.path, meta) }
+    }
+
+    /// The version the metadata document was read at (taken before reading it).
+    pub fn set_stored_version(&self, version: Option<Version>) {
+        *lock(&self.stored_version) = version;
     }
 
     pub fn open(store: Arc<dyn Store>, path: &str) -> Result<Array> {
         match super::node::read_node(store.as_ref(), path)? {
-            Some(NodeMetadata::Array(meta)) => Ok(Array::new(store, path, *meta)),
+            Some(NodeMetadata::Array(meta)) => {
+                let version = store.head(&store::join(path, meta.document_name()))?.map(|h| h.version);
+                let array = Array::new(store, path, *meta);
+                array.set_stored_version(version);
+                Ok(array)
+            }
             Some(NodeMetadata::Group) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
             None => Err(Error::NotFound),
         }
@@ -299,12 +319,12 @@ impl Array {
 
     /// The same array with another shape (metadata only; nothing is stored).
     pub fn with_shape(&self, shape: &[u64]) -> Result<Array> {
-        Ok(Array::new(self.store.clone(), &self.path, self.meta.with_shape(shape)?))
+        Ok(self.derived(self.meta.with_shape(shape)?))
     }
 
     /// The same array switched to the `offset` chunk key encoding (metadata only).
     pub fn adopted_offset(&self) -> Result<Array> {
-        Ok(Array::new(self.store.clone(), &self.path, self.meta.adopted_offset()?))
+        Ok(self.derived(self.meta.adopted_offset()?))
     }
 
     /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read through
@@ -334,7 +354,7 @@ impl Array {
             return Err(Error::Invalid(format!("{len} bytes is not a whole number of {slab}-byte slabs along axis {axis}")));
         }
         let (next_meta, new_chunks) = meta.prepended(axis, len / slab)?;
-        let next = Arc::new(Array::new(self.store.clone(), &self.path, next_meta));
+        let next = Arc::new(self.derived(next_meta));
         let grid = &next.meta.grid;
         // The new region: the new chunks along `axis`, everything along the other axes. It is
         // read in bands of one chunk along axis 0 (contiguous in C order).
@@ -391,8 +411,15 @@ impl Array {
     pub fn store_metadata(&self) -> Result<Touched> {
         let mut touched = Touched::default();
         let key = store::join(&self.path, self.meta.document_name());
-        let old = self.store.get(&key, MAX_DOCUMENT_BYTES)?;
-        self.store.set(&key, &metadata::render_like(old.as_deref(), &self.meta.document))?;
+        let old = self.store.get_value(&key, MAX_DOCUMENT_BYTES)?;
+        let mut stored = lock(&self.stored_version);
+        if let (Some(read_at), Some(now)) = (*stored, &old)
+            && now.version != read_at
+        {
+            return Err(Error::refused(&key, "changed in the store by another writer since this mount read it; not overwritten"));
+        }
+        *stored = Some(self.store.set(&key, &metadata::render_like(old.as_ref().map(|v| v.bytes.as_slice()), &self.meta.document))?);
+        drop(stored);
         touched.keys.push(key);
         let parts: Vec<&str> = if self.path.is_empty() { Vec::new() } else { self.path.split('/').collect() };
         for depth in (0..parts.len()).rev() {

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Object-store checks against a real S3-compatible server on loopback (moto, started by
+scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET):
+
+- interop: arrays written to the bucket by zarr-python (obstore) and tensorstore (s3 kvstore)
+  read through a mount; what the mount writes, grows and prepends read back by both;
+- requests, counted by a proxy in front of the server: one ranged GET per inner chunk for a
+  sharded point read (after the shard index), none for cached chunks, exactly the new chunk
+  PUTs and one metadata PUT for a prepend;
+- faults: 503s and dropped connections within the retry budget change nothing a reader or
+  writer sees; past it, EIO, and no metadata PUT after a failed chunk PUT;
+- conditional PUTs: metadata another writer changed under the mount is not overwritten;
+- mount-time errors: a missing bucket and an unreachable endpoint are refused by the parent;
+- plain HTTP: a consolidated store served over http:// mounts read-only.
+
+    scripts/check-s3.py target/release/zarrfs
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import numcodecs
+import numpy as np
+import obstore.store
+import tensorstore as ts
+import zarr
+from zarr.storage import ObjectStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from s3proxy import S3Proxy  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+EP = os.environ["AWS_ENDPOINT_URL"]
+BUCKET = os.environ.get("ZARRFS_TEST_S3_BUCKET", "zarrfs-test")
+REGION = os.environ.get("AWS_REGION", "us-east-1")
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    RESULTS["passed" if cond else "failed"] += 1
+    if not cond:
+        print(f"FAIL: {what}", flush=True)
+
+
+def s3store(prefix, endpoint=EP):
+    s = obstore.store.S3Store(BUCKET, prefix=prefix, endpoint=endpoint, access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                              secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"], region=REGION,
+                              client_options={"allow_http": True})
+    return ObjectStore(s)
+
+
+def ts_spec(prefix, driver="zarr3"):
+    return {"driver": driver, "kvstore": {"driver": "s3", "bucket": BUCKET, "path": prefix.rstrip("/") + "/", "endpoint": EP,
+                                          "aws_region": REGION}}
+
+
+class Mount:
+    def __init__(self, source, *extra, endpoint=EP):
+        self.dir = tempfile.mkdtemp(prefix="zarrfs-s3-")
+        self.log = self.dir + ".log"
+        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint)
+        self.proc = subprocess.Popen([BIN, "mount", "-f", source, self.dir, *extra], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log, "w"), env=env)
+        deadline = time.time() + 30
+        while not os.path.ismount(self.dir):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"mount failed: {open(self.log).read()}")
+            time.sleep(0.02)
+
+    def path(self, rel):
+        return os.path.join(self.dir, rel)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        if os.path.ismount(self.dir):
+            subprocess.run(["umount", "-l", self.dir])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
+def le_bytes(a):
+    a = np.ascontiguousarray(a)
+    return a.astype(a.dtype.newbyteorder("<")).tobytes()
+
+
+def interop():
+    prefix = f"interop-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(5)
+    g = zarr.open_group(s3store(prefix), mode="w")
+    arrays = {
+        "zstd": (rng.standard_normal((37, 29)) * 100).astype("f4"),
+        "sharded": rng.integers(-999, 999, (40, 30), dtype="i4"),
+        "gzip_u2": rng.integers(0, 60000, (25, 11), dtype="u2"),
+    }
+    g.create_array("zstd", data=arrays["zstd"], chunks=(8, 7), compressors=zarr.codecs.ZstdCodec(level=3))
+    g.create_array("sharded", data=arrays["sharded"], chunks=(5, 5), shards=(10, 15))
+    g.create_array("gzip_u2", data=arrays["gzip_u2"], chunks=(6, 11), compressors=zarr.codecs.GzipCodec())
+    v2 = zarr.open_group(s3store(prefix + "/v2"), mode="w", zarr_format=2)
+    arrays["v2/blosc"] = rng.integers(0, 2**40, (19, 7), dtype="i8")
+    v2.create_array("blosc", data=arrays["v2/blosc"], chunks=(4, 7), compressors=numcodecs.Blosc(cname="lz4"))
+    t = ts.open(ts_spec(prefix + "/ts"), create=True, dtype="int16", shape=[23, 9],
+                chunk_layout=ts.ChunkLayout(chunk_shape=[4, 9]),
+                codec=ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes"}, {"name": "zstd"}]})).result()
+    arrays["ts"] = rng.integers(-30000, 30000, (23, 9), dtype="i2")
+    t[...] = arrays["ts"]
+    # The mount's root is the group (tensorstore writes no group document: read ts/ directly).
+    with Mount(f"s3://{BUCKET}/{prefix}") as m:
+        for name, want in arrays.items():
+            got = open(m.path(f"{name}/data"), "rb").read()
+            check(got == le_bytes(want), f"interop read {name}")
+        # Writes, growth and a prepend through the mount.
+        with open(m.path("zstd/data"), "r+b") as f:
+            f.seek(3 * 29 * 4)
+            f.write(np.full(29, 7.5, "f4").tobytes())
+        arrays["zstd"][3] = 7.5
+        with open(m.path("gzip_u2/data"), "r+b") as f:
+            f.truncate(30 * 11 * 2)
+        arrays["gzip_u2"] = np.concatenate([arrays["gzip_u2"], np.zeros((5, 11), "u2")])
+        with open(m.path("ts/data"), "r+b") as f:
+            f.seek(22 * 9 * 2)
+            f.write(np.arange(9, dtype="i2").tobytes())
+        arrays["ts"][22] = np.arange(9)
+    back = zarr.open_group(s3store(prefix), mode="r")
+    for name in ["zstd", "gzip_u2"]:
+        check(np.array_equal(back[name][...], arrays[name]), f"zarr-python reads back {name}")
+        check(np.array_equal(ts.open(ts_spec(f"{prefix}/{name}")).result().read().result(), arrays[name]),
+              f"tensorstore reads back {name}")
+    check(np.array_equal(ts.open(ts_spec(prefix + "/ts")).result().read().result(), arrays["ts"]), "tensorstore reads back ts")
+    # A prepend onto an offset-encoded array (adopted at open): zarr-python cannot read the
+    # offset encoding, so the mount's own remount and the stored keys are what is checked.
+    with Mount(f"s3://{BUCKET}/{prefix}", "-o", "adopt_offset") as m:
+        new = rng.integers(-999, 999, (10, 30), dtype="i4")
+        with open(m.path("sharded/prepend"), "wb") as f:
+            f.write(le_bytes(new))
+        arrays["sharded"] = np.concatenate([new, arrays["sharded"]])
+    with Mount(f"s3://{BUCKET}/{prefix}", "--read-only") as m:
+        check(open(m.path("sharded/data"), "rb").read() == le_bytes(arrays["sharded"]), "prepend read back after a remount")
+
+
+def requests_counted(proxy):
+    prefix = f"count-{uuid.uuid4().hex[:8]}"
+    g = zarr.open_group(s3store(prefix), mode="w")
+    g.create_array("sh", data=np.arange(64 * 64, dtype="u2").reshape(64, 64), chunks=(8, 8), shards=(32, 32))
+    g.create_array("plain", data=np.arange(40 * 6, dtype="i4").reshape(40, 6), chunks=(4, 6))
+    adopt = subprocess.run([BIN, "adopt", f"s3://{BUCKET}/{prefix}", "plain"], capture_output=True, text=True)
+    check(adopt.returncode == 0, f"zarrfs adopt on a bucket: {adopt.stderr}")
+    with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+        data = m.path("sh/data")
+        os.stat(data)
+        # O_DIRECT: the kernel asks for exactly the bytes read, not a page and its read-ahead.
+        fd = os.open(data, os.O_RDONLY | os.O_DIRECT)
+        proxy.reset()
+        got = os.pread(fd, 2, (40 * 64 + 41) * 2)  # element (40, 41): shard (1, 1), inner chunk (5, 5)
+        gets = [e for e in proxy.entries() if e[0] == "GET"]
+        check(int.from_bytes(got, "little") == 40 * 64 + 41, "sharded point read value")
+        check(len(gets) == 2 and all(e[2] for e in gets), f"sharded point read: the index and one inner chunk, ranged ({gets})")
+        proxy.reset()
+        os.pread(fd, 2, (40 * 64 + 41) * 2)
+        check(not [e for e in proxy.entries() if e[0] == "GET"], f"a cached chunk is not fetched again ({proxy.entries()})")
+        os.close(fd)
+        os.stat(m.path("plain/data"))
+        proxy.reset()
+        with open(m.path("plain/prepend"), "wb") as f:
+            f.write(np.arange(8 * 6, dtype="i4").tobytes())  # two chunk rows
+        puts = [e[1] for e in proxy.entries() if e[0] == "PUT"]
+        chunk_puts = [p for p in puts if "/c/" in p]
+        meta_puts = [p for p in puts if p.endswith("zarr.json")]
+        copies = [e for e in proxy.entries() if e[0] in ("POST", "DELETE") or (e[0] == "PUT" and e[2])]
+        check(len(chunk_puts) == 2 and len(meta_puts) == 1 and len(puts) == 3 and not copies,
+              f"a prepend is its new chunk PUTs and one metadata PUT ({puts})")
+        print(f"requests: sharded point read 2 ranged GETs; cached re-read 0; prepend of 2 chunks {len(puts)} PUTs", flush=True)
+
+
+def faults(proxy):
+    prefix = f"faults-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(9)
+    want = (rng.standard_normal((64, 48)) * 10).astype("f4")
+    zarr.open_group(s3store(prefix), mode="w").create_array("a", data=want, chunks=(8, 16))
+    proxy.fail_every, proxy.drop_every = 4, 7
+    try:
+        with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+            check(open(m.path("a/data"), "rb").read() == le_bytes(want), "reads through 503s and dropped connections")
+            with open(m.path("a/data"), "r+b") as f:
+                f.seek(10 * 48 * 4)
+                f.write(np.full(48 * 3, 2.5, "f4").tobytes())
+                os.fsync(f.fileno())
+            want[10:13] = 2.5
+        injected = [e for e in proxy.entries() if e[3] in (503, "dropped")]
+        check(len(injected) > 3, f"faults were injected ({len(injected)})")
+    finally:
+        proxy.fail_every, proxy.drop_every = 0, 0
+    check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["a"][...], want), "writes through faults read back")
+    # Past the retry budget: EIO, and the metadata is not PUT after a failed chunk PUT.
+    with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+        os.stat(m.path("a/data"))
+        f = os.open(m.path("a/data"), os.O_RDWR)
+        os.ftruncate(f, 70 * 48 * 4)  # growth: a metadata change
+        os.pwrite(f, np.full(48, 9, "f4").tobytes(), 66 * 48 * 4)
+        proxy.reset()
+        proxy.fail_all = True
+        t0 = time.time()
+        try:
+            os.fsync(f)
+            failed = False
+        except OSError as e:
+            failed = e.errno == 5
+        took = time.time() - t0
+        proxy.fail_all = False
+        check(failed, "fsync past the retry budget fails with EIO")
+        puts = [e for e in proxy.entries() if e[0] == "PUT"]
+        check(puts and not any(p[1].endswith("zarr.json") for p in puts), f"no metadata PUT after a failed chunk PUT ({puts[:3]}...)")
+        check(zarr.open_group(s3store(prefix), mode="r")["a"].shape == (64, 48), "the stored shape is still the old one")
+        print(f"faults: fsync gave EIO after {took:.1f} s and {len(puts)} refused PUTs", flush=True)
+        # Once the server answers again, the changes held are stored (at close or unmount).
+        try:
+            os.close(f)
+        except OSError:
+            pass
+    want = np.concatenate([want, np.zeros((6, 48), "f4")])
+    want[66] = 9
+    check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["a"][...], want), "the held changes are stored once the server answers")
+
+
+def conditional_put():
+    prefix = f"cond-{uuid.uuid4().hex[:8]}"
+    zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.zeros((8, 4), "u1"), chunks=(4, 4))
+    with Mount(f"s3://{BUCKET}/{prefix}") as m:
+        f = os.open(m.path("a/data"), os.O_RDWR)
+        os.ftruncate(f, 12 * 4)  # the mount will store a new shape at the next flush
+        other = zarr.open_group(s3store(prefix), mode="r+")["a"]
+        other.attrs["writer"] = "another"  # another writer's metadata change
+        try:
+            os.fsync(f)
+            refused = False
+        except OSError:
+            refused = True
+        os.close(f) if not refused else None
+        check(refused, "a flush over another writer's metadata change fails")
+        check("conditional PUT refused" in open(m.log).read() or "another writer" in open(m.log).read(),
+              "the log names the conflict")
+    a = zarr.open_group(s3store(prefix), mode="r")["a"]
+    check(a.attrs.get("writer") == "another", "the other writer's change is kept")
+
+
+def mount_errors():
+    d = tempfile.mkdtemp()
+    for source, env, what in [(f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/x", {}, "no such bucket"),
+                              (f"s3://{BUCKET}/x", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "")]:
+        t0 = time.time()
+        r = subprocess.run([BIN, "mount", source, d], capture_output=True, text=True, env=dict(os.environ, **env), timeout=120)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and what in lines[0] and not os.path.ismount(d),
+              f"mount {source} refused in one line ({r.returncode}, {r.stderr!r})")
+        print(f"refused in {time.time() - t0:.1f} s: {lines[-1] if lines else ''}", flush=True)
+
+
+def plain_http():
+    # A public bucket, served to anonymous GETs as any web server would serve the files.
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=EP, region_name=REGION)
+    public = "zarrfs-public"
+    s3.create_bucket(Bucket=public)
+    prefix = f"http-{uuid.uuid4().hex[:8]}"
+    store = ObjectStore(obstore.store.S3Store(public, prefix=prefix, endpoint=EP, access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                                              secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"], region=REGION,
+                                              client_options={"allow_http": True}))
+    g = zarr.open_group(store, mode="w")
+    want = np.arange(30 * 5, dtype="f8").reshape(30, 5)
+    g.create_group("sub").create_array("a", data=want, chunks=(7, 5))
+    zarr.consolidate_metadata(store)
+    for o in s3.list_objects_v2(Bucket=public, Prefix=prefix)["Contents"]:
+        s3.put_object_acl(Bucket=public, Key=o["Key"], ACL="public-read")
+    with Mount(f"{EP}/{public}/{prefix}") as m:
+        check(sorted(os.listdir(m.dir)) == [".zarrfs", "sub", "zarr.json"], f"http root listing {sorted(os.listdir(m.dir))}")
+        check(sorted(os.listdir(m.path("sub"))) == ["a", "zarr.json"], f"http group listing {sorted(os.listdir(m.path('sub')))}")
+        check(open(m.path("sub/a/data"), "rb").read() == le_bytes(want), "http read")
+        try:
+            open(m.path("sub/a/data"), "r+b")
+            check(False, "http mounts are read-only")
+        except OSError as e:
+            check(e.errno == 30, f"http mounts are read-only (EROFS, got {e.errno})")
+
+
+def main():
+    proxy = S3Proxy(EP)
+    interop()
+    requests_counted(proxy)
+    faults(proxy)
+    conditional_put()
+    mount_errors()
+    plain_http()
+    print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
+    sys.exit(1 if RESULTS["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()

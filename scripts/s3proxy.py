@@ -1,0 +1,94 @@
+"""A proxy in front of an S3-compatible server for the object-store checks: it counts the
+requests that pass (by method, ranged or not, and key), and can delay each one, answer some
+with 503 and drop some connections without an answer.
+
+    proxy = S3Proxy("http://127.0.0.1:5000")   # starts on a free loopback port
+    proxy.delay = 0.02; proxy.fail_every = 3; proxy.drop_every = 5
+    proxy.log   # [(method, path, ranged, status)]
+"""
+
+import http.client
+import http.server
+import socket
+import threading
+import time
+import urllib.parse
+
+
+class S3Proxy:
+    def __init__(self, upstream):
+        u = urllib.parse.urlparse(upstream)
+        self.host, self.port_up = u.hostname, u.port
+        self.delay = 0.0
+        self.fail_every = 0  # every n-th request gets a 503 (0: none)
+        self.drop_every = 0  # every n-th request's connection is closed unanswered
+        self.fail_all = False
+        self.log = []
+        self.lock = threading.Lock()
+        self.n = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def handle_any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with proxy.lock:
+                    proxy.n += 1
+                    n = proxy.n
+                    entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None]
+                    proxy.log.append(entry)
+                if proxy.delay:
+                    time.sleep(proxy.delay)
+                if proxy.drop_every and n % proxy.drop_every == 0:
+                    entry[3] = "dropped"
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if proxy.fail_all or (proxy.fail_every and n % proxy.fail_every == 0):
+                    entry[3] = 503
+                    msg = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                conn = http.client.HTTPConnection(proxy.host, proxy.port_up, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                entry[3] = resp.status
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                        self.send_header(k, v)
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reset(self):
+        with self.lock:
+            self.log = []
+
+    def entries(self):
+        with self.lock:
+            return list(self.log)
+
+    def close(self):
+        self.server.shutdown()
