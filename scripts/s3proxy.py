@@ -4,7 +4,7 @@ with 503 and drop some connections without an answer.
 
     proxy = S3Proxy("http://127.0.0.1:5000")   # starts on a free loopback port
     proxy.delay = 0.02; proxy.fail_every = 3; proxy.drop_every = 5
-    proxy.log   # [(method, path, ranged, status)]
+    proxy.log   # [[method, path, ranged, status, bytes answered]]
 """
 
 import http.client
@@ -40,7 +40,7 @@ class S3Proxy:
                 with proxy.lock:
                     proxy.n += 1
                     n = proxy.n
-                    entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None]
+                    entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None, 0]
                     proxy.log.append(entry)
                 if proxy.delay:
                     time.sleep(proxy.delay)
@@ -63,6 +63,7 @@ class S3Proxy:
                 resp = conn.getresponse()
                 data = resp.read()
                 entry[3] = resp.status
+                entry[4] = len(data)
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):

@@ -59,8 +59,13 @@ pub struct Nodes {
 /// The version of the node document at `path` (the first of `NODE_DOCUMENTS` there).
 fn node_version(cx: &Context, path: &str) -> Result<Option<Version>> {
     for name in NODE_DOCUMENTS {
-        if let Some(head) = cx.store.head(&store::join(path, name))? {
-            return Ok(Some(head.version));
+        match cx.store.head(&store::join(path, name)) {
+            Ok(Some(head)) => return Ok(Some(head.version)),
+            Ok(None) => {}
+            // A document refused (a link out of the store, a FIFO): the node's `error` says
+            // why once it is parsed; there is no version to watch.
+            Err(Error::Io(e)) => return Err(Error::Io(e)),
+            Err(_) => return Ok(None),
         }
     }
     Ok(None)

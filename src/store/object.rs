@@ -315,6 +315,15 @@ fn explain(e: &object_store::Error) -> String {
     first_line(&text)
 }
 
+/// A range request the server refused as past the value's end (416, InvalidRange).
+fn is_unsatisfiable_range(e: &object_store::Error) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("416")
+        || text.contains("range not satisfiable")
+        || text.contains("invalidrange")
+        || text.contains("wanted range starting")
+}
+
 fn first_line(s: &str) -> String {
     let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.len() > 400 { format!("{}…", &s[..s.floor_char_boundary(400)]) } else { s }
@@ -429,9 +438,7 @@ impl Store for ObjectStore {
                 Ok(Some(bytes.into()))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) if e.to_string().contains("416") || e.to_string().to_ascii_lowercase().contains("range") => {
-                Err(Error::corrupt(key, format!("range past the end: {}", first_line(&e.to_string()))))
-            }
+            Err(e) if is_unsatisfiable_range(&e) => Err(Error::corrupt(key, format!("range past the end: {}", first_line(&e.to_string())))),
             Err(e) => Err(self.failed("GET (range)", key, e)),
         }
     }

@@ -11,10 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use zarrfs::store::{Location, RemoteLocation, RemoteOptions, Store};
 
+/// A mirrored directory's bucket prefix and store (held so that its client is reused).
+type Mirror = (String, Arc<dyn Store>);
+
 struct Bucket {
     name: String,
-    /// Each mirrored directory's prefix and store (held so its client is reused).
-    mirrors: Mutex<HashMap<PathBuf, (String, Arc<dyn Store>)>>,
+    mirrors: Mutex<HashMap<PathBuf, Mirror>>,
 }
 
 fn bucket() -> Option<&'static Bucket> {
