@@ -1,22 +1,29 @@
 //! Which store the mount tests run against. By default the local directory a test built; with
 //! `ZARRFS_TEST_S3_BUCKET` set (and the conventional `AWS_*` environment pointing at a server,
-//! as `scripts/test` sets it for moto), the same tests run against an S3 bucket: the directory
-//! is mirrored to a prefix of the bucket before the mount, mounted as `s3://bucket/prefix`, and
-//! mirrored back when the mount stops (and whenever a test takes a `snapshot` of it), so every
-//! test checks the store in the same way whichever backend served it.
+//! as `scripts/with-s3` sets it for moto), the same tests run against an S3 bucket: the
+//! directory is mirrored to a prefix of the bucket before the mount, mounted as
+//! `s3://bucket/prefix`, and mirrored back when the mount stops (and whenever a test takes a
+//! `snapshot` of it or calls `pull`), so every test checks the store in the same way whichever
+//! backend served it.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zarrfs::store::{Location, RemoteLocation, RemoteOptions, Store};
 
-/// A mirrored directory's bucket prefix and store (held so that its client is reused).
-type Mirror = (String, Arc<dyn Store>);
+/// A directory mirrored to a bucket prefix.
+struct Mirror {
+    prefix: String,
+    store: Arc<dyn Store>,
+    /// What the prefix holds as of the last push or pull: each key's content hash.
+    synced: HashMap<String, u64>,
+}
 
 struct Bucket {
     name: String,
-    mirrors: Mutex<HashMap<PathBuf, Mirror>>,
+    mirrors: Mutex<HashMap<PathBuf, Arc<Mutex<Mirror>>>>,
 }
 
 fn bucket() -> Option<&'static Bucket> {
@@ -34,6 +41,12 @@ pub fn is_s3() -> bool {
     bucket().is_some()
 }
 
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
 /// What `zarrfs mount` is given for the store in `dir`: the directory itself, or the bucket
 /// prefix its contents were just mirrored to.
 pub fn mount_source(dir: &Path) -> std::ffi::OsString {
@@ -42,62 +55,59 @@ pub fn mount_source(dir: &Path) -> std::ffi::OsString {
         return dir.as_os_str().to_owned();
     }
     let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let (prefix, store) = {
-        let mut mirrors = b.mirrors.lock().unwrap_or_else(|p| p.into_inner());
-        mirrors
-            .entry(canon.clone())
-            .or_insert_with(|| {
-                let prefix = format!("t{}-{}", std::process::id(), unique(&canon));
-                let location = Location::Remote(RemoteLocation::S3 { bucket: b.name.clone(), prefix: prefix.clone() });
-                (prefix, location.open(&RemoteOptions::default()).expect("open the test bucket"))
-            })
-            .clone()
-    };
-    push(&canon, store.as_ref());
-    format!("s3://{}/{prefix}", b.name).into()
+    let mirror = b
+        .mirrors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(canon.clone())
+        .or_insert_with(|| {
+            // A prefix of its own per process and directory: it starts empty.
+            let prefix = format!("t{}-{}", std::process::id(), hash(canon.as_os_str().as_encoded_bytes()));
+            let location = Location::Remote(RemoteLocation::S3 { bucket: b.name.clone(), prefix: prefix.clone() });
+            let store = location.open(&RemoteOptions::default()).expect("open the test bucket");
+            Arc::new(Mutex::new(Mirror { prefix, store, synced: HashMap::new() }))
+        })
+        .clone();
+    let mut mirror = mirror.lock().unwrap_or_else(|p| p.into_inner());
+    // Push what changed locally since the last sync.
+    let local = local_files(&canon);
+    for key in mirror.synced.keys().filter(|k| !local.contains_key(*k)) {
+        mirror.store.delete(key).expect("push: delete");
+    }
+    for (key, value) in &local {
+        if mirror.synced.get(key) != Some(&hash(value)) {
+            mirror.store.set(key, value).expect("push: put");
+        }
+    }
+    mirror.synced = local.iter().map(|(k, v)| (k.clone(), hash(v))).collect();
+    format!("s3://{}/{}", b.name, mirror.prefix).into()
 }
 
-/// Mirror the bucket prefix of `dir` (if it has one) back into `dir`.
+/// Mirror the bucket prefix of `dir` (or of the store it lies in) back into it.
 pub fn pull(dir: &Path) {
     let Some(b) = bucket() else { return };
     let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let mirrors: Vec<_> = b.mirrors.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(d, (_, s))| (d.clone(), s.clone())).collect();
-    for (root, store) in mirrors {
-        if canon.starts_with(&root) || root.starts_with(&canon) {
-            let remote = keys(store.as_ref(), "");
-            let local = local_files(&root);
-            for key in local.keys().filter(|k| !remote.contains(k)) {
-                let _ = std::fs::remove_file(root.join(key));
-            }
-            for key in remote {
-                let value = store.get(&key, u64::MAX).expect("pull").unwrap_or_default();
-                if local.get(&key) != Some(&value) {
-                    let path = root.join(&key);
-                    std::fs::create_dir_all(path.parent().expect("parent")).expect("pull: mkdir");
-                    std::fs::write(&path, value).expect("pull: write");
-                }
-            }
+    let mirrors: Vec<_> = b.mirrors.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(d, m)| (d.clone(), m.clone())).collect();
+    for (root, mirror) in mirrors {
+        if !(canon.starts_with(&root) || root.starts_with(&canon)) {
+            continue;
         }
-    }
-}
-
-fn unique(path: &Path) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    path.hash(&mut h);
-    h.finish()
-}
-
-fn push(root: &Path, store: &dyn Store) {
-    let local = local_files(root);
-    let remote: std::collections::HashSet<String> = keys(store, "").into_iter().collect();
-    for key in remote.iter().filter(|k| !local.contains_key(*k)) {
-        store.delete(key).expect("push: delete");
-    }
-    for (key, value) in local {
-        if !remote.contains(&key) || store.get(&key, u64::MAX).expect("push: get").as_deref() != Some(value.as_slice()) {
-            store.set(&key, &value).expect("push: put");
+        let mut mirror = mirror.lock().unwrap_or_else(|p| p.into_inner());
+        let local = local_files(&root);
+        let mut synced = HashMap::new();
+        for key in keys(mirror.store.as_ref(), "") {
+            let value = mirror.store.get(&key, u64::MAX).expect("pull").unwrap_or_default();
+            if local.get(&key) != Some(&value) {
+                let path = root.join(&key);
+                std::fs::create_dir_all(path.parent().expect("parent")).expect("pull: mkdir");
+                std::fs::write(&path, &value).expect("pull: write");
+            }
+            synced.insert(key, hash(&value));
         }
+        for key in local.keys().filter(|k| !synced.contains_key(*k)) {
+            let _ = std::fs::remove_file(root.join(key));
+        }
+        mirror.synced = synced;
     }
 }
 
@@ -140,4 +150,13 @@ pub fn local_only(why: &str) -> bool {
         eprintln!("run against the local directory only: {why}");
     }
     is_s3()
+}
+
+/// Whether a live daemon changed its store or may at its shutdown: its `.zarrfs/stats` counts
+/// the PUTs and DELETEs it made and the writes and size changes it took (`None` when it cannot
+/// be read).
+pub fn store_changed(mountpoint: &Path) -> Option<bool> {
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(mountpoint.join(".zarrfs/stats")).ok()?).ok()?;
+    let n = |section: &str, k: &str| stats[section][k].as_u64();
+    Some(n("store_requests", "put")? + n("store_requests", "delete")? + n("requests", "write")? + n("requests", "setattr")? > 0)
 }

@@ -196,6 +196,16 @@ impl Mount {
 
     /// SIGTERM the daemon and wait: returns its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        // Against a bucket: mirrored back only when the daemon stored something.
+        let changed = if backend::is_s3() && self.child.is_some() { backend::store_changed(&self.mountpoint) } else { Some(false) };
+        let status = self.stop_daemon();
+        if changed != Some(false) {
+            backend::pull(&self.store);
+        }
+        status
+    }
+
+    fn stop_daemon(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -203,14 +213,12 @@ impl Mount {
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 force_unmount(&self.mountpoint);
-                backend::pull(&self.store);
                 return Some(status);
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 force_unmount(&self.mountpoint);
-                backend::pull(&self.store);
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
