@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::fs::{Config, ZarrFs};
 use crate::fuse::{Session, SessionOptions};
-use crate::store::{Location, ObjectStore, RemoteOptions, Store};
+use crate::store::{Location, REMOTE_WORKERS, RemoteOptions, Store};
 
 /// Everything a mount needs, after flags and `-o` options are merged (`crate::cli`).
 #[derive(Debug, Default)]
@@ -195,7 +195,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     let mut config = Config { read_only: plan.read_only, ..Config::default() };
     if plan.store.is_remote() {
         // Requests wait on the network: keep many in flight, and read further ahead.
-        config.workers = std::num::NonZeroUsize::new(ObjectStore::WORKERS).unwrap_or(config.workers);
+        config.workers = std::num::NonZeroUsize::new(REMOTE_WORKERS).unwrap_or(config.workers);
         config.read_ahead = config.read_ahead.max(64 << 20);
     }
     if let Some(ttl) = plan.metadata_ttl {

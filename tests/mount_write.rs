@@ -357,3 +357,56 @@ fn a_daemon_killed_mid_stream_leaves_every_chunk_whole() {
     kill_group(&mut s.writer);
     check_stream(&s.store, durable);
 }
+
+#[test]
+fn another_writers_metadata_change_is_seen_after_the_metadata_ttl() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &["-o", "metadata_ttl=1"]);
+    // shapes/d1: uint8 (17,), chunks (5,), fill 9.
+    let data = m.path("shapes/d1/data");
+    let before = std::fs::read(&data).unwrap();
+    assert_eq!(before.len(), 17);
+    // Another writer grows the array behind the mount's back.
+    let doc_path = store.join("shapes/d1/zarr.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
+    doc["shape"] = serde_json::json!([20]);
+    std::fs::write(&doc_path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    common::backend::push(&store);
+    // Past the metadata TTL (and the kernel's attribute TTL), the new shape is served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(&data).unwrap().len() != 20 {
+        assert!(std::time::Instant::now() < deadline, "the new shape was not seen within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut want = before;
+    want.extend([9u8; 3]);
+    assert_eq!(std::fs::read(&data).unwrap(), want);
+    // A write now goes over the new metadata, which the mount may store (it is the version read).
+    let f = OpenOptions::new().write(true).open(&data).unwrap();
+    f.write_at(&[1, 2], 18).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    want[18..20].copy_from_slice(&[1, 2]);
+    assert_eq!(std::fs::read(&data).unwrap(), want);
+}
+
+#[test]
+fn a_flush_over_another_writers_metadata_change_fails_and_keeps_it() {
+    let (_dir, store) = copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &[]);
+    let data = m.path("shapes/d1/data");
+    let f = OpenOptions::new().write(true).open(&data).unwrap();
+    f.set_len(25).unwrap(); // a new shape, stored at the next flush
+    // Another writer changes the attributes meanwhile.
+    let doc_path = store.join("shapes/d1/zarr.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
+    doc["attributes"]["writer"] = serde_json::json!("another");
+    std::fs::write(&doc_path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    common::backend::push(&store);
+    assert_eq!(f.sync_all().unwrap_err().raw_os_error(), Some(libc::EIO));
+    drop(f);
+    drop(m);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
+    assert_eq!(doc["attributes"]["writer"], "another", "the other writer's change stays");
+    assert_eq!(doc["shape"], serde_json::json!([17]));
+}

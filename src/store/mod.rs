@@ -3,11 +3,19 @@
 
 mod local;
 mod memory;
+#[cfg(feature = "object-store")]
 mod object;
+mod remote;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
-pub use object::{ObjectStore, RemoteLocation, RemoteOptions, RequestCounts};
+#[cfg(feature = "object-store")]
+pub use object::{ObjectStore, RequestCounts};
+pub use remote::{RemoteLocation, RemoteOptions};
+
+/// Decode workers for a mount on object storage: requests wait on the network, so more of them
+/// in flight (tensorstore keeps 32) than there are cores.
+pub const REMOTE_WORKERS: usize = 32;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,10 +114,16 @@ impl Location {
     pub fn open(&self, options: &RemoteOptions) -> std::result::Result<Arc<dyn Store>, String> {
         match self {
             Location::Local(path) => Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?)),
+            #[cfg(feature = "object-store")]
             Location::Remote(remote) => {
                 let store = ObjectStore::open(remote, options).map_err(|e| e.to_string())?;
                 store.check()?;
                 Ok(Arc::new(store))
+            }
+            #[cfg(not(feature = "object-store"))]
+            Location::Remote(remote) => {
+                let _ = options;
+                Err(format!("{remote}: this build has no object-store support (cargo feature object-store)"))
             }
         }
     }

@@ -4,7 +4,7 @@
 //! The core's `Store` is synchronous: each call here runs its request on a Tokio runtime that
 //! lives inside this store and nowhere else, blocking the calling thread (a FUSE request thread
 //! or a pool worker). Concurrency comes from those threads, so a mount on object storage gets
-//! more workers (`ObjectStore::WORKERS`) to keep requests in flight while a reader streams.
+//! more workers (`super::REMOTE_WORKERS`) to keep requests in flight while a reader streams.
 //!
 //! An object PUT is atomic, so values are written in place with no temporary name. Metadata
 //! documents are written with conditional PUTs (If-Match on the ETag they were read at, or
@@ -22,64 +22,9 @@ use object_store::{
     ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 
-use super::{ByteRange, Entry, Head, Store, Value, Version};
+use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Value, Version};
 use crate::error::lock;
 use crate::{Error, Result};
-
-/// Where an object store is, as given on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RemoteLocation {
-    /// `s3://bucket/prefix` (or `s3a://`).
-    S3 { bucket: String, prefix: String },
-    /// `http(s)://host/path`: read-only, no listing.
-    Http { url: String },
-}
-
-impl RemoteLocation {
-    /// The remote location `s` names, or `None` when it is a local path.
-    pub fn parse(s: &str) -> Option<std::result::Result<RemoteLocation, String>> {
-        if let Some(rest) = s.strip_prefix("s3://").or_else(|| s.strip_prefix("s3a://")) {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            let prefix = prefix.trim_matches('/').to_string();
-            // S3 bucket names are 3 to 63 characters.
-            if bucket.len() < 3 || bucket.len() > 63 {
-                return Some(Err(format!("{s}: a bucket name has 3 to 63 characters")));
-            }
-            return Some(Ok(RemoteLocation::S3 { bucket: bucket.to_string(), prefix }));
-        }
-        if s.starts_with("http://") || s.starts_with("https://") {
-            return Some(Ok(RemoteLocation::Http { url: s.trim_end_matches('/').to_string() }));
-        }
-        None
-    }
-
-    pub fn read_only(&self) -> bool {
-        matches!(self, RemoteLocation::Http { .. })
-    }
-}
-
-impl std::fmt::Display for RemoteLocation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RemoteLocation::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
-            RemoteLocation::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
-            RemoteLocation::Http { url } => write!(f, "{url}"),
-        }
-    }
-}
-
-/// What may be set on the command line for object stores; the rest comes from the
-/// conventional AWS environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, ...)
-/// and the shared credentials file of `AWS_PROFILE`.
-#[derive(Clone, Debug, Default)]
-pub struct RemoteOptions {
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    /// Anonymous requests (public buckets).
-    pub no_sign_request: bool,
-    /// `https://bucket.host/...` rather than `https://host/bucket/...`.
-    pub virtual_hosted: bool,
-}
 
 /// Requests made, by kind: `.zarrfs/stats` shows them, and tests count them.
 #[derive(Debug, Default)]
@@ -132,10 +77,6 @@ pub struct ObjectStore {
 }
 
 impl ObjectStore {
-    /// Decode workers for a mount on object storage: requests wait on the network, so more of
-    /// them in flight (tensorstore keeps 32) than there are cores.
-    pub const WORKERS: usize = 32;
-
     /// Connect to `location`. Nothing is requested yet: `check` does that.
     pub fn open(location: &RemoteLocation, options: &RemoteOptions) -> Result<ObjectStore> {
         let client = ClientOptions::new()
@@ -569,17 +510,6 @@ impl std::fmt::Debug for ObjectStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn locations_parse() {
-        let s3 = |b: &str, p: &str| Some(Ok(RemoteLocation::S3 { bucket: b.into(), prefix: p.into() }));
-        assert_eq!(RemoteLocation::parse("s3://bkt/a/b.zarr/"), s3("bkt", "a/b.zarr"));
-        assert_eq!(RemoteLocation::parse("s3a://bkt"), s3("bkt", ""));
-        assert!(matches!(RemoteLocation::parse("s3://ab/x"), Some(Err(_))));
-        assert_eq!(RemoteLocation::parse("https://h/s.zarr/"), Some(Ok(RemoteLocation::Http { url: "https://h/s.zarr".into() })));
-        assert_eq!(RemoteLocation::parse("/tmp/s3://x"), None);
-        assert_eq!(RemoteLocation::parse("s3://bkt/a").unwrap().unwrap().to_string(), "s3://bkt/a");
-    }
 
     #[test]
     fn profile_credentials_are_read_from_their_section() {

@@ -50,9 +50,19 @@ fn hash(bytes: &[u8]) -> u64 {
 /// What `zarrfs mount` is given for the store in `dir`: the directory itself, or the bucket
 /// prefix its contents were just mirrored to.
 pub fn mount_source(dir: &Path) -> std::ffi::OsString {
-    let Some(b) = bucket() else { return dir.as_os_str().to_owned() };
+    match push(dir) {
+        Some(prefix) => format!("s3://{}/{prefix}", bucket().map_or("", |b| b.name.as_str())).into(),
+        None => dir.as_os_str().to_owned(),
+    }
+}
+
+/// Mirror what changed in `dir` since the last sync to its bucket prefix (a store changed
+/// behind a live mount's back, as another writer would); returns the prefix. `None` on the
+/// local backend.
+pub fn push(dir: &Path) -> Option<String> {
+    let b = bucket()?;
     if !dir.is_dir() {
-        return dir.as_os_str().to_owned();
+        return None;
     }
     let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let mirror = b
@@ -69,7 +79,6 @@ pub fn mount_source(dir: &Path) -> std::ffi::OsString {
         })
         .clone();
     let mut mirror = mirror.lock().unwrap_or_else(|p| p.into_inner());
-    // Push what changed locally since the last sync.
     let local = local_files(&canon);
     for key in mirror.synced.keys().filter(|k| !local.contains_key(*k)) {
         mirror.store.delete(key).expect("push: delete");
@@ -80,7 +89,7 @@ pub fn mount_source(dir: &Path) -> std::ffi::OsString {
         }
     }
     mirror.synced = local.iter().map(|(k, v)| (k.clone(), hash(v))).collect();
-    format!("s3://{}/{}", b.name, mirror.prefix).into()
+    Some(mirror.prefix.clone())
 }
 
 /// Mirror the bucket prefix of `dir` (or of the store it lies in) back into it.
