@@ -10,7 +10,8 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - faults: 503s and dropped connections within the retry budget change nothing a reader or
   writer sees; past it, EIO, and no metadata PUT after a failed chunk PUT;
 - conditional PUTs: metadata another writer changed under the mount is not overwritten;
-- mount-time errors: a missing bucket and an unreachable endpoint are refused by the parent;
+- mount-time errors: a missing bucket, refused credentials and an unreachable endpoint are
+  refused by the parent in one line;
 - plain HTTP: a consolidated store served over http:// mounts read-only.
 
     scripts/check-s3.py target/release/zarrfs
@@ -262,6 +263,35 @@ def mount_errors():
         print(f"refused in {time.time() - t0:.1f} s: {lines[-1] if lines else ''}", flush=True)
 
 
+def refused_credentials():
+    """A server that checks credentials (moto with INITIAL_NO_AUTH_ACTION_COUNT=0) refuses
+    unknown keys with 403: the mount is refused in one line that says so."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        d = tempfile.mkdtemp()
+        env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="wrong", AWS_SECRET_ACCESS_KEY="wrong")
+        r = subprocess.run([BIN, "mount", f"s3://{BUCKET}/x", d], capture_output=True, text=True, env=env, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and "access denied" in lines[0] and "InvalidAccessKeyId" in lines[0]
+              and not os.path.ismount(d), f"wrong credentials refused in one line ({r.returncode}, {r.stderr!r})")
+        print(f"refused: {lines[-1] if lines else ''}", flush=True)
+    finally:
+        server.terminate()
+
+
 def plain_http():
     # A public bucket, served to anonymous GETs as any web server would serve the files.
     import boto3
@@ -296,6 +326,7 @@ def main():
     faults(proxy)
     conditional_put()
     mount_errors()
+    refused_credentials()
     plain_http()
     print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
     sys.exit(1 if RESULTS["failed"] else 0)

@@ -238,6 +238,16 @@ impl ObjectStore {
 /// What went wrong, in one line a user can act on.
 fn explain(e: &object_store::Error) -> String {
     let text = e.to_string();
+    // An S3 error document names the cause: `<Code>…</Code><Message>…</Message>`.
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        Some(text[start..].split('<').next()?.to_string())
+    };
+    let text = match (tag("Code"), tag("Message")) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        _ => text,
+    };
     let lower = text.to_ascii_lowercase();
     if lower.contains("nosuchbucket") {
         return "no such bucket".into();
