@@ -117,11 +117,13 @@ impl Nodes {
             _ if now == version => (state, version),
             DirState::Array(file) => {
                 // Writes wait while the array takes the new metadata; one with changes of its
-                // own keeps serving them (its flush will meet the other writer's change).
+                // own keeps serving them, unread (its flush will meet the other writer's change).
                 let _writer = file.array.writer();
+                if file.array.is_dirty() {
+                    return self.checked(path, state.clone(), version);
+                }
                 let current = file.array.array();
                 match read_node(cx.store.as_ref(), path) {
-                    _ if file.array.is_dirty() => (state.clone(), version),
                     Ok(Some(NodeMetadata::Array(meta))) if meta.document == current.meta.document => {
                         current.set_stored_version(now);
                         (state.clone(), now)
@@ -141,6 +143,11 @@ impl Nodes {
             }
             _ => (self.load_or_forget(cx, path, now)?, now),
         };
+        self.checked(path, state, version)
+    }
+
+    /// Note that the directory at `path` was checked now and is `state` at `version`.
+    fn checked(&self, path: &str, state: DirState, version: Option<Version>) -> Result<DirState> {
         if let Some(known) = lock(&self.dirs).get_mut(path) {
             known.state = state.clone();
             known.version = version;
