@@ -18,6 +18,14 @@ pub enum Error {
     NotPermitted(String),
     /// A request this mount cannot serve (an operation, not the data, is the problem).
     Unsupported(String),
+    /// A name that is already taken.
+    Exists,
+    /// A directory that still holds something.
+    NotEmpty,
+    /// A rename the store cannot make in one step (an object store): `mv` copies instead.
+    CrossDevice(String),
+    /// A file in use that the change would pull from under its users.
+    Busy(String),
     /// A bad argument: a size, an offset, an option.
     Invalid(String),
     /// Metadata that cannot be parsed or uses something this build does not support.
@@ -43,6 +51,10 @@ impl Error {
             Error::NotPermitted(_) => libc::EPERM,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::Invalid(_) => libc::EINVAL,
+            Error::Exists => libc::EEXIST,
+            Error::NotEmpty => libc::ENOTEMPTY,
+            Error::CrossDevice(_) => libc::EXDEV,
+            Error::Busy(_) => libc::EBUSY,
             Error::Metadata(_) | Error::Corrupt { .. } | Error::Refused { .. } | Error::Internal(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -79,6 +91,10 @@ impl fmt::Display for Error {
             Error::NotPermitted(m) => write!(f, "not permitted: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Invalid(m) => write!(f, "invalid: {m}"),
+            Error::Exists => write!(f, "already exists"),
+            Error::NotEmpty => write!(f, "directory not empty"),
+            Error::CrossDevice(m) => write!(f, "cannot rename in place: {m}"),
+            Error::Busy(m) => write!(f, "busy: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),
             Error::Corrupt { key, cause } => write!(f, "chunk {key}: {cause}"),
             Error::Refused { key, why } => write!(f, "{key}: {why}"),

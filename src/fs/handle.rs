@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::nodes::DocumentEdit;
 use super::open::OpenArray;
+use super::scratch::ScratchFile;
 use super::spool::Spool;
 use super::view::{DataFile, ReadPattern, Staged, TextEdit};
 use crate::error::lock;
@@ -13,8 +15,14 @@ use crate::error::lock;
 /// What a handle is open on.
 pub enum Opened {
     /// A document as it was when opened (metadata, `error`, stats): a reader sees one version
-    /// of it, and a large one is not read again for every page the kernel asks for.
+    /// of it, and a large one is not read again for every page the kernel asks for. Opened for
+    /// writing (a copy onto a file the mount makes itself, as `mv` between stores does), only
+    /// the bytes it already holds may be written.
     Document(Arc<[u8]>),
+    /// A metadata document opened for writing: the new document, stored at close.
+    Edit { key: String, edit: Arc<Mutex<DocumentEdit>> },
+    /// A scratch file (an editor's temporary): in memory only.
+    Scratch(Arc<ScratchFile>),
     /// `data`, or a view that shows a header before its bytes (`data.npy`). Only a handle
     /// opened for writing stores (and reports) the array's changes at close; `staged` holds
     /// what the view stages until then.
@@ -38,6 +46,8 @@ pub enum OnClose<'a> {
     Prepend(&'a Arc<OpenArray>, &'a Mutex<Spool>),
     /// Store the array's changes and report their errors.
     Flush(&'a Arc<OpenArray>),
+    /// Store the rewritten document `key` (when it was written to); `last`: the handle goes.
+    Document { key: &'a str, edit: &'a Arc<Mutex<DocumentEdit>>, last: bool },
 }
 
 impl Handle {
@@ -55,7 +65,8 @@ impl Handle {
                 None => OnClose::Nothing,
             },
             Opened::Prepend { array, spool } if opener => OnClose::Prepend(array, spool),
-            Opened::Prepend { .. } | Opened::Document(_) => OnClose::Nothing,
+            Opened::Edit { key, edit } if opener => OnClose::Document { key, edit, last: false },
+            Opened::Prepend { .. } | Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) => OnClose::Nothing,
         }
     }
 
@@ -69,7 +80,8 @@ impl Handle {
                 None => OnClose::Nothing,
             },
             Opened::Prepend { array, spool } => OnClose::Prepend(array, spool),
-            Opened::Document(_) => OnClose::Nothing,
+            Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true },
+            Opened::Document(_) | Opened::Scratch(_) => OnClose::Nothing,
         }
     }
 
@@ -78,7 +90,7 @@ impl Handle {
         match &self.opened {
             Opened::Data { file, .. } => Some(&file.array),
             Opened::Prepend { array, .. } => Some(array),
-            Opened::Document(_) => None,
+            Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) => None,
         }
     }
 }
@@ -100,5 +112,10 @@ impl Handles {
 
     pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         lock(&self.map).remove(&fh)
+    }
+
+    /// Whether some handle is open on `array`'s files.
+    pub fn holds(&self, array: &Arc<OpenArray>) -> bool {
+        lock(&self.map).values().any(|h| h.array().is_some_and(|a| Arc::ptr_eq(a, array)))
     }
 }

@@ -5,10 +5,12 @@
 
 mod context;
 mod handle;
+mod hierarchy;
 mod nodes;
 mod open;
 mod prepend;
 mod read;
+mod scratch;
 mod spool;
 pub mod stats;
 pub mod tree;
@@ -156,10 +158,15 @@ impl ZarrFs {
             volatile: false,
         };
         let data_perm = if self.cx.config.read_only { 0o444 } else { 0o644 };
+        let document_perm = if node.path.ends_with(".zmetadata") { 0o444 } else { data_perm };
         Ok(match node.kind {
-            NodeKind::Dir => dir(0o755),
+            NodeKind::Dir => dir(if self.cx.config.read_only { 0o555 } else { 0o755 }),
             NodeKind::ControlDir => dir(0o555),
-            NodeKind::MetaFile => Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, 0o444) },
+            NodeKind::MetaFile => Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, document_perm) },
+            NodeKind::Scratch => {
+                let scratch = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+                Attr { volatile: true, ..file(scratch.len(), scratch.perm()) }
+            }
             NodeKind::Data => {
                 let (size, volatile) = self.nodes.data_file(&self.cx, &node.path)?.size(&self.cx)?;
                 Attr { volatile, ..file(size, data_perm) }
@@ -191,9 +198,24 @@ impl ZarrFs {
         let permit = if write { Some(self.change_permit()?) } else { None };
         let opened = match (node.kind, write) {
             (NodeKind::Dir | NodeKind::ControlDir, _) => return Err(Error::IsADirectory),
-            (NodeKind::Prepend, false) => return Err(Error::Invalid("prepend is write-only".into())),
-            (NodeKind::MetaFile | NodeKind::ErrorFile | NodeKind::StatsFile, true) => {
-                return Err(Error::NotPermitted("metadata documents are read-only through the mount".into()));
+            // Reading `prepend` shows nothing (it is never more than what is being staged).
+            (NodeKind::Prepend, false) => Opened::Document(Arc::from(&[][..])),
+            (NodeKind::MetaFile, true) if node.path.ends_with(".zmetadata") => {
+                return Err(Error::NotPermitted("consolidated metadata is kept by the mount".into()));
+            }
+            (NodeKind::MetaFile, true) => {
+                let bytes = if truncate { Vec::new() } else { self.nodes.document(&self.cx, &node.path)? };
+                Opened::Edit { key: node.path.clone(), edit: self.nodes.begin_edit(&node.path, bytes, truncate) }
+            }
+            (NodeKind::Scratch, _) => {
+                let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+                if truncate && write {
+                    self.nodes.scratch.truncate(&file, 0)?;
+                }
+                Opened::Scratch(file)
+            }
+            (NodeKind::ErrorFile | NodeKind::StatsFile, true) => {
+                return Err(Error::NotPermitted("the mount's own reports are read-only".into()));
             }
             (NodeKind::View(format), writable) if format.carries_data() => Opened::Data {
                 file: self.nodes.data_file(&self.cx, &node.path)?,
@@ -243,6 +265,9 @@ impl ZarrFs {
         let handle = self.handles.get(fh);
         match (node.kind, handle.as_ref().map(|h| &h.opened)) {
             (_, Some(Opened::Document(bytes))) => Ok(slice(bytes)),
+            (_, Some(Opened::Edit { edit, .. })) => Ok(slice(&crate::error::lock(edit).bytes)),
+            (_, Some(Opened::Scratch(file))) => Ok(slice(&crate::error::lock(&file.bytes))),
+            (NodeKind::Scratch, _) => Ok(slice(&crate::error::lock(&self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?.bytes))),
             (NodeKind::Data, Some(Opened::Data { file, reads, .. })) => file.view.read(&self.cx, &file.array, Some(reads), offset, size),
             (NodeKind::View(format), Some(Opened::Data { file, reads, .. })) => {
                 let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
@@ -283,7 +308,20 @@ impl ZarrFs {
                 file.write_around(&self.cx, &layout, staged, offset, data)?;
                 self.cx.invalidate_files(&file.array, format.file_name());
             }
-            _ => return Err(Error::NotPermitted("only data and prepend are written to".into())),
+            (_, Opened::Edit { edit, .. }) => {
+                let mut edit = crate::error::lock(edit);
+                let end = offset.checked_add(data.len() as u64).filter(|&e| e <= crate::zarr::limits::MAX_DOCUMENT_BYTES);
+                let end = end.ok_or_else(|| Error::Io(std::io::Error::from_raw_os_error(libc::EFBIG)))? as usize;
+                if end > edit.bytes.len() {
+                    edit.bytes.resize(end, 0);
+                }
+                edit.bytes[offset as usize..end].copy_from_slice(data);
+                edit.dirty = true;
+            }
+            (_, Opened::Scratch(file)) => self.nodes.scratch.write(file, offset, data)?,
+            // A copy onto a file the mount makes (`mv` between stores): what it holds already.
+            (_, Opened::Document(bytes)) if bytes.get(offset as usize..).is_some_and(|rest| rest.starts_with(data)) => {}
+            _ => return Err(Error::NotPermitted("only data, prepend and metadata documents are written to".into())),
         }
         Ok(data.len() as u32)
     }
@@ -304,6 +342,20 @@ impl ZarrFs {
                 file.view.truncate(&self.cx, &file.array, staged, size)?;
                 self.cx.invalidate_files(&file.array, DATA);
             }
+            NodeKind::MetaFile | NodeKind::Scratch => {
+                match fh.and_then(|fh| self.handles.get(fh)).as_ref().map(|h| &h.opened) {
+                    Some(Opened::Edit { edit, .. }) => {
+                        let mut edit = crate::error::lock(edit);
+                        edit.bytes.resize(size.min(crate::zarr::limits::MAX_DOCUMENT_BYTES) as usize, 0);
+                        edit.dirty = true;
+                    }
+                    _ if node.kind == NodeKind::Scratch => {
+                        let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+                        self.nodes.scratch.truncate(&file, size)?
+                    }
+                    _ => return Err(Error::NotPermitted("a metadata document is replaced by writing a whole one".into())),
+                }
+            }
             NodeKind::View(_) if size == self.getattr(ino)?.size => {}
             NodeKind::View(_) => return Err(Error::Unsupported("a view does not change the array's size: resize it through data".into())),
             // Opening `prepend` for writing truncates it: it is always empty.
@@ -323,15 +375,31 @@ impl ZarrFs {
     /// The last close of a file (`Handle::on_release`); errors can only be logged here.
     pub fn release(&self, fh: u64) {
         let Some(handle) = self.handles.remove(fh) else { return };
-        let Some(array) = handle.array() else { return };
         if let Err(e) = self.close(handle.on_release()) {
-            tracing::error!(array = %display_path(&array.array().path), "write-back at release failed: {e}");
+            match handle.array() {
+                Some(array) => tracing::error!(array = %display_path(&array.array().path), "write-back at release failed: {e}"),
+                None => tracing::error!("storing a document at release failed: {e}"),
+            }
         }
     }
 
     fn close(&self, what: OnClose<'_>) -> Result<()> {
         match what {
             OnClose::Nothing => Ok(()),
+            OnClose::Document { key, edit, last } => {
+                let written = {
+                    let mut edit = crate::error::lock(edit);
+                    std::mem::take(&mut edit.dirty).then(|| edit.bytes.clone())
+                };
+                let stored = match written {
+                    Some(bytes) => self.change_permit().and_then(|_permit| self.commit_document(key, &bytes)),
+                    None => Ok(()),
+                };
+                if last {
+                    self.nodes.end_edit(key, edit);
+                }
+                stored
+            }
             OnClose::Flush(array) => self.cx.flush_array(array),
             OnClose::Commit(file, staged) => {
                 let _permit = self.change_permit()?;
@@ -357,6 +425,10 @@ impl ZarrFs {
     /// fsync(): flush, then make the written files and their directories durable.
     pub fn fsync(&self, fh: u64) -> Result<()> {
         let Some(handle) = self.handles.get(fh) else { return Ok(()) };
+        if let Opened::Edit { key, edit } = &handle.opened {
+            self.close(OnClose::Document { key, edit, last: false })?;
+            return self.cx.store.sync(std::slice::from_ref(key));
+        }
         let Some(array) = handle.array() else { return Ok(()) };
         self.cx.flush_array(array)?;
         writeback::sync(array, self.cx.store.as_ref())

@@ -3,12 +3,13 @@
 //! each directory holds; the metadata documents as shown. It knows nothing of handles or of how
 //! `data` reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::context::{CONTROL_DIR, Context, DATA, ERROR, PREPEND, STATS};
 use super::open::OpenArray;
+use super::scratch::ScratchFiles;
 use super::tree::{self, Node, NodeKind};
 use super::view::DataFile;
 use crate::error::lock;
@@ -50,10 +51,26 @@ struct Known {
     checked: Instant,
 }
 
-/// The directories seen so far, by store path.
+/// A metadata document being rewritten through a handle: what it will hold at close.
+#[derive(Default)]
+pub struct DocumentEdit {
+    pub bytes: Vec<u8>,
+    /// Written to (or truncated) since opened or last stored.
+    pub dirty: bool,
+}
+
+/// The directories seen so far, by store path; the files unlinked from them; the scratch
+/// files made in them; the documents being rewritten.
 #[derive(Default)]
 pub struct Nodes {
     dirs: Mutex<HashMap<String, Known>>,
+    /// A node's own files (`data`, its documents, its views) unlinked, by directory: `rm -r`
+    /// unlinks them before it removes the directory. They are hidden, and the store is changed
+    /// only when the directory itself is removed (`rmdir`), so that a lone `rm` loses nothing.
+    detached: Mutex<HashMap<String, HashSet<String>>>,
+    pub scratch: ScratchFiles,
+    /// Documents open for rewriting, by key: their size as the writer sees it.
+    edits: Mutex<HashMap<String, Arc<Mutex<DocumentEdit>>>>,
 }
 
 /// The version of the node document at `path` (the first of `NODE_DOCUMENTS` there).
@@ -201,6 +218,13 @@ impl Nodes {
             (_, CONTROL_DIR) if parent == tree::ROOT => return Ok(cx.tree.child(parent, name, NodeKind::ControlDir, String::new())),
             _ => {}
         }
+        let key = store::join(&dir.path, name);
+        if self.is_detached(&dir.path, name) {
+            return Err(Error::NotFound);
+        }
+        if self.scratch.get(&key).is_some() {
+            return Ok(cx.tree.child(parent, name, NodeKind::Scratch, key));
+        }
         let state = self.dir_state(cx, &dir.path)?;
         let view = match &state {
             DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.layout(cx, f).is_ok()),
@@ -212,7 +236,7 @@ impl Nodes {
             (ERROR, DirState::Broken(_), _) => NodeKind::ErrorFile,
             (_, _, Some(format)) => NodeKind::View(format),
             (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
-                if cx.store.get_range(&store::join(&dir.path, n), ByteRange::Range { start: 0, len: 0 })?.is_none() {
+                if !self.is_edited(&key) && cx.store.get_range(&key, ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
                 }
                 NodeKind::MetaFile
@@ -221,7 +245,7 @@ impl Nodes {
             _ => return Err(Error::NotFound),
         };
         let path = match kind {
-            NodeKind::Dir | NodeKind::MetaFile => store::join(&dir.path, name),
+            NodeKind::Dir | NodeKind::MetaFile => key,
             _ => dir.path.clone(),
         };
         Ok(cx.tree.child(parent, name, kind, path))
@@ -240,7 +264,11 @@ impl Nodes {
             let control = cx.tree.child(ino, CONTROL_DIR, NodeKind::ControlDir, String::new());
             out.push(DirEntry { ino: control, kind: FileKind::Directory, name: CONTROL_DIR.into() });
         }
+        let detached = lock(&self.detached).get(&dir.path).cloned().unwrap_or_default();
         let mut push = |name: &str, kind: NodeKind, path: String| {
+            if detached.contains(name) {
+                return;
+            }
             let file_kind = if kind == NodeKind::Dir { FileKind::Directory } else { FileKind::RegularFile };
             out.push(DirEntry { ino: cx.tree.child(ino, name, kind, path), kind: file_kind, name: name.to_string() });
         };
@@ -252,10 +280,11 @@ impl Nodes {
         };
         for name in METADATA_DOCUMENTS {
             let key = store::join(&dir.path, name);
-            let present = match state {
-                DirState::Array(_) => cx.store.head(&key)?.is_some(),
-                _ => listing.iter().any(|e| !e.is_dir && e.name == name),
-            };
+            let present = self.is_edited(&key)
+                || match state {
+                    DirState::Array(_) => cx.store.head(&key)?.is_some(),
+                    _ => listing.iter().any(|e| !e.is_dir && e.name == name),
+                };
             if present {
                 push(name, NodeKind::MetaFile, key);
             }
@@ -278,6 +307,10 @@ impl Nodes {
                 }
             }
         }
+        for name in self.scratch.names_in(&dir.path) {
+            let key = store::join(&dir.path, &name);
+            push(&name, NodeKind::Scratch, key);
+        }
         Ok(out)
     }
 
@@ -299,8 +332,12 @@ impl Nodes {
         })
     }
 
-    /// The length of `document`: a stored document's is known without reading it.
+    /// The length of `document`: a stored document's is known without reading it; one being
+    /// rewritten has the length its writer gave it.
     pub fn document_len(&self, cx: &Context, key: &str) -> Result<u64> {
+        if let Some(edit) = lock(&self.edits).get(key) {
+            return Ok(lock(edit).bytes.len() as u64);
+        }
         match self.pending_document(key) {
             Some(_) => Ok(self.document(cx, key)?.len() as u64),
             None => Ok(cx.store.head(key)?.ok_or(Error::NotFound)?.len),
@@ -316,5 +353,67 @@ impl Nodes {
             }
             _ => None,
         }
+    }
+
+    fn is_edited(&self, key: &str) -> bool {
+        lock(&self.edits).contains_key(key)
+    }
+
+    /// Start rewriting the document `key` from `bytes`; the buffer is the handle's.
+    pub fn begin_edit(&self, key: &str, bytes: Vec<u8>, dirty: bool) -> Arc<Mutex<DocumentEdit>> {
+        let edit = Arc::new(Mutex::new(DocumentEdit { bytes, dirty }));
+        lock(&self.edits).insert(key.to_string(), edit.clone());
+        edit
+    }
+
+    /// The rewrite through `edit` is over (stored or not).
+    pub fn end_edit(&self, key: &str, edit: &Arc<Mutex<DocumentEdit>>) {
+        let mut edits = lock(&self.edits);
+        if edits.get(key).is_some_and(|e| Arc::ptr_eq(e, edit)) {
+            edits.remove(key);
+        }
+    }
+
+    pub fn is_detached(&self, dir: &str, name: &str) -> bool {
+        lock(&self.detached).get(dir).is_some_and(|names| names.contains(name))
+    }
+
+    /// Hide the node's own file `name` in `dir` (unlinked on the way to removing `dir`).
+    pub fn detach(&self, dir: &str, name: &str) {
+        lock(&self.detached).entry(dir.to_string()).or_default().insert(name.to_string());
+    }
+
+    /// Show `name` in `dir` again (made again after it was unlinked). Returns whether it was hidden.
+    pub fn attach(&self, dir: &str, name: &str) -> bool {
+        let mut detached = lock(&self.detached);
+        let Some(names) = detached.get_mut(dir) else { return false };
+        let was = names.remove(name);
+        if names.is_empty() {
+            detached.remove(dir);
+        }
+        was
+    }
+
+    /// Forget what is known of the directory at `path` and beneath it: it was removed, moved,
+    /// or became another kind of node, and is read again from the store when next asked for.
+    pub fn forget(&self, path: &str) {
+        let lead = format!("{path}/");
+        let beneath = |p: &String| p == path || p.starts_with(&lead);
+        lock(&self.dirs).retain(|p, _| !beneath(p));
+        lock(&self.detached).retain(|p, _| !beneath(p));
+        self.scratch.remove_beneath(path);
+    }
+
+    /// The arrays opened at or beneath `path`.
+    pub fn arrays_beneath(&self, path: &str) -> Vec<Arc<OpenArray>> {
+        let lead = format!("{path}/");
+        lock(&self.dirs)
+            .iter()
+            .filter(|(p, _)| p.as_str() == path || p.starts_with(&lead))
+            .filter_map(|(_, d)| match &d.state {
+                DirState::Array(file) => Some(file.array.clone()),
+                _ => None,
+            })
+            .collect()
     }
 }

@@ -201,6 +201,17 @@ impl OpenArray {
         edits
     }
 
+    /// Drop every change not yet stored, once background stores under way are done (the array
+    /// is being removed: nothing of it may land after its keys are deleted).
+    pub(crate) fn discard(&self) {
+        let _exclusive = self.exclusive();
+        let mut edits = self.wait_stored(lock(&self.edits));
+        edits.chunks.clear();
+        edits.metadata_dirty = false;
+        let held = edits.dirty_bytes() as isize;
+        edits.charge(-held);
+    }
+
     pub fn metadata_dirty(&self) -> bool {
         lock(&self.edits).metadata_dirty
     }

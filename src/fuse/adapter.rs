@@ -189,6 +189,8 @@ impl Filesystem for FuseAdapter {
         let result = self.run("setattr", || match size {
             Some(size) => self.fs.truncate(ino.0, size, fh.map(|f| f.0)),
             None if keeps => self.fs.getattr(ino.0),
+            // A scratch file keeps its mode (editors and `sed -i` copy the original's).
+            None if uid.is_none() && gid.is_none() && self.fs.set_scratch_mode(ino.0, mode)? => self.fs.getattr(ino.0),
             None => Err(self.fs.refuse_change("modes, owners and times are the mount's own")),
         });
         match result {
@@ -237,38 +239,73 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    // The hierarchy is the store's: nodes are not created, removed or renamed through the mount.
+    // Special files have no place in a Zarr store.
     fn mknod(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _rdev: u32, reply: ReplyEntry) {
-        reply.error(errno(&self.fs.refuse_change("files are not created in the mount")));
+        reply.error(errno(&self.fs.refuse_change("only directories and regular files are made in the mount")));
     }
 
-    fn mkdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
-        reply.error(errno(&self.fs.refuse_change("directories are not created in the mount")));
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::EINVAL);
+        };
+        match self.run("mkdir", || self.fs.mkdir(parent.0, name)) {
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.fs.refuse_change("files are not removed from the mount")));
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::ENOENT);
+        };
+        match self.run("unlink", || self.fs.unlink(parent.0, name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.fs.refuse_change("directories are not removed from the mount")));
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::ENOENT);
+        };
+        match self.run("rmdir", || self.fs.rmdir(parent.0, name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn rename(
         &self,
         _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(errno(&self.fs.refuse_change("nodes are not renamed in the mount")));
+        let (Some(name), Some(newname)) = (name.to_str(), newname.to_str()) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        match self.run("rename", || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
-    fn create(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        reply.error(errno(&self.fs.refuse_change("files are not created in the mount")));
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::EINVAL);
+        };
+        let truncate = flags & libc::O_TRUNC != 0;
+        match self.run("create", || self.fs.create(parent.0, name, mode & !umask, truncate, req.pid())) {
+            Ok((a, fh)) => reply.created(&ttl(&a), &self.attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

@@ -9,6 +9,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -199,6 +200,25 @@ impl Store for LocalStore {
         Ok(())
     }
 
+    fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        let (parent, name) = split(prefix);
+        if name.is_empty() {
+            return Err(Error::Invalid("the store root is not removed".into()));
+        }
+        let Some(parent) = self.open_beneath(parent)? else { return Ok(0) };
+        remove_tree(&parent, std::ffi::OsStr::new(name))
+    }
+
+    fn rename_prefix(&self, from: &str, to: &str) -> Result<()> {
+        let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
+        let source = self.open_beneath(from_dir)?.ok_or(Error::NotFound)?;
+        let target = self.open_beneath(to_dir)?.ok_or(Error::NotFound)?;
+        rustix::fs::renameat_with(&source, from_name, &target, to_name, rustix::fs::RenameFlags::NOREPLACE).map_err(|e| match e {
+            Errno::EXIST | Errno::NOTEMPTY => Error::Exists,
+            e => Error::Io(io(e)),
+        })
+    }
+
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
         let Some(dir) = self.open_dir(prefix)? else { return Ok(Some(Vec::new())) };
         let mut names = Vec::new();
@@ -243,7 +263,54 @@ impl Store for LocalStore {
     }
 }
 
+/// Remove `name` in `dir` and, when it is a directory, everything beneath it. Links are
+/// removed, not followed. Returns how many non-directories were removed.
+fn remove_tree(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<u64> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let child = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(0),
+        // Not a directory (or a link): one value.
+        Err(Errno::NOTDIR | Errno::LOOP) => {
+            return match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+                Ok(()) => Ok(1),
+                Err(Errno::NOENT) => Ok(0),
+                Err(e) => Err(Error::Io(io(e))),
+            };
+        }
+        Err(e) => return Err(Error::Io(io(e))),
+    };
+    let mut names = Vec::new();
+    for entry in Dir::read_from(&child).map_err(|e| Error::Io(io(e)))? {
+        let entry = entry.map_err(|e| Error::Io(io(e)))?;
+        let n = entry.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(std::ffi::OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    let mut removed = 0;
+    for n in names {
+        removed += remove_tree(&child, &n)?;
+    }
+    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(removed),
+        Err(e) => Err(Error::Io(io(e))),
+    }
+}
+
 impl LocalStore {
+    /// The directory at `dir` beneath the root, with no link on the way; `None` when absent.
+    fn open_beneath(&self, dir: &str) -> Result<Option<OwnedFd>> {
+        let path = if dir.is_empty() { "." } else { dir };
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+        match rustix::fs::openat2(&self.dir, path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e) if is_absent(e) => Ok(None),
+            Err(Errno::XDEV | Errno::LOOP) => Err(Error::refused(dir, "a link where a directory of the store was expected")),
+            Err(e) => Err(Error::Io(io(e))),
+        }
+    }
+
     fn open_dir(&self, prefix: &str) -> Result<Option<Dir>> {
         match self.resolve(prefix, OFlags::RDONLY | OFlags::DIRECTORY)? {
             Ok(fd) => Ok(Some(Dir::new(fd).map_err(|e| Error::Io(io(e)))?)),

@@ -68,6 +68,21 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn rename_prefix(&self, from: &str, to: &str) -> Result<()> {
+        let mut map = self.lock();
+        let (from_lead, to_lead) = (format!("{from}/"), format!("{to}/"));
+        if map.keys().any(|k| k.starts_with(&to_lead)) {
+            return Err(crate::Error::Exists);
+        }
+        let moved: Vec<String> = map.keys().filter(|k| k.starts_with(&from_lead)).cloned().collect();
+        for key in moved {
+            if let Some(value) = map.remove(&key) {
+                map.insert(format!("{to_lead}{}", &key[from_lead.len()..]), value);
+            }
+        }
+        Ok(())
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let map = self.lock();
         let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };

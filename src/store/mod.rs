@@ -85,6 +85,29 @@ pub trait Store: Send + Sync {
         let entries = self.list_dir(prefix)?;
         Ok((entries.len() <= max).then(|| entries.into_iter().map(|e| e.name).collect()))
     }
+    /// Remove every key under `prefix` (a node's directory), and the directory itself where
+    /// the store has directories. Returns how many values were removed. Links are removed,
+    /// never followed.
+    fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        let mut removed = 0;
+        for entry in self.list_dir(prefix)? {
+            let key = join(prefix, &entry.name);
+            if entry.is_dir {
+                removed += self.delete_prefix(&key)?;
+            } else {
+                self.delete(&key)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+    /// Move the node at `from` (its documents and chunks) to `to`, which must not exist, in one
+    /// step. Stores that cannot rename in one step refuse with `Error::CrossDevice`, so that a
+    /// `mv` through the mount copies instead.
+    fn rename_prefix(&self, from: &str, to: &str) -> Result<()> {
+        let _ = (from, to);
+        Err(crate::Error::CrossDevice("an object store cannot rename a prefix in one step".into()))
+    }
     /// Make the given keys (written or deleted) durable: their data and their directories.
     fn sync(&self, keys: &[String]) -> Result<()>;
     /// The requests made so far, by kind, for stores that make requests.

@@ -437,6 +437,29 @@ impl Store for ObjectStore {
         }
     }
 
+    fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let dir = Self::path(prefix)?;
+        self.count(&self.requests.list);
+        let locations = self.remote.list(Some(&dir)).map(|m| m.map(|m| m.location)).boxed();
+        let removed = self.run(async {
+            let mut deleted = self.remote.delete_stream(locations);
+            let mut n = 0;
+            while let Some(result) = deleted.next().await {
+                match result {
+                    Ok(_) => n += 1,
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(n)
+        });
+        self.requests.delete.fetch_add(removed.as_ref().map_or(0, |n| *n), Ordering::Relaxed);
+        removed.map_err(|e| self.failed("DELETE", prefix, e))
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         if let Listing::Consolidated(_) = self.listing {
             // Without a listing, a directory holds the nodes consolidated metadata names (the

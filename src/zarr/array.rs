@@ -5,9 +5,10 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
+use super::consolidated;
 use super::grid::ChunkGrid;
 use super::limits::MAX_DOCUMENT_BYTES;
-use super::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat};
+use super::metadata::{self, ArrayMetadata, NodeMetadata};
 use super::region::IndexBox;
 use crate::error::lock;
 use crate::store::{self, ByteRange, Store, Version};
@@ -317,6 +318,19 @@ impl Array {
         result
     }
 
+    /// The same array with other attributes (`None`: none); nothing is stored.
+    pub fn with_attributes(&self, attributes: Option<serde_json::Value>) -> Result<Array> {
+        Ok(self.derived(self.meta.edited(|doc| match (attributes, doc.as_object_mut()) {
+            (Some(a), Some(obj)) => {
+                obj.insert("attributes".into(), a);
+            }
+            (None, Some(obj)) => {
+                obj.remove("attributes");
+            }
+            _ => {}
+        })?))
+    }
+
     /// The same array with another shape (metadata only; nothing is stored).
     pub fn with_shape(&self, shape: &[u64]) -> Result<Array> {
         Ok(self.derived(self.meta.with_shape(shape)?))
@@ -409,7 +423,6 @@ impl Array {
     /// Write the metadata document, and the consolidated metadata of every ancestor group that
     /// lists this array, so that readers preferring consolidated metadata see the new shape.
     pub fn store_metadata(&self) -> Result<Touched> {
-        let mut touched = Touched::default();
         let key = store::join(&self.path, self.meta.document_name());
         let old = self.store.get_value(&key, MAX_DOCUMENT_BYTES)?;
         let mut stored = lock(&self.stored_version);
@@ -420,53 +433,9 @@ impl Array {
         }
         *stored = Some(self.store.set(&key, &metadata::render_like(old.as_ref().map(|v| v.bytes.as_slice()), &self.meta.document))?);
         drop(stored);
-        touched.keys.push(key);
-        let parts: Vec<&str> = if self.path.is_empty() { Vec::new() } else { self.path.split('/').collect() };
-        for depth in (0..parts.len()).rev() {
-            let group = parts[..depth].join("/");
-            let rel = parts[depth..].join("/");
-            let (doc_key, entry) = match self.meta.format {
-                ZarrFormat::V3 => (store::join(&group, "zarr.json"), rel),
-                ZarrFormat::V2 => (store::join(&group, ".zmetadata"), format!("{rel}/.zarray")),
-            };
-            let Some(bytes) = self.store.get(&doc_key, MAX_DOCUMENT_BYTES)? else { continue };
-            let Ok(mut doc) = metadata::parse_json(&bytes, &doc_key) else { continue };
-            let changed = match self.meta.format {
-                ZarrFormat::V3 => {
-                    doc.get_mut("consolidated_metadata").is_some_and(|cm| replace_consolidated(cm, &entry, &self.meta.document))
-                }
-                ZarrFormat::V2 => match doc.get_mut("metadata").and_then(|m| m.get_mut(&entry)) {
-                    Some(slot) => {
-                        *slot = self.meta.document.clone();
-                        true
-                    }
-                    None => false,
-                },
-            };
-            if changed {
-                self.store.set(&doc_key, &metadata::render_like(Some(&bytes), &doc))?;
-                touched.keys.push(doc_key);
-            }
-        }
-        Ok(touched)
+        let change = consolidated::Change::Set(self.meta.document_name(), &self.meta.document);
+        let mut keys = vec![key];
+        keys.extend(consolidated::update(self.store.as_ref(), &self.path, self.meta.format, &change)?);
+        Ok(Touched { keys })
     }
-}
-
-/// Replace the entry `rel` of a v3 `consolidated_metadata` object, and of those nested in the
-/// entries of groups between. Returns whether anything changed.
-fn replace_consolidated(cm: &mut serde_json::Value, rel: &str, doc: &serde_json::Value) -> bool {
-    let Some(entries) = cm.get_mut("metadata").and_then(|m| m.as_object_mut()) else { return false };
-    let mut changed = false;
-    if let Some(slot) = entries.get_mut(rel) {
-        *slot = doc.clone();
-        changed = true;
-    }
-    for (k, v) in entries.iter_mut() {
-        if let Some(rest) = rel.strip_prefix(k.as_str()).and_then(|r| r.strip_prefix('/'))
-            && let Some(inner) = v.get_mut("consolidated_metadata")
-        {
-            changed |= replace_consolidated(inner, rest, doc);
-        }
-    }
-    changed
 }

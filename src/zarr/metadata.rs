@@ -337,7 +337,7 @@ impl ArrayMetadata {
     }
 
     /// The document after `edit`, parsed again.
-    fn edited(&self, edit: impl FnOnce(&mut Value)) -> Result<ArrayMetadata> {
+    pub fn edited(&self, edit: impl FnOnce(&mut Value)) -> Result<ArrayMetadata> {
         let mut doc = self.document.clone();
         edit(&mut doc);
         match self.format {

@@ -3,6 +3,7 @@
 
 pub mod array;
 pub mod codec;
+pub mod consolidated;
 pub mod dtype;
 pub mod grid;
 pub mod key;

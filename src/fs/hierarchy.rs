@@ -1,0 +1,463 @@
+//! Editing the hierarchy with ordinary tools: `mkdir` makes a group; a complete array document
+//! written into a new (empty) group makes it an array; a rewritten document changes attributes
+//! or the shape; `rm -r` / `rmdir` remove nodes; `mv` renames them. Every change goes through
+//! the parser the mount reads with, is stored atomically (documents are single values) and
+//! keeps consolidated metadata current. An edit that would need every chunk rewritten (a new
+//! data type, codecs, grid or key encoding) is refused.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::context::{CONTROL_DIR, DATA, ERROR, PREPEND};
+use super::handle::{Handle, Opened};
+use super::nodes::DirState;
+use super::tree::{self, NodeKind};
+use super::view::DataFile;
+use super::{Attr, ZarrFs, write};
+use crate::headers::HeaderFormat;
+use crate::store::{self, Store};
+use crate::zarr::consolidated::{self, Change};
+use crate::zarr::limits::MAX_DOCUMENT_BYTES;
+use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, render_like};
+use crate::zarr::node::{METADATA_DOCUMENTS, display_path, is_hidden, is_node};
+use crate::{Error, Result};
+
+/// The files an array's directory shows besides its documents.
+fn is_array_file(name: &str) -> bool {
+    name == DATA || name == PREPEND || name == ERROR || HeaderFormat::by_file_name(name).is_some()
+}
+
+/// Whether `name` can name a new node.
+fn check_node_name(name: &str) -> Result<()> {
+    let bad = name.is_empty() || name == "." || name == ".." || name.contains('/') || is_hidden(name) || METADATA_DOCUMENTS.contains(&name);
+    if bad || name == CONTROL_DIR {
+        return Err(Error::Invalid(format!("{name:?} cannot name a node (reserved by the format or the mount)")));
+    }
+    Ok(())
+}
+
+/// The format of the node at `path`, from the document that makes it one.
+fn node_format(store: &dyn Store, path: &str) -> Result<Option<ZarrFormat>> {
+    for (name, format) in [("zarr.json", ZarrFormat::V3), (".zarray", ZarrFormat::V2), (".zgroup", ZarrFormat::V2)] {
+        if store.head(&store::join(path, name))?.is_some() {
+            return Ok(Some(format));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `name`, left in a directory that becomes an array, is what an interrupted removal
+/// of an array leaves there: chunk keys (`c/…`, `c.…`, or v2's `0.1` / `0/1`).
+fn is_leftover_chunk(name: &str) -> bool {
+    name == "c" || name.starts_with("c.") || (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+}
+
+/// `e` as the reason a document was refused: logged, and EINVAL for the writer's close().
+fn refused(key: &str, e: Error) -> Error {
+    let why = match e {
+        Error::Invalid(m) | Error::Metadata(m) => m,
+        other => other.to_string(),
+    };
+    tracing::warn!(document = %display_path(key), "document refused: {why}");
+    Error::Invalid(format!("{}: {why}", display_path(key)))
+}
+
+impl ZarrFs {
+    /// `mkdir`: a new group in a group (v3 `zarr.json`, or `.zgroup` under a v2 group).
+    pub fn mkdir(&self, parent: u64, name: &str) -> Result<Attr> {
+        let _permit = self.change_permit()?;
+        let dir = self.node(parent)?;
+        if dir.kind != NodeKind::Dir {
+            return Err(self.refuse_change("the mount's own directory holds no nodes"));
+        }
+        check_node_name(name)?;
+        if !matches!(self.nodes.dir_state(&self.cx, &dir.path)?, DirState::Group) {
+            return Err(Error::NotPermitted(format!("{} is not a group: only groups hold nodes", display_path(&dir.path))));
+        }
+        if self.nodes.lookup(&self.cx, parent, name).is_ok() {
+            return Err(Error::Exists);
+        }
+        let path = store::join(&dir.path, name);
+        let (doc_name, doc) = match node_format(self.cx.store.as_ref(), &dir.path)?.unwrap_or(ZarrFormat::V3) {
+            ZarrFormat::V3 => ("zarr.json", json!({"zarr_format": 3, "node_type": "group", "attributes": {}})),
+            ZarrFormat::V2 => (".zgroup", json!({"zarr_format": 2})),
+        };
+        self.store_node_document(&path, doc_name, &render_like(None, &doc), &doc)?;
+        self.nodes.forget(&path);
+        tracing::info!(node = %display_path(&path), "group created");
+        self.lookup(parent, name)
+    }
+
+    /// `create` (`open` with O_CREAT of a name that is not there): a metadata document, stored
+    /// when its writer closes it; a node's own file unlinked before (`mv` between stores
+    /// removes a file before it copies one over it), opened again; anything else is a scratch
+    /// file in memory. Returns the new file's attributes and handle.
+    pub fn create(&self, parent: u64, name: &str, mode: u32, truncate: bool, pid: u32) -> Result<(Attr, u64)> {
+        let permit = self.change_permit()?;
+        let dir = self.node(parent)?;
+        if dir.kind != NodeKind::Dir {
+            return Err(self.refuse_change("files are not created in the mount's own directory"));
+        }
+        let key = store::join(&dir.path, name);
+        if self.nodes.attach(&dir.path, name) {
+            let ino = self.nodes.lookup(&self.cx, parent, name)?;
+            let node = self.node(ino)?;
+            let opened = match node.kind {
+                // A copy onto a file the mount makes itself: only what it holds may be written.
+                NodeKind::Prepend => Some(Opened::Document(Arc::from(&[][..]))),
+                NodeKind::ErrorFile => Some(Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &dir.path)?.as_bytes()))),
+                NodeKind::View(format) if !format.carries_data() => {
+                    let file = self.nodes.data_file(&self.cx, &dir.path)?;
+                    Some(Opened::Document(Arc::from(file.layout(&self.cx, format).map_err(|_| Error::NotFound)?.header)))
+                }
+                _ => None,
+            };
+            drop(permit);
+            let fh = match opened {
+                Some(opened) => self.insert_handle(pid, opened),
+                // A document starts empty: the new one is written whole.
+                None => self.open(ino, true, truncate || node.kind == NodeKind::MetaFile, pid)?,
+            };
+            return Ok((self.getattr(ino)?, fh));
+        }
+        if self.nodes.lookup(&self.cx, parent, name).is_ok() {
+            return Err(Error::Exists);
+        }
+        let state = self.nodes.dir_state(&self.cx, &dir.path)?;
+        let (kind, opened) = if METADATA_DOCUMENTS.contains(&name) {
+            if name == ".zmetadata" {
+                return Err(Error::NotPermitted("consolidated metadata is kept by the mount".into()));
+            }
+            (NodeKind::MetaFile, Opened::Edit { key: key.clone(), edit: self.nodes.begin_edit(&key, Vec::new(), false) })
+        } else if (parent == tree::ROOT && name == CONTROL_DIR) || (!matches!(state, DirState::Group) && is_array_file(name)) {
+            return Err(Error::NotPermitted(format!("{name} is a name the mount keeps for its own files")));
+        } else {
+            (NodeKind::Scratch, Opened::Scratch(self.nodes.scratch.insert(&key, Vec::new(), mode)?))
+        };
+        let ino = self.cx.tree.child(parent, name, kind, key);
+        let fh = self.insert_handle(pid, opened);
+        Ok((self.getattr(ino)?, fh))
+    }
+
+    /// chmod (and touch) of a scratch file: its mode is kept, times are not. Returns whether
+    /// `ino` is a scratch file.
+    pub fn set_scratch_mode(&self, ino: u64, mode: Option<u32>) -> Result<bool> {
+        let node = self.node(ino)?;
+        if node.kind != NodeKind::Scratch {
+            return Ok(false);
+        }
+        let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+        if let Some(mode) = mode {
+            file.mode.store(mode & 0o7777, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    fn insert_handle(&self, pid: u32, opened: Opened) -> u64 {
+        let fh = self.cx.next_id();
+        self.handles.insert(fh, Handle { opener: pid, opened });
+        fh
+    }
+
+    /// `unlink`: a scratch file is gone; a node's own file (its documents, `data`, views) is
+    /// hidden until its directory is removed (`rm -r`), which is when the store changes.
+    pub fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        let _permit = self.change_permit()?;
+        let dir = self.node(parent)?;
+        let node = self.node(self.nodes.lookup(&self.cx, parent, name)?)?;
+        match node.kind {
+            NodeKind::Scratch => drop(self.nodes.scratch.remove(&node.path)),
+            NodeKind::Dir | NodeKind::ControlDir => return Err(Error::IsADirectory),
+            NodeKind::StatsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
+            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile => {
+                self.nodes.detach(&dir.path, name)
+            }
+        }
+        self.cx.tree.forget(parent, name);
+        Ok(())
+    }
+
+    /// `rmdir`: remove a node whose files were all unlinked (as `rm -r` does): its documents
+    /// first, so that a crash never leaves a half-visible node, then consolidated metadata,
+    /// then an array's chunks.
+    pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let _permit = self.change_permit()?;
+        let ino = self.nodes.lookup(&self.cx, parent, name)?;
+        let node = self.node(ino)?;
+        match node.kind {
+            NodeKind::Dir => {}
+            NodeKind::ControlDir => return Err(self.refuse_change("the mount's own directory is not removed")),
+            _ => return Err(Error::NotADirectory),
+        }
+        if !self.readdir(ino)?.is_empty() {
+            return Err(Error::NotEmpty);
+        }
+        let path = node.path.clone();
+        let store = self.cx.store.as_ref();
+        let format = node_format(store, &path)?.unwrap_or(ZarrFormat::V3);
+        let state = self.nodes.dir_state(&self.cx, &path)?;
+        if let DirState::Array(file) = &state {
+            if self.handles.holds(&file.array) {
+                return Err(Error::Busy(format!("{} is open", display_path(&path))));
+            }
+            file.array.discard();
+        }
+        for doc in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
+            store.delete(&store::join(&path, doc))?;
+        }
+        consolidated::update(store, &path, format, &Change::Remove)?;
+        // A group keeps what is not a node (it was never shown); an array's directory is
+        // nothing but its chunks.
+        let removed = match state {
+            DirState::Group if !store.list_dir(&path)?.is_empty() => 0,
+            _ => store.delete_prefix(&path)?,
+        };
+        self.nodes.forget(&path);
+        self.cx.tree.forget(parent, name);
+        tracing::info!(node = %display_path(&path), chunks = removed, "node removed");
+        Ok(())
+    }
+
+    /// `rename`: scratch files move freely, and one moved over a metadata document is stored
+    /// as that document (an editor's save); a document moved away leaves a copy (an editor's
+    /// backup) and stays; a node moves within the store (object stores: EXDEV, so that `mv`
+    /// copies through the mount instead).
+    pub fn rename(&self, from: (u64, &str), to: (u64, &str), no_replace: bool) -> Result<()> {
+        let _permit = self.change_permit()?;
+        let (parent, name) = from;
+        let (new_parent, new_name) = to;
+        let node = self.node(self.nodes.lookup(&self.cx, parent, name)?)?;
+        let target_dir = self.node(new_parent)?;
+        if target_dir.kind != NodeKind::Dir {
+            return Err(self.refuse_change("nothing moves into the mount's own directory"));
+        }
+        let target = self.nodes.lookup(&self.cx, new_parent, new_name).ok().map(|ino| self.node(ino)).transpose()?;
+        if target.as_ref().is_some_and(|t| Arc::ptr_eq(t, &node)) {
+            return Ok(());
+        }
+        if no_replace && target.is_some() {
+            return Err(Error::Exists);
+        }
+        let new_key = store::join(&target_dir.path, new_name);
+        let target_kind = target.as_ref().map(|t| t.kind);
+        match node.kind {
+            NodeKind::Dir => return self.rename_node(&node.path, from, to, &new_key, target_kind),
+            NodeKind::Scratch if METADATA_DOCUMENTS.contains(&new_name) => {
+                let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+                let bytes = crate::error::lock(&file.bytes).clone();
+                self.commit_document(&new_key, &bytes)?;
+                self.nodes.scratch.remove(&node.path);
+                self.nodes.attach(&target_dir.path, new_name);
+                self.cx.tree.rename(from, to, NodeKind::MetaFile, new_key);
+                return Ok(());
+            }
+            _ if target_kind == Some(NodeKind::Dir) => return Err(Error::IsADirectory),
+            _ if target_kind.is_some_and(|k| k != NodeKind::Scratch) || METADATA_DOCUMENTS.contains(&new_name) => {
+                return Err(Error::NotPermitted(format!("{new_name} is a node's own file: write to it instead")));
+            }
+            NodeKind::Scratch => self.nodes.scratch.rename(&node.path, &new_key)?,
+            NodeKind::MetaFile => {
+                let bytes = self.nodes.document(&self.cx, &node.path)?;
+                self.nodes.scratch.insert(&new_key, bytes, 0o644)?;
+            }
+            _ => return Err(Error::NotPermitted("an array's data, prepend and views stay with it".into())),
+        }
+        self.cx.tree.rename(from, to, NodeKind::Scratch, new_key);
+        Ok(())
+    }
+
+    /// Move the node at `path` to `new_path`.
+    fn rename_node(&self, path: &str, from: (u64, &str), to: (u64, &str), new_path: &str, target: Option<NodeKind>) -> Result<()> {
+        check_node_name(to.1)?;
+        match target {
+            Some(NodeKind::Dir) => return Err(Error::NotEmpty),
+            Some(_) => return Err(Error::NotADirectory),
+            None => {}
+        }
+        let target_dir = self.node(to.0)?;
+        if !matches!(self.nodes.dir_state(&self.cx, &target_dir.path)?, DirState::Group) {
+            return Err(Error::NotPermitted(format!("{} is not a group: only groups hold nodes", display_path(&target_dir.path))));
+        }
+        if new_path.starts_with(&format!("{path}/")) {
+            return Err(Error::Invalid("a node cannot move beneath itself".into()));
+        }
+        let store = self.cx.store.as_ref();
+        let format = node_format(store, path)?.unwrap_or(ZarrFormat::V3);
+        if node_format(store, &target_dir.path)?.is_some_and(|f| f != format) {
+            return Err(Error::Invalid("a node moves only between groups of its own Zarr format".into()));
+        }
+        let arrays = self.nodes.arrays_beneath(path);
+        if let Some(open) = arrays.iter().find(|a| self.handles.holds(a)) {
+            return Err(Error::Busy(format!("{} is open", display_path(&open.array().path))));
+        }
+        for array in &arrays {
+            self.cx.flush_array(array)?;
+        }
+        store.rename_prefix(path, new_path)?;
+        consolidated::update(store, path, format, &Change::Remove)?;
+        for (node, name, doc) in subtree_documents(store, new_path)? {
+            consolidated::update(store, &node, format, &Change::Set(name, &doc))?;
+        }
+        self.nodes.forget(path);
+        self.nodes.forget(new_path);
+        self.cx.tree.rename(from, to, NodeKind::Dir, new_path.to_string());
+        tracing::info!(node = %display_path(path), to = %display_path(new_path), "node moved");
+        Ok(())
+    }
+
+    /// Store `bytes` as the metadata document `key`, written through the mount, if the
+    /// reader's parser takes it and the change is one an edit can make. Refusals are EINVAL
+    /// with the reason (also logged); nothing is stored then.
+    pub(super) fn commit_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        let doc = metadata::parse_json(bytes, name).map_err(|e| refused(key, e))?;
+        let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
+        let store = self.cx.store.as_ref();
+        if node_format(store, dir)?.is_some_and(|f| f != format) {
+            return Err(refused(key, Error::Invalid("a document of the other Zarr format than its node's".into())));
+        }
+        let parsed = match name {
+            ".zmetadata" => return Err(refused(key, Error::Invalid("consolidated metadata is kept by the mount".into()))),
+            ".zattrs" if doc.is_object() => {
+                if matches!(self.nodes.dir_state(&self.cx, dir)?, DirState::Broken(_)) {
+                    self.nodes.forget(dir);
+                }
+                return self.store_node_document(dir, name, bytes, &doc);
+            }
+            ".zattrs" => return Err(refused(key, Error::Invalid("attributes must be a JSON object".into()))),
+            "zarr.json" => metadata::parse_v3(&doc),
+            ".zarray" => metadata::parse_v2_array(&doc).map(|m| NodeMetadata::Array(Box::new(m))),
+            _ => metadata::parse_v2_group(&doc),
+        }
+        .map_err(|e| refused(key, e))?;
+        match (self.nodes.dir_state(&self.cx, dir)?, parsed) {
+            (DirState::Array(file), NodeMetadata::Array(meta)) => self.edit_array(&file, *meta).map_err(|e| match e {
+                Error::Invalid(_) | Error::Metadata(_) => refused(key, e),
+                other => other,
+            }),
+            (DirState::Array(_), NodeMetadata::Group) => {
+                Err(refused(key, Error::Invalid("an array does not become a group: remove it (rm -r) and make a group (mkdir)".into())))
+            }
+            (DirState::Group, NodeMetadata::Group) => self.store_node_document(dir, name, bytes, &doc),
+            (DirState::Group, NodeMetadata::Array(_)) => self.create_array(dir, name, bytes, &doc).map_err(|e| match e {
+                Error::Invalid(_) => refused(key, e),
+                other => other,
+            }),
+            // A node that could not be served, repaired.
+            (DirState::Broken(_), _) => {
+                self.store_node_document(dir, name, bytes, &doc)?;
+                self.nodes.forget(dir);
+                Ok(())
+            }
+        }
+    }
+
+    /// Store a node's document as given and note it in consolidated metadata.
+    fn store_node_document(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+        let store = self.cx.store.as_ref();
+        store.set(&store::join(path, name), bytes)?;
+        let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
+        consolidated::update(store, path, format, &Change::Set(name, doc))?;
+        Ok(())
+    }
+
+    /// A group with no nodes in it becomes the array `doc` describes: all fill until written.
+    fn create_array(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+        let store = self.cx.store.as_ref();
+        let mut leftovers = Vec::new();
+        for entry in store.list_dir(path)? {
+            let key = store::join(path, &entry.name);
+            if METADATA_DOCUMENTS.contains(&entry.name.as_str()) {
+                continue;
+            }
+            if entry.is_dir && is_node(store, &key)? {
+                return Err(Error::Invalid(format!("the group holds the node {}: only an empty group becomes an array", entry.name)));
+            }
+            if !is_leftover_chunk(&entry.name) {
+                return Err(Error::Invalid(format!("the directory holds {:?}, which is not a chunk: it would be lost under an array", entry.name)));
+            }
+            leftovers.push((key, entry.is_dir));
+        }
+        // Chunks an interrupted removal left behind would read as the new array's.
+        for (key, is_dir) in &leftovers {
+            if *is_dir { store.delete_prefix(key).map(drop)? } else { store.delete(key)? }
+        }
+        self.store_node_document(path, name, bytes, doc)?;
+        if name == ".zarray" && store.head(&store::join(path, ".zgroup"))?.is_some() {
+            store.delete(&store::join(path, ".zgroup"))?;
+            consolidated::update(store, path, ZarrFormat::V2, &Change::Unset(".zgroup"))?;
+        }
+        self.nodes.forget(path);
+        tracing::info!(node = %display_path(path), cleared = leftovers.len(), "array created");
+        Ok(())
+    }
+
+    /// A rewritten array document: attributes are taken as they are; a new `shape[0]` resizes
+    /// the array as `ftruncate` of `data` does; anything else would need every chunk rewritten.
+    fn edit_array(&self, file: &DataFile, meta: ArrayMetadata) -> Result<()> {
+        let current = file.array.array();
+        let old = &current.meta;
+        let without = |doc: &Value| {
+            let mut doc = doc.clone();
+            if let Some(obj) = doc.as_object_mut() {
+                obj.remove("attributes");
+                obj.remove("shape");
+            }
+            doc
+        };
+        let (a, b) = (without(&old.document), without(&meta.document));
+        if a != b {
+            let fields = |d: &Value| d.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+            let mut changed: Vec<String> = fields(&a).into_iter().chain(fields(&b)).filter(|k| a.get(k) != b.get(k)).collect();
+            changed.dedup();
+            return Err(Error::Invalid(format!(
+                "only attributes and shape[0] change in place; {} changed, which needs every chunk rewritten",
+                changed.join(", ")
+            )));
+        }
+        if meta.shape != old.shape {
+            if meta.shape.len() != old.shape.len() || meta.shape[1..] != old.shape[1..] {
+                return Err(Error::Invalid("only shape[0] changes in place (as ftruncate of data does)".into()));
+            }
+            if old.dtype.is_variable() {
+                return Err(Error::Invalid("a text array's length changes by rewriting its data file".into()));
+            }
+            write::truncate(&file.array, &self.cx.cache, meta.shape[0] * old.row_bytes())?;
+        }
+        let attributes = meta.document.get("attributes").cloned();
+        if old.document.get("attributes") != attributes.as_ref() {
+            let _writer = file.array.writer();
+            let next = Arc::new(file.array.array().with_attributes(attributes)?);
+            file.array.set_reshaped(&mut crate::error::lock(&file.array.edits), next);
+        }
+        let stored = self.cx.flush_array(&file.array);
+        self.cx.invalidate_data(&file.array);
+        stored
+    }
+}
+
+/// Every document of the nodes at and beneath `path` (arrays are not looked into: their
+/// directories hold chunks).
+fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'static str, Value)>> {
+    let mut out = Vec::new();
+    let mut pending = vec![path.to_string()];
+    while let Some(node) = pending.pop() {
+        let mut is_group = false;
+        for name in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
+            let Some(bytes) = store.get(&store::join(&node, name), MAX_DOCUMENT_BYTES)? else { continue };
+            let Ok(doc) = metadata::parse_json(&bytes, name) else { continue };
+            is_group |= name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
+            out.push((node.clone(), name, doc));
+        }
+        if is_group {
+            for entry in store.list_dir(&node)?.into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
+                let child = store::join(&node, &entry.name);
+                if is_node(store, &child)? {
+                    pending.push(child);
+                }
+            }
+        }
+    }
+    Ok(out)
+}

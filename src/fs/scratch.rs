@@ -1,0 +1,124 @@
+//! Scratch files: what programs create beside a node's documents — an editor's temporary file
+//! (`sed -i`'s `sedXXXXXX`, vim's `4913` and swap files), a backup (`zarr.json~`). They live in
+//! memory only and are never stored as keys: a store holds nodes, and a temporary name in an
+//! array's directory would read as a chunk key. Renaming one over a metadata document stores it
+//! as that document.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::lock;
+use crate::zarr::limits::MAX_DOCUMENT_BYTES;
+use crate::{Error, Result};
+
+/// All scratch files together hold at most this many bytes.
+const MAX_TOTAL_BYTES: u64 = 4 * MAX_DOCUMENT_BYTES;
+
+pub struct ScratchFile {
+    pub bytes: Mutex<Vec<u8>>,
+    /// The permission bits asked for (chmod is kept: `sed -i` and editors set them).
+    pub mode: AtomicU32,
+}
+
+impl ScratchFile {
+    pub fn new(bytes: Vec<u8>, mode: u32) -> ScratchFile {
+        ScratchFile { bytes: Mutex::new(bytes), mode: AtomicU32::new(mode & 0o7777) }
+    }
+
+    pub fn len(&self) -> u64 {
+        lock(&self.bytes).len() as u64
+    }
+
+    pub fn perm(&self) -> u16 {
+        (self.mode.load(Ordering::Relaxed) & 0o7777) as u16
+    }
+}
+
+/// The scratch files, by store key (`dir/name`).
+#[derive(Default)]
+pub struct ScratchFiles {
+    files: Mutex<HashMap<String, Arc<ScratchFile>>>,
+}
+
+fn too_large() -> Error {
+    Error::Io(std::io::Error::from_raw_os_error(libc::EFBIG))
+}
+
+impl ScratchFiles {
+    pub fn get(&self, key: &str) -> Option<Arc<ScratchFile>> {
+        lock(&self.files).get(key).cloned()
+    }
+
+    /// A new scratch file at `key` holding `bytes` (replacing one there).
+    pub fn insert(&self, key: &str, bytes: Vec<u8>, mode: u32) -> Result<Arc<ScratchFile>> {
+        if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
+            return Err(too_large());
+        }
+        let file = Arc::new(ScratchFile::new(bytes, mode));
+        lock(&self.files).insert(key.to_string(), file.clone());
+        Ok(file)
+    }
+
+    pub fn remove(&self, key: &str) -> Option<Arc<ScratchFile>> {
+        lock(&self.files).remove(key)
+    }
+
+    /// Move the scratch file at `from` to `to` (replacing one there).
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let mut files = lock(&self.files);
+        let file = files.remove(from).ok_or(Error::NotFound)?;
+        files.insert(to.to_string(), file);
+        Ok(())
+    }
+
+    /// The names of the scratch files in the directory `dir`.
+    pub fn names_in(&self, dir: &str) -> Vec<String> {
+        let files = lock(&self.files);
+        let mut names: Vec<String> = files.keys().filter_map(|k| name_in(k, dir)).map(str::to_string).collect();
+        names.sort();
+        names
+    }
+
+    /// Forget every scratch file at or beneath `dir` (its node was removed).
+    pub fn remove_beneath(&self, dir: &str) {
+        let lead = format!("{dir}/");
+        lock(&self.files).retain(|k, _| !k.starts_with(&lead));
+    }
+
+    /// Write `data` at `offset` of `file`, within the bounds of one file and of all together.
+    pub fn write(&self, file: &ScratchFile, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len() as u64).ok_or_else(too_large)?;
+        self.resize_with(file, |bytes| {
+            if end as usize > bytes.len() {
+                bytes.resize(end as usize, 0);
+            }
+            bytes[offset as usize..end as usize].copy_from_slice(data);
+        }, end)
+    }
+
+    pub fn truncate(&self, file: &ScratchFile, size: u64) -> Result<()> {
+        self.resize_with(file, |bytes| bytes.resize(size as usize, 0), size)
+    }
+
+    fn resize_with(&self, file: &ScratchFile, change: impl FnOnce(&mut Vec<u8>), new_len: u64) -> Result<()> {
+        if new_len > MAX_DOCUMENT_BYTES {
+            return Err(too_large());
+        }
+        let grows = new_len.saturating_sub(file.len());
+        if grows > 0 {
+            let total: u64 = lock(&self.files).values().map(|f| f.len()).sum();
+            if total + grows > MAX_TOTAL_BYTES {
+                return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+            }
+        }
+        change(&mut lock(&file.bytes));
+        Ok(())
+    }
+}
+
+/// The name of `key` when it is directly in `dir`.
+fn name_in<'a>(key: &'a str, dir: &str) -> Option<&'a str> {
+    let (d, name) = key.rsplit_once('/').unwrap_or(("", key));
+    (d == dir).then_some(name)
+}
