@@ -1,0 +1,292 @@
+//! The hierarchy edited through real mounts with ordinary tools: `mkdir`, `cp` and `cat >` of
+//! metadata documents, `sed -i`, `vim -es`, Python's truncate-and-write, `rm -r`, `rmdir`, `mv`.
+//! Every result is checked in the store itself (and read back through a fresh mount); refused
+//! edits leave the store byte-identical. Against a bucket (scripts/with-s3), `mv` of a node is
+//! refused with EXDEV by the daemon and carried out by `mv` as a copy through the mount.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{Mount, backend};
+use serde_json::{Value, json};
+
+/// A v3 array document: `rows` × 3 int16 in chunks of 2 × 3, fill 7.
+fn array_doc(rows: u64, attributes: Value) -> Value {
+    json!({"zarr_format": 3, "node_type": "array", "shape": [rows, 3], "data_type": "int16",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 7, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}],
+        "attributes": attributes})
+}
+
+/// A store with a root group that consolidates its hierarchy (as `zarr.consolidate_metadata`
+/// leaves it), holding the array `a` (4 rows).
+fn store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s.zarr");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let a = array_doc(4, json!({"units": "m"}));
+    std::fs::write(root.join("a/zarr.json"), serde_json::to_vec_pretty(&a).unwrap()).unwrap();
+    let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {},
+        "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {"a": a}}});
+    std::fs::write(root.join("zarr.json"), serde_json::to_vec_pretty(&group).unwrap()).unwrap();
+    (dir, root)
+}
+
+fn sh(script: &str) -> Output {
+    Command::new("sh").args(["-c", script]).output().unwrap()
+}
+
+fn ok(out: Output, what: &str) {
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// The keys of the root's consolidated metadata.
+fn consolidated(root: &Path) -> Vec<String> {
+    let doc = read_json(&root.join("zarr.json"));
+    let mut keys: Vec<String> = doc["consolidated_metadata"]["metadata"].as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// Every file under `dir`, relative.
+fn files(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = common::snapshot(dir).into_keys().map(|k| k.strip_prefix(&format!("{}/", dir.display())).unwrap_or(&k).to_string()).collect();
+    out.sort();
+    out
+}
+
+fn int16s(bytes: &[u8]) -> Vec<i16> {
+    bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect()
+}
+
+#[test]
+fn mkdir_makes_groups_and_a_copied_document_makes_an_array_that_dd_fills() {
+    let (dir, root) = store();
+    let doc = dir.path().join("new.json");
+    std::fs::write(&doc, serde_json::to_vec_pretty(&array_doc(4, json!({"made": "by cp"}))).unwrap()).unwrap();
+    let mut m = Mount::new(&root, &[]);
+    ok(sh(&format!("mkdir -p {}", m.path("g/h/i").display())), "mkdir -p");
+    assert_eq!(std::fs::create_dir(m.path("g")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    // Arrays hold no nodes; names the format reserves are refused.
+    assert_eq!(std::fs::create_dir(m.path("a/x")).unwrap_err().raw_os_error(), Some(libc::EPERM));
+    assert_eq!(std::fs::create_dir(m.path("__x")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    ok(sh(&format!("mkdir {0} && cp {1} {0}/zarr.json", m.path("g/b").display(), doc.display())), "mkdir + cp");
+    let data = m.path("g/b/data");
+    assert_eq!(int16s(&std::fs::read(&data).unwrap()), vec![7; 12], "a new array is all fill");
+    let rows: Vec<u8> = (0..12i16).flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.path().join("rows.raw"), &rows).unwrap();
+    ok(sh(&format!("dd if={} of={} conv=notrunc status=none", dir.path().join("rows.raw").display(), data.display())), "dd");
+    // A group with a node in it does not become an array.
+    let refused = sh(&format!("cp {} {}", doc.display(), m.path("g/zarr.json").display()));
+    assert!(!refused.status.success());
+    m.stop();
+    assert_eq!(read_json(&root.join("g/zarr.json"))["node_type"], "group");
+    assert_eq!(read_json(&root.join("g/h/i/zarr.json")), json!({"zarr_format": 3, "node_type": "group", "attributes": {}}));
+    assert_eq!(read_json(&root.join("g/b/zarr.json"))["attributes"], json!({"made": "by cp"}));
+    assert_eq!(files(&root.join("g/b")), ["c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(consolidated(&root), ["a", "g", "g/b", "g/h", "g/h/i"]);
+    let m = Mount::new(&root, &["--read-only"]);
+    assert_eq!(std::fs::read(m.path("g/b/data")).unwrap(), rows);
+    assert_eq!(std::fs::create_dir(m.path("x")).unwrap_err().raw_os_error(), Some(libc::EROFS));
+}
+
+#[test]
+fn a_v2_hierarchy_gets_v2_groups_and_arrays() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s.zarr");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join(".zmetadata"), r#"{"zarr_consolidated_format": 1, "metadata": {".zgroup": {"zarr_format": 2}}}"#).unwrap();
+    let mut m = Mount::new(&root, &[]);
+    std::fs::create_dir_all(m.path("g/a")).unwrap();
+    let zarray = json!({"zarr_format": 2, "shape": [5], "chunks": [2], "dtype": "<u2", "fill_value": 3, "order": "C",
+        "compressor": null, "filters": null});
+    common::write_and_close(&m.path("g/a/.zarray"), std::fs::OpenOptions::new().write(true).create_new(true), zarray.to_string().as_bytes()).unwrap();
+    common::write_and_close(&m.path("g/a/.zattrs"), std::fs::OpenOptions::new().write(true).create_new(true), br#"{"k": 1}"#).unwrap();
+    assert_eq!(std::fs::read(m.path("g/a/data")).unwrap(), [3, 0, 3, 0, 3, 0, 3, 0, 3, 0]);
+    // A v3 document has no place in a v2 node.
+    let v3 = serde_json::to_vec(&array_doc(2, json!({}))).unwrap();
+    std::fs::create_dir(m.path("g/c")).unwrap();
+    let err = common::write_and_close(&m.path("g/c/zarr.json"), std::fs::OpenOptions::new().write(true).create_new(true), &v3).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    m.stop();
+    assert_eq!(read_json(&root.join("g/.zgroup")), json!({"zarr_format": 2}));
+    assert!(!root.join("g/a/.zgroup").exists(), "the group document gives way to the array's");
+    assert!(!root.join("g/c/zarr.json").exists());
+    let meta = read_json(&root.join(".zmetadata"))["metadata"].clone();
+    let mut keys: Vec<&String> = meta.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, [".zgroup", "g/.zgroup", "g/a/.zarray", "g/a/.zattrs", "g/c/.zgroup"]);
+    assert_eq!(meta["g/a/.zattrs"], json!({"k": 1}));
+}
+
+#[test]
+fn editors_change_attributes_and_shape_and_every_other_change_is_refused() {
+    let (_dir, root) = store();
+    let mut m = Mount::new(&root, &[]);
+    let doc = m.path("a/zarr.json");
+    let d = doc.display();
+    std::fs::write(m.path("a/data"), (0..12i16).flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    // sed -i: a temporary file in the same directory, renamed over the document.
+    ok(sh(&format!("sed -i 's/\"units\": \"m\"/\"units\": \"km\"/' {d}")), "sed -i");
+    assert_eq!(read_json(&doc)["attributes"], json!({"units": "km"}));
+    // vim: a backup by rename (or copy), the document written anew.
+    ok(sh(&format!("vim -es -u NONE -c '%s/\"km\"/\"mm\"/' -c 'wq' {d} </dev/null")), "vim -es");
+    assert_eq!(read_json(&doc)["attributes"], json!({"units": "mm"}));
+    // A truncate and a write, as editors that save in place do; a new shape[0] resizes.
+    let mut edited = read_json(&doc);
+    edited["shape"] = json!([6, 3]);
+    edited["attributes"]["note"] = json!("grown");
+    std::fs::write(&doc, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
+    assert_eq!(std::fs::metadata(m.path("a/data")).unwrap().len(), 36);
+    assert_eq!(int16s(&std::fs::read(m.path("a/data")).unwrap())[10..], [10, 11, 7, 7, 7, 7, 7, 7]);
+    // No scratch file was left, none was stored.
+    let names: Vec<String> = std::fs::read_dir(m.path("a")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.iter().all(|n| ["zarr.json", "data", "prepend"].contains(&n.as_str()) || n.starts_with("data.")), "{names:?}");
+    let before = common::snapshot(&root);
+    // Changes that need every chunk rewritten, and documents that do not parse: EINVAL at close.
+    let mut bad = read_json(&doc);
+    bad["data_type"] = json!("int32");
+    for (what, bytes) in [
+        ("dtype", serde_json::to_vec(&bad).unwrap()),
+        ("not JSON", b"{\"zarr_format\": 3,".to_vec()),
+        ("shape of another axis", serde_json::to_vec(&{
+            let mut d = read_json(&doc);
+            d["shape"] = json!([6, 4]);
+            d
+        }).unwrap()),
+        ("a group", br#"{"zarr_format": 3, "node_type": "group"}"#.to_vec()),
+    ] {
+        let err = common::write_and_close(&doc, std::fs::OpenOptions::new().write(true).truncate(true), &bytes).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{what}");
+    }
+    let out = sh(&format!("sed -i 's/int16/float32/' {d}"));
+    assert!(!out.status.success(), "a dtype change through sed -i");
+    assert!(m.log_text().contains("data_type"), "the log says what changed: {}", m.log_text());
+    assert_eq!(read_json(&doc)["data_type"], "int16");
+    m.stop();
+    assert_eq!(common::snapshot(&root), before, "refused edits store nothing");
+    let stored = read_json(&root.join("a/zarr.json"));
+    assert_eq!((stored["shape"].clone(), stored["attributes"].clone()), (json!([6, 3]), json!({"units": "mm", "note": "grown"})));
+    assert_eq!(read_json(&root.join("zarr.json"))["consolidated_metadata"]["metadata"]["a"], stored);
+}
+
+#[test]
+fn rm_r_removes_nodes_and_nothing_else_changes_the_store() {
+    let (_dir, root) = store();
+    let mut m = Mount::new(&root, &[]);
+    std::fs::write(m.path("a/data"), vec![1u8; 24]).unwrap();
+    ok(sh(&format!("mkdir -p {0}/g/h && cp {0}/a/zarr.json /dev/null", m.mountpoint.display())), "mkdir");
+    m.stop();
+    let before = common::snapshot(&root);
+    let mut m = Mount::new(&root, &[]);
+    // A lone rm of an array's file hides it until remount; rmdir of a node still holding
+    // files is refused.
+    ok(sh(&format!("rm {}", m.path("a/data").display())), "rm data");
+    assert!(!m.path("a/data").exists() && m.path("a/zarr.json").exists());
+    assert_eq!(std::fs::remove_dir(m.path("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(std::fs::remove_dir(m.path("g")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    m.stop();
+    assert_eq!(common::snapshot(&root), before, "rm and a refused rmdir store nothing");
+    let mut m = Mount::new(&root, &[]);
+    assert!(m.path("a/data").exists());
+    ok(sh(&format!("rm -r {} {}", m.path("a").display(), m.path("g").display())), "rm -r");
+    assert!(!m.path("a").exists() && !m.path("g").exists());
+    m.stop();
+    assert_eq!(files(&root), ["zarr.json"]);
+    assert!(consolidated(&root).is_empty());
+}
+
+#[test]
+fn mv_moves_nodes_and_scratch_files_stay_in_memory() {
+    let (dir, root) = store();
+    let mut m = Mount::new(&root, &[]);
+    let values: Vec<u8> = (0..12i16).flat_map(|v| (v * 3).to_le_bytes()).collect();
+    std::fs::write(m.path("a/data"), &values).unwrap();
+    std::fs::create_dir(m.path("g")).unwrap();
+    // A scratch file: readable, writable, renamable, never stored.
+    std::fs::write(m.path("g/notes.txt"), b"scratch").unwrap();
+    std::fs::rename(m.path("g/notes.txt"), m.path("g/notes2.txt")).unwrap();
+    assert_eq!(std::fs::read(m.path("g/notes2.txt")).unwrap(), b"scratch");
+    // A node moves (a rename on a local store; on a bucket `mv` copies through the mount).
+    let out = sh(&format!("mv {} {}", m.path("a").display(), m.path("g/b").display()));
+    assert!(out.status.success(), "mv: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!m.path("a").exists());
+    assert_eq!(std::fs::read(m.path("g/b/data")).unwrap(), values);
+    assert_eq!(read_json(&m.path("g/b/zarr.json"))["attributes"], json!({"units": "m"}));
+    if !backend::is_s3() {
+        assert_eq!(std::fs::rename(m.path("g"), m.path("g/b/x")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    }
+    m.stop();
+    assert!(!root.join("a").exists() || files(&root.join("a")).is_empty());
+    assert!(!files(&root).iter().any(|f| f.contains("notes")), "scratch files are not stored");
+    assert_eq!(consolidated(&root), ["g", "g/b"]);
+    let m = Mount::new(&root, &["--read-only"]);
+    assert_eq!(std::fs::read(m.path("g/b/data")).unwrap(), values);
+    assert!(!m.path("g/notes2.txt").exists());
+    drop(dir);
+}
+
+#[test]
+fn a_killed_daemon_leaves_the_old_or_the_new_node_and_leftovers_never_resurface() {
+    if backend::local_only("thousands of chunk objects") {
+        return;
+    }
+    let (_dir, root) = store();
+    let mut doc = array_doc(4000, json!({"units": "m"}));
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = json!([1, 3]);
+    std::fs::write(root.join("a/zarr.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    for row in 0..4000 {
+        std::fs::create_dir_all(root.join(format!("a/c/{row}"))).unwrap();
+        // One row of [1, 2, 3] through bytes + zstd (level 1).
+        let raw: Vec<u8> = [1i16, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(root.join(format!("a/c/{row}/0")), zstd::encode_all(&raw[..], 1).unwrap()).unwrap();
+    }
+    let mut m = Mount::new(&root, &[]);
+    // Attribute edits in a loop, and an rm -r, killed part way.
+    let doc_path = m.path("a/zarr.json");
+    let editor = std::thread::spawn(move || {
+        for i in 0..200 {
+            let Ok(bytes) = std::fs::read(&doc_path) else { return };
+            let Ok(mut d) = serde_json::from_slice::<Value>(&bytes) else { return };
+            d["attributes"]["i"] = json!(i);
+            if std::fs::write(&doc_path, serde_json::to_vec(&d).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let rm = Command::new("rm").arg("-r").arg(m.path("a")).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    m.kill();
+    let _ = editor.join();
+    drop(rm);
+    // The document is whole (old or new) and either still there with every chunk, or gone.
+    let left = files(&root.join("a"));
+    match root.join("a/zarr.json").exists() {
+        true => {
+            eprintln!("killed before the removal began");
+            let d = read_json(&root.join("a/zarr.json"));
+            assert_eq!(d["shape"], json!([4000, 3]));
+            assert_eq!(left.len(), 4001, "a node still shown keeps every chunk");
+        }
+        false => {
+            // Gone: the mount does not show it, and a new array made there starts all fill.
+            eprintln!("killed during or after the removal: {} keys left", left.len());
+            let m = Mount::new(&root, &[]);
+            assert!(!m.path("a").exists());
+            std::fs::create_dir(m.path("a")).unwrap();
+            std::fs::write(m.path("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+            let data = std::fs::read(m.path("a/data")).unwrap();
+            assert!(int16s(&data).iter().all(|&v| v == 7), "chunks of the removed array resurfaced");
+        }
+    }
+}
