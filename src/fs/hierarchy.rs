@@ -253,6 +253,11 @@ impl ZarrFs {
                 return Ok(());
             }
             _ if target_kind == Some(NodeKind::Dir) => return Err(Error::IsADirectory),
+            // A node's own file belongs to its node: into another directory it can only be
+            // copied (`mv` does so on EXDEV, as between file systems).
+            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile if parent != new_parent => {
+                return Err(Error::CrossDevice("a node's own file is copied into another node, not moved".into()));
+            }
             _ if target_kind.is_some_and(|k| k != NodeKind::Scratch) || METADATA_DOCUMENTS.contains(&new_name) => {
                 return Err(Error::NotPermitted(format!("{new_name} is a node's own file: write to it instead")));
             }
