@@ -109,6 +109,8 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
         "codecs": a.codecs.describe(),
         // Variable-length arrays show text, whose size is known only once rendered.
         "data_bytes": if a.dtype.is_variable() { Value::Null } else { json!(a.byte_len()) },
+        // What a rewrite of the document through a mount may change in place.
+        "edits": a.in_place_edits(),
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()
@@ -165,14 +167,16 @@ fn render(nodes: &[Value]) -> String {
                     }
                     s
                 });
+                let edits: Vec<&str> = n["edits"].as_array().map(|e| e.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
                 s.push_str(&format!(
-                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size}){views}\n",
+                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size}){views}  edits {}\n",
                     n["zarr_format"],
                     n["data_type"].as_str().unwrap_or("?"),
                     n["shape"],
                     n["chunk_grid"].as_str().unwrap_or("?"),
                     n["chunk_key_encoding"].as_str().unwrap_or("?"),
-                    codecs.join(" | ")
+                    codecs.join(" | "),
+                    edits.join(" ")
                 ));
             }
         }

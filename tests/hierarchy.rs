@@ -58,7 +58,8 @@ fn consolidated(root: &Path) -> Vec<String> {
 
 /// Every file under `dir`, relative.
 fn files(dir: &Path) -> Vec<String> {
-    let mut out: Vec<String> = common::snapshot(dir).into_keys().map(|k| k.strip_prefix(&format!("{}/", dir.display())).unwrap_or(&k).to_string()).collect();
+    let mut out: Vec<String> =
+        common::snapshot(dir).into_keys().map(|k| k.strip_prefix(&format!("{}/", dir.display())).unwrap_or(&k).to_string()).collect();
     out.sort();
     out
 }
@@ -109,7 +110,12 @@ fn a_v2_hierarchy_gets_v2_groups_and_arrays() {
     std::fs::create_dir_all(m.path("g/a")).unwrap();
     let zarray = json!({"zarr_format": 2, "shape": [5], "chunks": [2], "dtype": "<u2", "fill_value": 3, "order": "C",
         "compressor": null, "filters": null});
-    common::write_and_close(&m.path("g/a/.zarray"), std::fs::OpenOptions::new().write(true).create_new(true), zarray.to_string().as_bytes()).unwrap();
+    common::write_and_close(
+        &m.path("g/a/.zarray"),
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        zarray.to_string().as_bytes(),
+    )
+    .unwrap();
     common::write_and_close(&m.path("g/a/.zattrs"), std::fs::OpenOptions::new().write(true).create_new(true), br#"{"k": 1}"#).unwrap();
     assert_eq!(std::fs::read(m.path("g/a/data")).unwrap(), [3, 0, 3, 0, 3, 0, 3, 0, 3, 0]);
     // A v3 document has no place in a v2 node.
@@ -158,11 +164,15 @@ fn editors_change_attributes_and_shape_and_every_other_change_is_refused() {
     for (what, bytes) in [
         ("dtype", serde_json::to_vec(&bad).unwrap()),
         ("not JSON", b"{\"zarr_format\": 3,".to_vec()),
-        ("shape of another axis", serde_json::to_vec(&{
-            let mut d = read_json(&doc);
-            d["shape"] = json!([6, 4]);
-            d
-        }).unwrap()),
+        (
+            "shape of another axis",
+            serde_json::to_vec(&{
+                let mut d = read_json(&doc);
+                d["shape"] = json!([6, 4]);
+                d
+            })
+            .unwrap(),
+        ),
         ("a group", br#"{"zarr_format": 3, "node_type": "group"}"#.to_vec()),
     ] {
         let err = common::write_and_close(&doc, std::fs::OpenOptions::new().write(true).truncate(true), &bytes).unwrap_err();

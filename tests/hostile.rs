@@ -128,11 +128,9 @@ fn other_users_may_do_what_the_shown_owner_and_modes_allow_and_no_more() {
     }
     assert_eq!(common::snapshot(&root), before, "nothing another user did was stored");
     // The owner cannot change what the mount decides either: EPERM, never a silent success.
-    for (what, script) in [
-        ("chmod", format!("chmod 600 {d}")),
-        ("chown", format!("chown 65534 {d}")),
-        ("touch", format!("touch -d 2001-01-01 {d}")),
-    ] {
+    for (what, script) in
+        [("chmod", format!("chmod 600 {d}")), ("chown", format!("chown 65534 {d}")), ("touch", format!("touch -d 2001-01-01 {d}"))]
+    {
         let out = sh(&script);
         assert!(!out.status.success(), "{what} succeeded");
         assert!(String::from_utf8_lossy(&out.stderr).contains("not permitted"), "{what}: {}", String::from_utf8_lossy(&out.stderr));

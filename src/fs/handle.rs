@@ -47,7 +47,11 @@ pub enum OnClose<'a> {
     /// Store the array's changes and report their errors.
     Flush(&'a Arc<OpenArray>),
     /// Store the rewritten document `key` (when it was written to); `last`: the handle goes.
-    Document { key: &'a str, edit: &'a Arc<Mutex<DocumentEdit>>, last: bool },
+    Document {
+        key: &'a str,
+        edit: &'a Arc<Mutex<DocumentEdit>>,
+        last: bool,
+    },
 }
 
 impl Handle {

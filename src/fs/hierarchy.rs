@@ -380,7 +380,10 @@ impl ZarrFs {
                 return Err(Error::Invalid(format!("the group holds the node {}: only an empty group becomes an array", entry.name)));
             }
             if !is_leftover_chunk(&entry.name) {
-                return Err(Error::Invalid(format!("the directory holds {:?}, which is not a chunk: it would be lost under an array", entry.name)));
+                return Err(Error::Invalid(format!(
+                    "the directory holds {:?}, which is not a chunk: it would be lost under an array",
+                    entry.name
+                )));
             }
             leftovers.push((key, entry.is_dir));
         }
@@ -394,6 +397,10 @@ impl ZarrFs {
             consolidated::update(store, path, ZarrFormat::V2, &Change::Unset(".zgroup"))?;
         }
         self.nodes.forget(path);
+        // Scratch files under the names of the array's own files would hide them.
+        for name in self.nodes.scratch.names_in(path).into_iter().filter(|n| is_array_file(n)) {
+            self.nodes.scratch.remove(&store::join(path, &name));
+        }
         tracing::info!(node = %display_path(path), cleared = leftovers.len(), "array created");
         Ok(())
     }
@@ -425,8 +432,8 @@ impl ZarrFs {
             if meta.shape.len() != old.shape.len() || meta.shape[1..] != old.shape[1..] {
                 return Err(Error::Invalid("only shape[0] changes in place (as ftruncate of data does)".into()));
             }
-            if old.dtype.is_variable() {
-                return Err(Error::Invalid("a text array's length changes by rewriting its data file".into()));
+            if !old.in_place_edits().contains(&"shape[0]") {
+                return Err(Error::Invalid("this array's shape does not change in place (0-d; or text: rewrite its data file)".into()));
             }
             write::truncate(&file.array, &self.cx.cache, meta.shape[0] * old.row_bytes())?;
         }

@@ -342,20 +342,18 @@ impl ZarrFs {
                 file.view.truncate(&self.cx, &file.array, staged, size)?;
                 self.cx.invalidate_files(&file.array, DATA);
             }
-            NodeKind::MetaFile | NodeKind::Scratch => {
-                match fh.and_then(|fh| self.handles.get(fh)).as_ref().map(|h| &h.opened) {
-                    Some(Opened::Edit { edit, .. }) => {
-                        let mut edit = crate::error::lock(edit);
-                        edit.bytes.resize(size.min(crate::zarr::limits::MAX_DOCUMENT_BYTES) as usize, 0);
-                        edit.dirty = true;
-                    }
-                    _ if node.kind == NodeKind::Scratch => {
-                        let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
-                        self.nodes.scratch.truncate(&file, size)?
-                    }
-                    _ => return Err(Error::NotPermitted("a metadata document is replaced by writing a whole one".into())),
+            NodeKind::MetaFile | NodeKind::Scratch => match fh.and_then(|fh| self.handles.get(fh)).as_ref().map(|h| &h.opened) {
+                Some(Opened::Edit { edit, .. }) => {
+                    let mut edit = crate::error::lock(edit);
+                    edit.bytes.resize(size.min(crate::zarr::limits::MAX_DOCUMENT_BYTES) as usize, 0);
+                    edit.dirty = true;
                 }
-            }
+                _ if node.kind == NodeKind::Scratch => {
+                    let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
+                    self.nodes.scratch.truncate(&file, size)?
+                }
+                _ => return Err(Error::NotPermitted("a metadata document is replaced by writing a whole one".into())),
+            },
             NodeKind::View(_) if size == self.getattr(ino)?.size => {}
             NodeKind::View(_) => return Err(Error::Unsupported("a view does not change the array's size: resize it through data".into())),
             // Opening `prepend` for writing truncates it: it is always empty.

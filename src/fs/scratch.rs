@@ -89,12 +89,16 @@ impl ScratchFiles {
     /// Write `data` at `offset` of `file`, within the bounds of one file and of all together.
     pub fn write(&self, file: &ScratchFile, offset: u64, data: &[u8]) -> Result<()> {
         let end = offset.checked_add(data.len() as u64).ok_or_else(too_large)?;
-        self.resize_with(file, |bytes| {
-            if end as usize > bytes.len() {
-                bytes.resize(end as usize, 0);
-            }
-            bytes[offset as usize..end as usize].copy_from_slice(data);
-        }, end)
+        self.resize_with(
+            file,
+            |bytes| {
+                if end as usize > bytes.len() {
+                    bytes.resize(end as usize, 0);
+                }
+                bytes[offset as usize..end as usize].copy_from_slice(data);
+            },
+            end,
+        )
     }
 
     pub fn truncate(&self, file: &ScratchFile, size: u64) -> Result<()> {

@@ -82,7 +82,9 @@ impl Tree {
     /// new inode.
     pub fn child(&self, parent: u64, name: &str, kind: NodeKind, path: String) -> u64 {
         let key = (parent, name.to_string());
-        let same = |maps: &Maps| maps.by_name.get(&key).copied().filter(|ino| maps.nodes.get(ino).is_some_and(|n| n.kind == kind && n.path == path));
+        let same = |maps: &Maps| {
+            maps.by_name.get(&key).copied().filter(|ino| maps.nodes.get(ino).is_some_and(|n| n.kind == kind && n.path == path))
+        };
         if let Some(ino) = same(&self.maps.read().unwrap_or_else(|p| p.into_inner())) {
             return ino;
         }

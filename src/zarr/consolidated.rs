@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ZarrFormat};
-use crate::store::{self, Store};
 use crate::Result;
+use crate::store::{self, Store};
 
 /// What happened to a node.
 pub enum Change<'a> {

@@ -260,6 +260,13 @@ impl ArrayMetadata {
         self.shape.iter().skip(1).product::<u64>() * self.item_size() as u64
     }
 
+    /// What a rewrite of the array's document may change in place (through a mount): the
+    /// attributes always; `shape[0]` where the flat file can take a new length (not 0-d, not
+    /// variable-length text). Anything else needs every chunk rewritten.
+    pub fn in_place_edits(&self) -> &'static [&'static str] {
+        if self.shape.is_empty() || self.dtype.is_variable() { &["attributes"] } else { &["attributes", "shape[0]"] }
+    }
+
     /// The name of the document this metadata is stored in.
     pub fn document_name(&self) -> &'static str {
         match self.format {
