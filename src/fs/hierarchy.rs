@@ -67,6 +67,7 @@ impl ZarrFs {
     /// `mkdir`: a new group in a group (v3 `zarr.json`, or `.zgroup` under a v2 group).
     pub fn mkdir(&self, parent: u64, name: &str) -> Result<Attr> {
         let _permit = self.change_permit()?;
+        let _hierarchy = crate::error::lock(&self.hierarchy);
         let dir = self.node(parent)?;
         if dir.kind != NodeKind::Dir {
             return Err(self.refuse_change("the mount's own directory holds no nodes"));
@@ -164,6 +165,7 @@ impl ZarrFs {
     /// hidden until its directory is removed (`rm -r`), which is when the store changes.
     pub fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
+        let _hierarchy = crate::error::lock(&self.hierarchy);
         let dir = self.node(parent)?;
         let node = self.node(self.nodes.lookup(&self.cx, parent, name)?)?;
         match node.kind {
@@ -183,6 +185,7 @@ impl ZarrFs {
     /// then an array's chunks.
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
+        let _hierarchy = crate::error::lock(&self.hierarchy);
         let ino = self.nodes.lookup(&self.cx, parent, name)?;
         let node = self.node(ino)?;
         match node.kind {
@@ -225,6 +228,7 @@ impl ZarrFs {
     /// copies through the mount instead).
     pub fn rename(&self, from: (u64, &str), to: (u64, &str), no_replace: bool) -> Result<()> {
         let _permit = self.change_permit()?;
+        let _hierarchy = crate::error::lock(&self.hierarchy);
         let (parent, name) = from;
         let (new_parent, new_name) = to;
         let node = self.node(self.nodes.lookup(&self.cx, parent, name)?)?;
@@ -246,7 +250,7 @@ impl ZarrFs {
             NodeKind::Scratch if METADATA_DOCUMENTS.contains(&new_name) => {
                 let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
                 let bytes = crate::error::lock(&file.bytes).clone();
-                self.commit_document(&new_key, &bytes)?;
+                self.store_document(&new_key, &bytes)?;
                 self.nodes.scratch.remove(&node.path);
                 self.nodes.attach(&target_dir.path, new_name);
                 self.cx.tree.rename(from, to, NodeKind::MetaFile, new_key);
@@ -315,6 +319,12 @@ impl ZarrFs {
     /// reader's parser takes it and the change is one an edit can make. Refusals are EINVAL
     /// with the reason (also logged); nothing is stored then.
     pub(super) fn commit_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let _hierarchy = crate::error::lock(&self.hierarchy);
+        self.store_document(key, bytes)
+    }
+
+    /// `commit_document`, with the hierarchy lock held.
+    fn store_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
         let doc = metadata::parse_json(bytes, name).map_err(|e| refused(key, e))?;
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };

@@ -57,6 +57,9 @@ pub struct ZarrFs {
     handles: Handles,
     mount_time: SystemTime,
     stats: stats::Stats,
+    /// Held by every change of the hierarchy (a node made, removed, moved, or its document
+    /// rewritten), so that each sees the tree as the one before left it.
+    hierarchy: Mutex<()>,
     /// Cleared when the daemon stops. Every change holds it shared while it runs, so that
     /// `stop_changes` returns only once none is under way: everything acknowledged is then in
     /// memory for the last flush, and every later change is refused.
@@ -71,6 +74,7 @@ impl ZarrFs {
             handles: Handles::default(),
             mount_time: SystemTime::now(),
             stats: stats::Stats::default(),
+            hierarchy: Mutex::new(()),
             accepting: RwLock::new(true),
         }
     }

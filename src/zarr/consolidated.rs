@@ -3,6 +3,8 @@
 //! `zarr.json`, v2 `.zmetadata`) gets the same change, so readers that prefer consolidated
 //! metadata see what the store holds.
 
+use std::sync::Mutex;
+
 use serde_json::{Value, json};
 
 use super::limits::MAX_DOCUMENT_BYTES;
@@ -24,6 +26,9 @@ pub enum Change<'a> {
 /// group above it that has some (v2: and of the node itself, whose `.zmetadata` lists its own
 /// documents). Returns the keys written.
 pub fn update(store: &dyn Store, path: &str, format: ZarrFormat, change: &Change<'_>) -> Result<Vec<String>> {
+    // Each update reads, changes and writes whole documents: two at once would lose one.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = crate::error::lock(&ONE_AT_A_TIME);
     let mut written = Vec::new();
     let parts: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
     let own = match format {
