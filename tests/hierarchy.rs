@@ -204,8 +204,19 @@ fn rm_r_removes_nodes_and_nothing_else_changes_the_store() {
     assert!(!m.path("a/data").exists() && m.path("a/zarr.json").exists());
     assert_eq!(std::fs::remove_dir(m.path("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
     assert_eq!(std::fs::remove_dir(m.path("g")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    // A scratch file makes a group hold something.
+    std::fs::write(m.path("g/h/notes"), b"x").unwrap();
+    assert_eq!(std::fs::remove_dir(m.path("g/h")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::remove_file(m.path("g/h/notes")).unwrap();
     m.stop();
     assert_eq!(common::snapshot(&root), before, "rm and a refused rmdir store nothing");
+    // A group with nothing but its document in it is empty: mkdir and rmdir undo each other.
+    let mut m = Mount::new(&root, &[]);
+    std::fs::remove_dir(m.path("g/h")).unwrap();
+    assert!(!m.path("g/h").exists());
+    m.stop();
+    assert!(!root.join("g/h/zarr.json").exists());
+    assert_eq!(consolidated(&root), ["a", "g"]);
     let mut m = Mount::new(&root, &[]);
     assert!(m.path("a/data").exists());
     ok(sh(&format!("rm -r {} {}", m.path("a").display(), m.path("g").display())), "rm -r");

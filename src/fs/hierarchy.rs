@@ -20,7 +20,7 @@ use crate::store::{self, Store};
 use crate::zarr::consolidated::{self, Change};
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, render_like};
-use crate::zarr::node::{METADATA_DOCUMENTS, display_path, is_hidden, is_node};
+use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node};
 use crate::{Error, Result};
 
 /// The files an array's directory shows besides its documents.
@@ -180,8 +180,8 @@ impl ZarrFs {
         Ok(())
     }
 
-    /// `rmdir`: remove a node whose files were all unlinked (as `rm -r` does): its documents
-    /// first, so that a crash never leaves a half-visible node, then consolidated metadata,
+    /// `rmdir`: remove a group that holds no nodes, or a node whose files were all unlinked
+    /// (as `rm -r` does): its documents first, so that a crash never leaves a half-visible node, then consolidated metadata,
     /// then an array's chunks.
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
@@ -193,20 +193,24 @@ impl ZarrFs {
             NodeKind::ControlDir => return Err(self.refuse_change("the mount's own directory is not removed")),
             _ => return Err(Error::NotADirectory),
         }
-        if !self.readdir(ino)?.is_empty() {
+        let path = node.path.clone();
+        let state = self.nodes.dir_state(&self.cx, &path)?;
+        // A group that holds nothing but its own documents is empty (`mkdir g; rmdir g`); an
+        // array's files are its data, which `rm -r` unlinks first.
+        let is_group = matches!(state, DirState::Group);
+        if self.readdir(ino)?.iter().any(|e| !(is_group && METADATA_DOCUMENTS.contains(&e.name.as_str()))) {
             return Err(Error::NotEmpty);
         }
-        let path = node.path.clone();
         let store = self.cx.store.as_ref();
         let format = node_format(store, &path)?.unwrap_or(ZarrFormat::V3);
-        let state = self.nodes.dir_state(&self.cx, &path)?;
         if let DirState::Array(file) = &state {
             if self.handles.holds(&file.array) {
                 return Err(Error::Busy(format!("{} is open", display_path(&path))));
             }
             file.array.discard();
         }
-        for doc in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
+        // The document that makes the node first: without it, nothing of the node shows.
+        for doc in NODE_DOCUMENTS.iter().chain(&[".zattrs", ".zmetadata"]) {
             store.delete(&store::join(&path, doc))?;
         }
         consolidated::update(store, &path, format, &Change::Remove)?;
