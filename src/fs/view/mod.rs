@@ -70,7 +70,13 @@ impl DataFile {
         let h = layout.header.len() as u64;
         let data_end = h + self.size(cx)?.0;
         let end = offset.saturating_add(u64::from(size)).min(data_end + layout.trailer_len());
-        let mut out = layout.header.get(offset.min(h) as usize..end.min(h) as usize).unwrap_or_default().to_vec();
+        // Within the data part (all but the first and last requests of a scan): the bytes of
+        // `data` as they come, not copied once more.
+        if offset >= h && end <= data_end {
+            return self.view.read(cx, &self.array, reads, offset - h, (end - offset) as u32);
+        }
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        out.extend_from_slice(layout.header.get(offset.min(h) as usize..end.min(h) as usize).unwrap_or_default());
         if end > h && offset < data_end {
             let from = offset.max(h) - h;
             let to = end.min(data_end) - h;
