@@ -1,13 +1,18 @@
 //! `.tif` over the bytes of `data` (TIFF 6.0, BigTIFF past 4 GiB; legacy-headers.md §6): the
 //! 8- or 16-byte TIFF header padded to `CARRIED_DATA_OFFSET`, the data, then one page
 //! directory per 2-D plane (a 2-D array: one page; 3-D: one per index of axis 0), each with one
-//! uncompressed strip pointing into the data. Growth moves only the directories.
+//! uncompressed strip pointing into the data. Growth moves only the directories. A stack of
+//! planes of a type ImageJ knows (8- and 16-bit unsigned, 32-bit float) is described as an
+//! ImageJ stack (`ImageDescription`, kept in the header's padding): ImageJ/Fiji and tifffile
+//! then read its planes as one contiguous block after parsing one directory, not thousands.
 
 use super::{CARRIED_DATA_OFFSET, Layout, no_type, padded};
 use crate::zarr::dtype::DataType;
 
-/// Tags per directory: 256, 257, 258, 259, 262, 273, 277, 278, 279, 339.
+/// Tags per directory: 256, 257, 258, 259, 262, (270,) 273, 277, 278, 279, 339.
 const TAGS: u64 = 10;
+/// Where the ImageJ description lies in the header's padding.
+const DESCRIPTION_AT: u64 = 64;
 
 /// The page directories after the data.
 #[derive(Debug)]
@@ -21,11 +26,17 @@ pub struct Directories {
     plane_bytes: u64,
     /// Zeros after the data, so that the first directory starts on an 8-byte boundary.
     pad: u64,
+    /// The length of the ImageJ description (with its NUL) at `DESCRIPTION_AT`, if any.
+    description: Option<u64>,
 }
 
 impl Directories {
+    fn tags(&self) -> u64 {
+        TAGS + u64::from(self.description.is_some())
+    }
+
     fn size(&self) -> u64 {
-        if self.big { 8 + TAGS * 20 + 8 } else { 2 + TAGS * 12 + 4 }
+        if self.big { 8 + self.tags() * 20 + 8 } else { 2 + self.tags() * 12 + 4 }
     }
 
     /// The file offset of the trailer (the end of the data).
@@ -44,33 +55,34 @@ impl Directories {
         let strip = CARRIED_DATA_OFFSET + page * self.plane_bytes;
         // (tag, type, value): SHORT 3, LONG 4, LONG8 16.
         let offset_type = if self.big { 16 } else { 4 };
-        let entries: [(u16, u16, u64); TAGS as usize] = [
-            (256, 4, self.width),
-            (257, 4, self.height),
-            (258, 3, u64::from(self.bits)),
-            (259, 3, 1),
-            (262, 3, 1),
-            (273, offset_type, strip),
-            (277, 3, 1),
-            (278, 4, self.height),
-            (279, offset_type, self.plane_bytes),
-            (339, 3, u64::from(self.sample_format)),
-        ];
+        // (tag, type, count, value): ASCII 2, SHORT 3, LONG 4, LONG8 16; in tag order.
+        let description = self.description.map(|len| (270u16, 2u16, len, DESCRIPTION_AT));
+        let entries =
+            [(256, 4, 1, self.width), (257, 4, 1, self.height), (258, 3, 1, u64::from(self.bits)), (259, 3, 1, 1), (262, 3, 1, 1)]
+                .into_iter()
+                .chain(description)
+                .chain([
+                    (273, offset_type, 1, strip),
+                    (277, 3, 1, 1),
+                    (278, 4, 1, self.height),
+                    (279, offset_type, 1, self.plane_bytes),
+                    (339, 3, 1, u64::from(self.sample_format)),
+                ]);
         let mut out = Vec::with_capacity(self.size() as usize);
         if self.big {
-            out.extend_from_slice(&TAGS.to_le_bytes());
+            out.extend_from_slice(&self.tags().to_le_bytes());
         } else {
-            out.extend_from_slice(&(TAGS as u16).to_le_bytes());
+            out.extend_from_slice(&(self.tags() as u16).to_le_bytes());
         }
-        for (tag, kind, value) in entries {
+        for (tag, kind, count, value) in entries {
             out.extend_from_slice(&tag.to_le_bytes());
             out.extend_from_slice(&kind.to_le_bytes());
-            // One value each, left-justified in the value field.
+            // One value each, left-justified in the value field (the description: its offset).
             if self.big {
-                out.extend_from_slice(&1u64.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
                 out.extend_from_slice(&value.to_le_bytes());
             } else {
-                out.extend_from_slice(&1u32.to_le_bytes());
+                out.extend_from_slice(&(count as u32).to_le_bytes());
                 let field = if kind == 3 { (value as u16 as u32).to_le_bytes() } else { (value as u32).to_le_bytes() };
                 out.extend_from_slice(&field);
             }
@@ -129,18 +141,32 @@ pub fn layout(dtype: &DataType, shape: &[u64]) -> Result<Layout, String> {
         return Err("TIFF planes are at most 2^32 - 1 pixels on a side".into());
     }
     // Sizes come from metadata: the whole file, directories included, must stay a file size.
-    let largest = 4096 + u128::from(pages) * (u128::from(height) * u128::from(width) * u128::from(bits / 8) + 216) + 8;
+    let largest = 4096 + u128::from(pages) * (u128::from(height) * u128::from(width) * u128::from(bits / 8) + 236) + 8;
     if largest > i64::MAX as u128 {
         return Err("the TIFF view would pass 2^63 bytes".into());
     }
     let plane_bytes = height * width * u64::from(bits / 8);
     let end = CARRIED_DATA_OFFSET + pages * plane_bytes;
-    let small = Directories { big: false, pages, width, height, bits, sample_format, plane_bytes, pad: end.next_multiple_of(8) - end };
+    // ImageJ stacks: 8- and 16-bit unsigned, 32-bit float planes.
+    let imagej = pages > 1 && matches!(dtype, DataType::UInt8 | DataType::UInt16 | DataType::Float32);
+    let description = imagej.then(|| format!("ImageJ=1.11a\nimages={pages}\nslices={pages}\nloop=false\n\0"));
+    let pad = end.next_multiple_of(8) - end;
+    let small = Directories {
+        big: false,
+        pages,
+        width,
+        height,
+        bits,
+        sample_format,
+        plane_bytes,
+        pad,
+        description: description.as_ref().map(|d| d.len() as u64),
+    };
     // Classic TIFF offsets are 32-bit: past them, BigTIFF.
     let big = end + small.len() > u64::from(u32::MAX);
     let trailer = Directories { big, ..small };
     let first = end + trailer.pad;
-    let header = if big {
+    let mut header = if big {
         let mut h = b"II\x2b\x00\x08\x00\x00\x00".to_vec();
         h.extend_from_slice(&first.to_le_bytes());
         h
@@ -149,6 +175,10 @@ pub fn layout(dtype: &DataType, shape: &[u64]) -> Result<Layout, String> {
         h.extend_from_slice(&(first as u32).to_le_bytes());
         h
     };
+    if let Some(d) = description {
+        header.resize(DESCRIPTION_AT as usize, 0);
+        header.extend_from_slice(d.as_bytes());
+    }
     Ok(Layout { header: padded(header), trailer: Some(trailer) })
 }
 
@@ -200,7 +230,28 @@ mod tests {
         assert_eq!(&big.header[..8], b"II\x2b\x00\x08\x00\x00\x00");
         let first = u64::from_le_bytes(big.header[8..16].try_into().unwrap());
         assert_eq!(first, 4096 + 2 * (1 << 32));
-        let d = big.trailer_bytes(0, 216);
-        assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 10);
+        let d = big.trailer_bytes(0, 236);
+        assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), 11);
+    }
+
+    #[test]
+    fn stacks_of_imagej_types_carry_an_imagej_description_in_the_header() {
+        let tif = layout(&DataType::UInt16, &[3, 5, 7]).unwrap();
+        let at = DESCRIPTION_AT as usize;
+        assert!(tif.header[at..].starts_with(b"ImageJ=1.11a\nimages=3\nslices=3\n"));
+        let d = tif.trailer_bytes(0, tif.trailer_len());
+        // Directory 0 (after 2 bytes of padding): 11 entries, the sixth is ImageDescription.
+        let first = (u32::from_le_bytes(tif.header[4..8].try_into().unwrap()) as u64 - (4096 + 3 * 70)) as usize;
+        assert_eq!(u16::from_le_bytes([d[first], d[first + 1]]), 11);
+        let e = &d[first + 2 + 5 * 12..][..12];
+        assert_eq!(u16::from_le_bytes([e[0], e[1]]), 270);
+        let len = u32::from_le_bytes(e[4..8].try_into().unwrap()) as usize;
+        assert_eq!(u32::from_le_bytes(e[8..12].try_into().unwrap()) as usize, at);
+        assert_eq!(tif.header[at + len - 1], 0, "NUL-terminated");
+        // ImageJ has no such types, and one plane needs no stack.
+        for (dtype, shape) in [(DataType::Int32, vec![3, 5, 7]), (DataType::UInt16, vec![5, 7])] {
+            let plain = layout(&dtype, &shape).unwrap();
+            assert!(plain.header[at..].iter().all(|&b| b == 0));
+        }
     }
 }
