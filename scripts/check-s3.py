@@ -12,10 +12,13 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - conditional PUTs: metadata another writer changed under the mount is not overwritten;
 - mount-time errors: a missing bucket, refused credentials and an unreachable endpoint are
   refused by the parent in one line;
+- credentials from a profile of the shared credentials file (AWS_PROFILE) against a server that
+  checks signatures (rclone serve s3); the fstab form `mount -t fuse.zarrfs s3://... -o endpoint=`;
 - plain HTTP: a consolidated store served over http:// mounts read-only.
 
     scripts/check-s3.py target/release/zarrfs
 """
+import json
 import os
 import subprocess
 import sys
@@ -263,17 +266,23 @@ def mount_errors():
         print(f"refused in {time.time() - t0:.1f} s: {lines[-1] if lines else ''}", flush=True)
 
 
-def refused_credentials():
-    """A server that checks credentials (moto with INITIAL_NO_AUTH_ACTION_COUNT=0) refuses
-    unknown keys with 403: the mount is refused in one line that says so."""
+def checked_credentials():
+    """A server that checks credentials and signatures (`rclone serve s3 --auth-key`; moto's
+    check rejects object_store's signed listings): a profile of the shared credentials file
+    (AWS_PROFILE) with the right key mounts and reads; unknown keys, from the environment or a
+    profile, are refused at mount time in one line that says so."""
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    work = tempfile.mkdtemp()
+    os.makedirs(os.path.join(work, "served", "bkt", "p"))
+    with open(os.path.join(work, "served", "bkt", "p", "zarr.json"), "w") as f:
+        f.write('{"zarr_format": 3, "node_type": "group", "attributes": {"profile": "read"}}')
+    rclone = os.path.join(os.path.dirname(sys.executable), "rclone")
+    server = subprocess.Popen([rclone, "serve", "s3", "--auth-key", "ZARRFSKEY,zarrfs-secret", "--addr", f"127.0.0.1:{port}",
+                               os.path.join(work, "served")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             try:
@@ -281,15 +290,55 @@ def refused_credentials():
                 break
             except OSError:
                 time.sleep(0.1)
+        creds = os.path.join(work, "credentials")
+        with open(creds, "w") as f:
+            f.write("[good]\naws_access_key_id = ZARRFSKEY\naws_secret_access_key = zarrfs-secret\n\n"
+                    "[bad]\naws_access_key_id = WRONGKEY\naws_secret_access_key = wrong\n")
+        base = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+        base.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_SHARED_CREDENTIALS_FILE=creds)
         d = tempfile.mkdtemp()
-        env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="wrong", AWS_SECRET_ACCESS_KEY="wrong")
-        r = subprocess.run([BIN, "mount", f"s3://{BUCKET}/x", d], capture_output=True, text=True, env=env, timeout=120)
-        lines = r.stderr.strip().splitlines()
-        check(r.returncode != 0 and len(lines) == 1 and "access denied" in lines[0] and "InvalidAccessKeyId" in lines[0]
-              and not os.path.ismount(d), f"wrong credentials refused in one line ({r.returncode}, {r.stderr!r})")
-        print(f"refused: {lines[-1] if lines else ''}", flush=True)
+        r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=dict(base, AWS_PROFILE="good"), timeout=120)
+        try:
+            check(r.returncode == 0 and os.path.ismount(d), f"AWS_PROFILE credentials mount ({r.returncode}, {r.stderr!r})")
+            if r.returncode == 0:
+                check(json.load(open(os.path.join(d, "zarr.json")))["attributes"] == {"profile": "read"}, "read with AWS_PROFILE credentials")
+        finally:
+            if os.path.ismount(d):
+                subprocess.run([BIN, "unmount", d], check=True)
+        for what, env in [("wrong keys in the environment", dict(base, AWS_ACCESS_KEY_ID="WRONGKEY", AWS_SECRET_ACCESS_KEY="wrong")),
+                          ("a profile with wrong keys", dict(base, AWS_PROFILE="bad"))]:
+            r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=env, timeout=120)
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode != 0 and len(lines) == 1 and "access denied" in lines[0] and "InvalidAccessKeyId" in lines[0]
+                  and not os.path.ismount(d), f"{what} refused in one line ({r.returncode}, {r.stderr!r})")
+            print(f"refused ({what}): {lines[-1] if lines else ''}", flush=True)
     finally:
         server.terminate()
+
+
+def fstab_forms():
+    """`mount -t fuse.zarrfs s3://bucket/prefix DIR -o endpoint=...,region=...`, as an fstab line
+    runs it: mount(8) runs mount.fuse3, which runs `zarrfs SOURCE DIR -o OPTS`."""
+    link = "/usr/local/bin/zarrfs"
+    made = not os.path.lexists(link)
+    if made:
+        os.symlink(BIN, link)
+    prefix = f"fstab-{uuid.uuid4().hex[:8]}"
+    g = zarr.open_group(s3store(prefix), mode="w")
+    want = np.arange(12, dtype="<i4").reshape(3, 4)
+    g.create_array("a", data=want, chunks=(2, 4))
+    d = tempfile.mkdtemp()
+    try:
+        r = subprocess.run(["mount", "-t", "fuse.zarrfs", "-o", f"ro,nodev,endpoint={EP},region={REGION}", f"s3://{BUCKET}/{prefix}", d],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"mount -t fuse.zarrfs s3://... ({r.returncode}, {r.stderr!r})")
+        if r.returncode == 0:
+            check(open(os.path.join(d, "a", "data"), "rb").read() == want.tobytes(), "read through an fstab-style mount")
+    finally:
+        if os.path.ismount(d):
+            subprocess.run(["umount", d], check=True)
+        if made:
+            os.remove(link)
 
 
 def plain_http():
@@ -326,7 +375,8 @@ def main():
     faults(proxy)
     conditional_put()
     mount_errors()
-    refused_credentials()
+    checked_credentials()
+    fstab_forms()
     plain_http()
     print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
     sys.exit(1 if RESULTS["failed"] else 0)
