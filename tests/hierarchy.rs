@@ -85,11 +85,16 @@ fn mkdir_makes_groups_and_a_copied_document_makes_an_array_that_dd_fills() {
     let rows: Vec<u8> = (0..12i16).flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(dir.path().join("rows.raw"), &rows).unwrap();
     ok(sh(&format!("dd if={} of={} conv=notrunc status=none", dir.path().join("rows.raw").display(), data.display())), "dd");
-    // A group with a node in it does not become an array.
+    // A group with a node in it does not become an array; its `error` says why until a
+    // document is stored there.
     let refused = sh(&format!("cp {} {}", doc.display(), m.path("g/zarr.json").display()));
     assert!(!refused.status.success());
+    assert!(std::fs::read_to_string(m.path("g/error")).unwrap().contains("holds the node"));
+    let group = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"fixed": true}}"#;
+    common::write_and_close(&m.path("g/zarr.json"), std::fs::OpenOptions::new().write(true).truncate(true), group).unwrap();
+    assert!(!m.path("g/error").exists());
     m.stop();
-    assert_eq!(read_json(&root.join("g/zarr.json"))["node_type"], "group");
+    assert_eq!(read_json(&root.join("g/zarr.json"))["attributes"], json!({"fixed": true}));
     assert_eq!(read_json(&root.join("g/h/i/zarr.json")), json!({"zarr_format": 3, "node_type": "group", "attributes": {}}));
     assert_eq!(read_json(&root.join("g/b/zarr.json"))["attributes"], json!({"made": "by cp"}));
     assert_eq!(files(&root.join("g/b")), ["c/0/0", "c/1/0", "zarr.json"]);
@@ -182,6 +187,11 @@ fn editors_change_attributes_and_shape_and_every_other_change_is_refused() {
     assert!(!out.status.success(), "a dtype change through sed -i");
     assert!(m.log_text().contains("data_type"), "the log says what changed: {}", m.log_text());
     assert_eq!(read_json(&doc)["data_type"], "int16");
+    // The array's `error` file says why too, until it is removed or a document is stored.
+    let why = std::fs::read_to_string(m.path("a/error")).unwrap();
+    assert!(why.contains("data_type") && why.contains("/a/zarr.json"), "{why}");
+    std::fs::remove_file(m.path("a/error")).unwrap();
+    assert!(!m.path("a/error").exists());
     m.stop();
     assert_eq!(common::snapshot(&root), before, "refused edits store nothing");
     let stored = read_json(&root.join("a/zarr.json"));

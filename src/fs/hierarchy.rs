@@ -53,16 +53,6 @@ fn is_leftover_chunk(name: &str) -> bool {
     name == "c" || name.starts_with("c.") || (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
 }
 
-/// `e` as the reason a document was refused: logged, and EINVAL for the writer's close().
-fn refused(key: &str, e: Error) -> Error {
-    let why = match e {
-        Error::Invalid(m) | Error::Metadata(m) => m,
-        other => other.to_string(),
-    };
-    tracing::warn!(document = %display_path(key), "document refused: {why}");
-    Error::Invalid(format!("{}: {why}", display_path(key)))
-}
-
 impl ZarrFs {
     /// `mkdir`: a new group in a group (v3 `zarr.json`, or `.zgroup` under a v2 group).
     pub fn mkdir(&self, parent: u64, name: &str) -> Result<Attr> {
@@ -172,6 +162,8 @@ impl ZarrFs {
             NodeKind::Scratch => drop(self.nodes.scratch.remove(&node.path)),
             NodeKind::Dir | NodeKind::ControlDir => return Err(Error::IsADirectory),
             NodeKind::StatsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
+            // A refusal's report is gone once read and removed.
+            NodeKind::ErrorFile if self.nodes.set_refusal(&dir.path, None) => {}
             NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile => {
                 self.nodes.detach(&dir.path, name)
             }
@@ -321,46 +313,70 @@ impl ZarrFs {
 
     /// Store `bytes` as the metadata document `key`, written through the mount, if the
     /// reader's parser takes it and the change is one an edit can make. Refusals are EINVAL
-    /// with the reason (also logged); nothing is stored then.
+    /// with the reason, which the log and the directory's `error` file show; nothing is stored
+    /// then.
     pub(super) fn commit_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
         let _hierarchy = crate::error::lock(&self.hierarchy);
         self.store_document(key, bytes)
     }
 
+    /// `e` as the reason the document `key` was refused: logged, shown as its directory's
+    /// `error`, and EINVAL for the writer's close().
+    fn refused(&self, key: &str, e: Error) -> Error {
+        let why = match e {
+            Error::Invalid(m) | Error::Metadata(m) => m,
+            other => other.to_string(),
+        };
+        tracing::warn!(document = %display_path(key), "document refused: {why}");
+        let why = format!("{}: {why}", display_path(key));
+        let dir = key.rsplit_once('/').map_or("", |(d, _)| d);
+        self.nodes.set_refusal(dir, Some(&why));
+        Error::Invalid(why)
+    }
+
     /// `commit_document`, with the hierarchy lock held.
     fn store_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let stored = self.check_and_store_document(key, bytes);
+        if stored.is_ok() {
+            self.nodes.set_refusal(key.rsplit_once('/').map_or("", |(d, _)| d), None);
+        }
+        stored
+    }
+
+    fn check_and_store_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
-        let doc = metadata::parse_json(bytes, name).map_err(|e| refused(key, e))?;
+        let doc = metadata::parse_json(bytes, name).map_err(|e| self.refused(key, e))?;
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
         let store = self.cx.store.as_ref();
         if node_format(store, dir)?.is_some_and(|f| f != format) {
-            return Err(refused(key, Error::Invalid("a document of the other Zarr format than its node's".into())));
+            return Err(self.refused(key, Error::Invalid("a document of the other Zarr format than its node's".into())));
         }
         let parsed = match name {
-            ".zmetadata" => return Err(refused(key, Error::Invalid("consolidated metadata is kept by the mount".into()))),
+            ".zmetadata" => return Err(self.refused(key, Error::Invalid("consolidated metadata is kept by the mount".into()))),
             ".zattrs" if doc.is_object() => {
                 if matches!(self.nodes.dir_state(&self.cx, dir)?, DirState::Broken(_)) {
                     self.nodes.forget(dir);
                 }
                 return self.store_node_document(dir, name, bytes, &doc);
             }
-            ".zattrs" => return Err(refused(key, Error::Invalid("attributes must be a JSON object".into()))),
+            ".zattrs" => return Err(self.refused(key, Error::Invalid("attributes must be a JSON object".into()))),
             "zarr.json" => metadata::parse_v3(&doc),
             ".zarray" => metadata::parse_v2_array(&doc).map(|m| NodeMetadata::Array(Box::new(m))),
             _ => metadata::parse_v2_group(&doc),
         }
-        .map_err(|e| refused(key, e))?;
+        .map_err(|e| self.refused(key, e))?;
         match (self.nodes.dir_state(&self.cx, dir)?, parsed) {
             (DirState::Array(file), NodeMetadata::Array(meta)) => self.edit_array(&file, *meta).map_err(|e| match e {
-                Error::Invalid(_) | Error::Metadata(_) => refused(key, e),
+                Error::Invalid(_) | Error::Metadata(_) => self.refused(key, e),
                 other => other,
             }),
             (DirState::Array(_), NodeMetadata::Group) => {
-                Err(refused(key, Error::Invalid("an array does not become a group: remove it (rm -r) and make a group (mkdir)".into())))
+                Err(self
+                    .refused(key, Error::Invalid("an array does not become a group: remove it (rm -r) and make a group (mkdir)".into())))
             }
             (DirState::Group, NodeMetadata::Group) => self.store_node_document(dir, name, bytes, &doc),
             (DirState::Group, NodeMetadata::Array(_)) => self.create_array(dir, name, bytes, &doc).map_err(|e| match e {
-                Error::Invalid(_) => refused(key, e),
+                Error::Invalid(_) => self.refused(key, e),
                 other => other,
             }),
             // A node that could not be served, repaired.

@@ -71,6 +71,9 @@ pub struct Nodes {
     pub scratch: ScratchFiles,
     /// Documents open for rewriting, by key: their size as the writer sees it.
     edits: Mutex<HashMap<String, Arc<Mutex<DocumentEdit>>>>,
+    /// Why the last document written into a directory was refused, shown as its `error` until
+    /// a document there is stored (or `error` is removed).
+    refusals: Mutex<HashMap<String, Arc<str>>>,
 }
 
 /// The version of the node document at `path` (the first of `NODE_DOCUMENTS` there).
@@ -234,6 +237,7 @@ impl Nodes {
             (DATA, DirState::Array(_), _) => NodeKind::Data,
             (PREPEND, DirState::Array(_), _) => NodeKind::Prepend,
             (ERROR, DirState::Broken(_), _) => NodeKind::ErrorFile,
+            (ERROR, _, _) if lock(&self.refusals).contains_key(&dir.path) => NodeKind::ErrorFile,
             (_, _, Some(format)) => NodeKind::View(format),
             (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
                 if !self.is_edited(&key) && cx.store.get_range(&key, ByteRange::Range { start: 0, len: 0 })?.is_none() {
@@ -289,7 +293,7 @@ impl Nodes {
                 push(name, NodeKind::MetaFile, key);
             }
         }
-        match state {
+        match &state {
             DirState::Array(file) => {
                 push(DATA, NodeKind::Data, dir.path.clone());
                 push(PREPEND, NodeKind::Prepend, dir.path.clone());
@@ -307,6 +311,9 @@ impl Nodes {
                 }
             }
         }
+        if !matches!(state, DirState::Broken(_)) && lock(&self.refusals).contains_key(&dir.path) {
+            push(ERROR, NodeKind::ErrorFile, dir.path.clone());
+        }
         for name in self.scratch.names_in(&dir.path) {
             let key = store::join(&dir.path, &name);
             push(&name, NodeKind::Scratch, key);
@@ -318,7 +325,17 @@ impl Nodes {
     pub fn error_text(&self, cx: &Context, path: &str) -> Result<Arc<str>> {
         match self.dir_state(cx, path)? {
             DirState::Broken(msg) => Ok(msg),
-            _ => Err(Error::NotFound),
+            _ => lock(&self.refusals).get(path).cloned().ok_or(Error::NotFound),
+        }
+    }
+
+    /// Note why a document written into `dir` was refused (`None`: one was stored there).
+    /// Returns whether a reason was shown before.
+    pub fn set_refusal(&self, dir: &str, why: Option<&str>) -> bool {
+        let mut refusals = lock(&self.refusals);
+        match why {
+            Some(why) => refusals.insert(dir.to_string(), Arc::from(format!("{why}\n"))).is_some(),
+            None => refusals.remove(dir).is_some(),
         }
     }
 
@@ -401,6 +418,7 @@ impl Nodes {
         let beneath = |p: &String| p == path || p.starts_with(&lead);
         lock(&self.dirs).retain(|p, _| !beneath(p));
         lock(&self.detached).retain(|p, _| !beneath(p));
+        lock(&self.refusals).retain(|p, _| !beneath(p));
         self.scratch.remove_beneath(path);
     }
 
