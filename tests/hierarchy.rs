@@ -256,6 +256,13 @@ fn mv_moves_nodes_and_scratch_files_stay_in_memory() {
     if !backend::is_s3() {
         assert_eq!(std::fs::rename(m.path("g"), m.path("g/b/x")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
     }
+    // cp -r cannot copy an array (its mkdir makes a group whose document exists, and an
+    // array's own files cannot be made in a group): it fails and leaves an empty group.
+    let out = sh(&format!("cp -r {} {}", m.path("g/b").display(), m.path("copy").display()));
+    assert!(!out.status.success());
+    let left: Vec<String> = std::fs::read_dir(m.path("copy")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(left, ["zarr.json"], "no scratch file passes for the array's data");
+    std::fs::remove_dir(m.path("copy")).unwrap();
     m.stop();
     assert!(!root.join("a").exists() || files(&root.join("a")).is_empty());
     assert!(!files(&root).iter().any(|f| f.contains("notes")), "scratch files are not stored");

@@ -121,8 +121,12 @@ impl ZarrFs {
                 return Err(Error::NotPermitted("consolidated metadata is kept by the mount".into()));
             }
             (NodeKind::MetaFile, Opened::Edit { key: key.clone(), edit: self.nodes.begin_edit(&key, Vec::new(), false) })
-        } else if (parent == tree::ROOT && name == CONTROL_DIR) || (!matches!(state, DirState::Group) && is_array_file(name)) {
-            return Err(Error::NotPermitted(format!("{name} is a name the mount keeps for its own files")));
+        } else if (parent == tree::ROOT && name == CONTROL_DIR) || is_array_file(name) {
+            // Not even in a group: a scratch `data` would pass for an array's (`cp -r` of an
+            // array would seem to work and store nothing).
+            let hint =
+                if matches!(state, DirState::Group) { ": a group becomes an array when an array document is written into it" } else { "" };
+            return Err(Error::NotPermitted(format!("{name} is a name the mount keeps for its own files{hint}")));
         } else {
             (NodeKind::Scratch, Opened::Scratch(self.nodes.scratch.insert(&key, Vec::new(), mode)?))
         };
@@ -258,7 +262,10 @@ impl ZarrFs {
             NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile if parent != new_parent => {
                 return Err(Error::CrossDevice("a node's own file is copied into another node, not moved".into()));
             }
-            _ if target_kind.is_some_and(|k| k != NodeKind::Scratch) || METADATA_DOCUMENTS.contains(&new_name) => {
+            _ if target_kind.is_some_and(|k| k != NodeKind::Scratch)
+                || METADATA_DOCUMENTS.contains(&new_name)
+                || is_array_file(new_name) =>
+            {
                 return Err(Error::NotPermitted(format!("{new_name} is a node's own file: write to it instead")));
             }
             NodeKind::Scratch => self.nodes.scratch.rename(&node.path, &new_key)?,
