@@ -177,8 +177,8 @@ impl ZarrFs {
     }
 
     /// `rmdir`: remove a group that holds no nodes, or a node whose files were all unlinked
-    /// (as `rm -r` does): its documents first, so that a crash never leaves a half-visible node, then consolidated metadata,
-    /// then an array's chunks.
+    /// (as `rm -r` does): its documents first, so that a crash never leaves a half-visible
+    /// node, then consolidated metadata, then an array's chunks.
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
         let _hierarchy = crate::error::lock(&self.hierarchy);
