@@ -65,6 +65,7 @@ impl Session {
             .map_err(|e| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display()))?;
         fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
         let background = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+        raise_read_ahead(mountpoint);
         Ok(Session { background })
     }
 
@@ -76,6 +77,27 @@ impl Session {
     /// Wait for the ended session's threads.
     pub fn join(self) {
         let _ = self.background.join();
+    }
+}
+
+/// The kernel's read-ahead for the mount, in KiB: as large as one FUSE request may be (256
+/// pages), so that a sequential reader's pages come in 1 MiB requests instead of 128 KiB ones
+/// (cold `dd bs=1M` of a zstd array: about a fifth faster on this 2-core machine).
+const READ_AHEAD_KB: u64 = 1024;
+
+/// Raise the read-ahead of the mount's backing device (the kernel offers 128 KiB and a daemon
+/// can only lower it through FUSE_INIT; gcsfuse raises it the same way). Needs root; otherwise
+/// the kernel's default stays.
+fn raise_read_ahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else { return };
+    let dev = meta.dev();
+    let path = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+    let current = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    if current.is_some_and(|kb| kb < READ_AHEAD_KB)
+        && let Err(e) = std::fs::write(&path, READ_AHEAD_KB.to_string())
+    {
+        tracing::debug!("cannot raise the kernel read-ahead ({path}): {e}");
     }
 }
 
