@@ -314,12 +314,7 @@ impl ZarrFs {
             }
             (_, Opened::Edit { edit, .. }) => {
                 let mut edit = crate::error::lock(edit);
-                let end = offset.checked_add(data.len() as u64).filter(|&e| e <= crate::zarr::limits::MAX_DOCUMENT_BYTES);
-                let end = end.ok_or_else(|| Error::Io(std::io::Error::from_raw_os_error(libc::EFBIG)))? as usize;
-                if end > edit.bytes.len() {
-                    edit.bytes.resize(end, 0);
-                }
-                edit.bytes[offset as usize..end].copy_from_slice(data);
+                scratch::write_at(&mut edit.bytes, offset, data)?;
                 edit.dirty = true;
             }
             (_, Opened::Scratch(file)) => self.nodes.scratch.write(file, offset, data)?,
@@ -349,7 +344,7 @@ impl ZarrFs {
             NodeKind::MetaFile | NodeKind::Scratch => match fh.and_then(|fh| self.handles.get(fh)).as_ref().map(|h| &h.opened) {
                 Some(Opened::Edit { edit, .. }) => {
                     let mut edit = crate::error::lock(edit);
-                    edit.bytes.resize(size.min(crate::zarr::limits::MAX_DOCUMENT_BYTES) as usize, 0);
+                    scratch::resize(&mut edit.bytes, size)?;
                     edit.dirty = true;
                 }
                 _ if node.kind == NodeKind::Scratch => {

@@ -88,41 +88,80 @@ impl ScratchFiles {
 
     /// Write `data` at `offset` of `file`, within the bounds of one file and of all together.
     pub fn write(&self, file: &ScratchFile, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset.checked_add(data.len() as u64).ok_or_else(too_large)?;
-        self.resize_with(
-            file,
-            |bytes| {
-                if end as usize > bytes.len() {
-                    bytes.resize(end as usize, 0);
-                }
-                bytes[offset as usize..end as usize].copy_from_slice(data);
-            },
-            end,
-        )
+        self.make_room(file, offset.saturating_add(data.len() as u64))?;
+        write_at(&mut lock(&file.bytes), offset, data)
     }
 
     pub fn truncate(&self, file: &ScratchFile, size: u64) -> Result<()> {
-        self.resize_with(file, |bytes| bytes.resize(size as usize, 0), size)
+        self.make_room(file, size)?;
+        resize(&mut lock(&file.bytes), size)
     }
 
-    fn resize_with(&self, file: &ScratchFile, change: impl FnOnce(&mut Vec<u8>), new_len: u64) -> Result<()> {
+    /// Whether `file` may grow to `new_len` bytes: one holds a document's bytes at most, all
+    /// together four times that.
+    fn make_room(&self, file: &ScratchFile, new_len: u64) -> Result<()> {
         if new_len > MAX_DOCUMENT_BYTES {
             return Err(too_large());
         }
         let grows = new_len.saturating_sub(file.len());
         if grows > 0 {
             let total: u64 = lock(&self.files).values().map(|f| f.len()).sum();
-            if total + grows > MAX_TOTAL_BYTES {
+            if total.saturating_add(grows) > MAX_TOTAL_BYTES {
                 return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
             }
         }
-        change(&mut lock(&file.bytes));
         Ok(())
     }
+}
+
+/// Write `data` at `offset` of a file held in memory (a scratch file, a document being
+/// rewritten), which may hold a metadata document's bytes at most: EFBIG past them.
+pub fn write_at(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) -> Result<()> {
+    let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_DOCUMENT_BYTES).ok_or_else(too_large)?;
+    if end > bytes.len() as u64 {
+        bytes.resize(end as usize, 0);
+    }
+    bytes[offset as usize..end as usize].copy_from_slice(data);
+    Ok(())
+}
+
+/// Set the length of a file held in memory (zeros past the old end), within the same bound.
+pub fn resize(bytes: &mut Vec<u8>, size: u64) -> Result<()> {
+    if size > MAX_DOCUMENT_BYTES {
+        return Err(too_large());
+    }
+    bytes.resize(size as usize, 0);
+    Ok(())
 }
 
 /// The name of `key` when it is directly in `dir`.
 fn name_in<'a>(key: &'a str, dir: &str) -> Option<&'a str> {
     let (d, name) = key.rsplit_once('/').unwrap_or(("", key));
     (d == dir).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_files_stay_within_their_bounds() {
+        let files = ScratchFiles::default();
+        let a = files.insert("g/a.tmp", Vec::new(), 0o600).unwrap();
+        files.write(&a, 3, b"xy").unwrap();
+        assert_eq!(*lock(&a.bytes), b"\0\0\0xy");
+        let efbig = |e: Error| e.errno() == libc::EFBIG;
+        assert!(files.write(&a, MAX_DOCUMENT_BYTES, b"z").is_err_and(efbig));
+        assert!(files.truncate(&a, MAX_DOCUMENT_BYTES + 1).is_err_and(efbig));
+        assert!(files.write(&a, u64::MAX, b"z").is_err_and(efbig));
+        // All together: at most MAX_TOTAL_BYTES.
+        let big: Vec<Arc<ScratchFile>> = (0..4).map(|i| files.insert(&format!("g/{i}"), Vec::new(), 0o600).unwrap()).collect();
+        for f in &big {
+            files.truncate(f, MAX_DOCUMENT_BYTES - 8).unwrap();
+        }
+        assert!(files.truncate(&a, 64).is_err_and(|e| e.errno() == libc::ENOSPC));
+        assert_eq!(files.names_in("g"), ["0", "1", "2", "3", "a.tmp"]);
+        files.remove_beneath("g");
+        assert!(files.names_in("g").is_empty());
+    }
 }
