@@ -48,6 +48,14 @@ impl FuseAdapter {
         result
     }
 
+    /// Run a request whose reply carries nothing but success or an errno.
+    fn run_empty(&self, op: &'static str, reply: ReplyEmpty, f: impl FnOnce() -> crate::Result<()>) {
+        match self.run(op, f) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn attr(&self, a: &Attr) -> FileAttr {
         let (kind, nlink) = match a.kind {
             FileKind::Directory => (FileType::Directory, 2),
@@ -200,17 +208,11 @@ impl Filesystem for FuseAdapter {
     }
 
     fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        match self.run("flush", || self.fs.flush(fh.0, req.pid())) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.run_empty("flush", reply, || self.fs.flush(fh.0, req.pid()));
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.run("fsync", || self.fs.fsync(fh.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.run_empty("fsync", reply, || self.fs.fsync(fh.0));
     }
 
     // No extended attributes: ENOSYS tells the kernel not to ask again.
@@ -258,20 +260,14 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.run("unlink", || self.fs.unlink(parent.0, name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.run_empty("unlink", reply, || self.fs.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.run("rmdir", || self.fs.rmdir(parent.0, name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.run_empty("rmdir", reply, || self.fs.rmdir(parent.0, name));
     }
 
     fn rename(
@@ -291,10 +287,7 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self.run("rename", || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.run_empty("rename", reply, || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace));
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
