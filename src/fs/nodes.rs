@@ -17,7 +17,7 @@ use crate::headers::HeaderFormat;
 use crate::store::{self, ByteRange, Version};
 use crate::zarr::array::Array;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
-use crate::zarr::metadata::{NodeMetadata, render_like};
+use crate::zarr::metadata::{NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node, read_node};
 use crate::{Error, Result};
 
@@ -229,6 +229,18 @@ impl Nodes {
             return Ok(cx.tree.child(parent, name, NodeKind::Scratch, key));
         }
         let state = self.dir_state(cx, &dir.path)?;
+        // An array's documents are numbered before its other files: tools that copy a directory
+        // in inode order (`mv` between file systems, `cp -r`) then copy the document, which is
+        // what makes a new directory an array, before `data`.
+        if let DirState::Array(file) = &state
+            && !METADATA_DOCUMENTS.contains(&name)
+        {
+            let array = file.array.array();
+            let v2_attributes = (array.meta.format == ZarrFormat::V2).then_some(".zattrs");
+            for doc in std::iter::once(array.meta.document_name()).chain(v2_attributes) {
+                cx.tree.child(parent, doc, NodeKind::MetaFile, store::join(&dir.path, doc));
+            }
+        }
         let view = match &state {
             DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.layout(cx, f).is_ok()),
             _ => None,
