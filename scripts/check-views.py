@@ -110,6 +110,10 @@ try:
                     t = readers["tifffile"]
                     check(np.array_equal(t.imread(tif), as_stored, equal_nan=True), f"{what}: tifffile.imread")
                     check(np.array_equal(t.memmap(tif, mode="r"), as_stored, equal_nan=True), f"{what}: tifffile.memmap")
+                    # Stacks ImageJ can hold are ImageJ stacks: one directory parsed, not one per plane.
+                    imagej = as_stored.ndim == 3 and as_stored.shape[0] > 1 and as_stored.dtype.name in ("uint8", "uint16", "float32")
+                    with t.TiffFile(tif) as f:
+                        check((f.series[0].kind == "imagej") == imagej, f"{what}: tifffile series kind {f.series[0].kind}")
                 if "PIL.Image" in readers and os.path.exists(tif) and want.ndim == 2 and as_stored.dtype in (np.uint8, np.float32):
                     with readers["PIL.Image"].open(tif) as im:
                         check(np.array_equal(np.asarray(im), as_stored, equal_nan=True), f"{what}: Pillow")
@@ -125,6 +129,33 @@ try:
                         img = ds.read()
                     expect = want.reshape((1,) + want.shape) if want.ndim == 2 else want
                     check(np.array_equal(img, expect.astype(img.dtype) if want.dtype == bool else expect, equal_nan=True), f"{what}: GDAL ENVI")
+        finally:
+            unmount(mnt)
+
+    # Stacks of the types ImageJ holds are ImageJ stacks: tifffile reads them as one block, and
+    # they grow like any view.
+    if "tifffile" in readers:
+        t = readers["tifffile"]
+        store = os.path.join(work, "stacks.zarr")
+        g = zarr.open_group(store, mode="w")
+        stacks = {dt: (np.arange(5 * 6 * 7) % 251).astype(dt).reshape(5, 6, 7) for dt in ("uint8", "uint16", "float32", "int32")}
+        for dt, a in stacks.items():
+            g.create_array(dt, data=a, chunks=(2, 3, 7))
+        mnt = os.path.join(work, "mnt-stacks")
+        mount(store, mnt)
+        try:
+            for dt, a in stacks.items():
+                tif = os.path.join(mnt, dt, "data.tif")
+                with t.TiffFile(tif) as f:
+                    kind = f.series[0].kind
+                    check(kind == ("imagej" if dt != "int32" else "generic"), f"{dt} stack: tifffile series kind {kind}")
+                    check(f.is_imagej == (dt != "int32"), f"{dt} stack: ImageJ description")
+                check(np.array_equal(t.imread(tif), a), f"{dt} stack: tifffile.imread")
+                check(np.array_equal(t.memmap(tif, mode="r"), a), f"{dt} stack: tifffile.memmap")
+            with open(os.path.join(mnt, "uint16", "data"), "r+b") as f:
+                f.truncate(7 * 6 * 7 * 2)
+            grown = np.concatenate([stacks["uint16"], np.zeros((2, 6, 7), "uint16")])
+            check(np.array_equal(t.imread(os.path.join(mnt, "uint16", "data.tif")), grown), "uint16 stack after a growth: tifffile")
         finally:
             unmount(mnt)
 

@@ -177,3 +177,16 @@ fn the_stats_file_shows_what_the_daemon_does() {
     let err = std::fs::OpenOptions::new().write(true).open(m.path(".zarrfs/stats")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM));
 }
+
+#[test]
+fn a_mount_reads_ahead_one_fuse_request() {
+    // SAFETY: geteuid cannot fail. Only root may raise a device's read-ahead.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let m = Mount::new(&fixtures().join("v3.zarr"), &[]);
+    let dev = std::fs::metadata(&m.mountpoint).unwrap().dev();
+    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev))).unwrap();
+    assert_eq!(kb.trim(), "1024");
+}

@@ -122,6 +122,9 @@ fn a_v2_hierarchy_gets_v2_groups_and_arrays() {
     )
     .unwrap();
     common::write_and_close(&m.path("g/a/.zattrs"), std::fs::OpenOptions::new().write(true).create_new(true), br#"{"k": 1}"#).unwrap();
+    // Consolidated metadata is the mount's to keep.
+    let err = std::fs::OpenOptions::new().write(true).open(m.path(".zmetadata")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
     assert_eq!(std::fs::read(m.path("g/a/data")).unwrap(), [3, 0, 3, 0, 3, 0, 3, 0, 3, 0]);
     // A v3 document has no place in a v2 node.
     let v3 = serde_json::to_vec(&array_doc(2, json!({}))).unwrap();
@@ -229,6 +232,15 @@ fn rm_r_removes_nodes_and_nothing_else_changes_the_store() {
     assert_eq!(consolidated(&root), ["a", "g"]);
     let mut m = Mount::new(&root, &[]);
     assert!(m.path("a/data").exists());
+    // `prepend` reads as empty (a copy of the directory copies nothing from it).
+    assert!(std::fs::read(m.path("a/prepend")).unwrap().is_empty());
+    // An array whose data is open is not removed under its user.
+    let open = std::fs::File::open(m.path("a/data")).unwrap();
+    for e in std::fs::read_dir(m.path("a")).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    assert_eq!(std::fs::remove_dir(m.path("a")).unwrap_err().raw_os_error(), Some(libc::EBUSY));
+    drop(open);
     ok(sh(&format!("rm -r {} {}", m.path("a").display(), m.path("g").display())), "rm -r");
     assert!(!m.path("a").exists() && !m.path("g").exists());
     m.stop();

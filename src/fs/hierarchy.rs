@@ -306,10 +306,13 @@ impl ZarrFs {
         for array in &arrays {
             self.cx.flush_array(array)?;
         }
+        // Read before anything moves: a tree that cannot be walked is not moved at all.
+        let documents = subtree_documents(store, path)?;
         store.rename_prefix(path, new_path)?;
         consolidated::update(store, path, format, &Change::Remove)?;
-        for (node, name, doc) in subtree_documents(store, new_path)? {
-            consolidated::update(store, &node, format, &Change::Set(name, &doc))?;
+        for (node, name, doc) in documents {
+            let moved = format!("{new_path}{}", &node[path.len()..]);
+            consolidated::update(store, &moved, format, &Change::Set(name, &doc))?;
         }
         self.nodes.forget(path);
         self.nodes.forget(new_path);
@@ -486,12 +489,25 @@ impl ZarrFs {
     }
 }
 
+/// The most nodes a moved tree may hold, and how deep: a store may be hostile (a link back to
+/// an ancestor would make the walk endless).
+const MAX_MOVED_NODES: usize = 100_000;
+const MAX_MOVED_DEPTH: usize = 64;
+
 /// Every document of the nodes at and beneath `path` (arrays are not looked into: their
 /// directories hold chunks).
 fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'static str, Value)>> {
     let mut out = Vec::new();
     let mut pending = vec![path.to_string()];
+    let mut seen = 0;
     while let Some(node) = pending.pop() {
+        seen += 1;
+        if seen > MAX_MOVED_NODES || node[path.len()..].matches('/').count() > MAX_MOVED_DEPTH {
+            return Err(Error::Invalid(format!(
+                "{} holds more than {MAX_MOVED_NODES} nodes or nests deeper than {MAX_MOVED_DEPTH}: not moved",
+                display_path(path)
+            )));
+        }
         let mut is_group = false;
         for name in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
             let Some(bytes) = store.get(&store::join(&node, name), MAX_DOCUMENT_BYTES)? else { continue };

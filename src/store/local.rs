@@ -266,6 +266,17 @@ impl Store for LocalStore {
 /// Remove `name` in `dir` and, when it is a directory, everything beneath it. Links are
 /// removed, not followed. Returns how many non-directories were removed.
 fn remove_tree(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<u64> {
+    remove_tree_within(dir, name, 0)
+}
+
+/// How deep `remove_tree` goes: far past any chunk key (an axis per level), and short of what
+/// a hostile store's nesting would do to the stack and the open descriptors.
+const MAX_REMOVE_DEPTH: usize = 256;
+
+fn remove_tree_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Result<u64> {
+    if depth > MAX_REMOVE_DEPTH {
+        return Err(Error::Invalid(format!("directories nested deeper than {MAX_REMOVE_DEPTH} levels are not removed")));
+    }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let child = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -290,7 +301,7 @@ fn remove_tree(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<u64> {
     }
     let mut removed = 0;
     for n in names {
-        removed += remove_tree(&child, &n)?;
+        removed += remove_tree_within(&child, &n, depth + 1)?;
     }
     match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT) => Ok(removed),
