@@ -121,7 +121,7 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
 
 /// Every node under `path`, depth first.
 fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
-    let node = read_node(store, path);
+    let node = read_node(store, path).map(|n| n.map(|(meta, _)| meta));
     if matches!(node, Ok(None)) && path.is_empty() {
         return Err(Error::metadata("not a Zarr store: no zarr.json, .zgroup or .zarray at its root"));
     }

@@ -102,9 +102,7 @@ impl Nodes {
             Some((state, _, checked)) if checked.elapsed() < cx.config.metadata_ttl => Ok(state),
             Some((state, version, _)) => self.recheck(cx, path, state, version),
             None => {
-                // The version first: a change after it is seen at the next check.
-                let version = node_version(cx, path)?;
-                let state = Self::load(cx, path, version)?;
+                let (state, version) = Self::load(cx, path)?;
                 let mut dirs = lock(&self.dirs);
                 let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now() });
                 Ok(known.state.clone())
@@ -112,20 +110,21 @@ impl Nodes {
         }
     }
 
-    /// Parse the node at `path`.
-    fn load(cx: &Context, path: &str, version: Option<Version>) -> Result<DirState> {
+    /// Parse the node at `path`; with the version of the document parsed (none for a node that
+    /// cannot be served).
+    fn load(cx: &Context, path: &str) -> Result<(DirState, Option<Version>)> {
         Ok(match read_node(cx.store.as_ref(), path) {
-            Ok(Some(NodeMetadata::Group)) => DirState::Group,
-            Ok(Some(NodeMetadata::Array(meta))) => {
+            Ok(Some((NodeMetadata::Group, version))) => (DirState::Group, Some(version)),
+            Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
-                array.set_stored_version(version);
-                DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone())))
+                array.set_stored_version(Some(version));
+                (DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone()))), Some(version))
             }
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Io(e)) => return Err(Error::Io(e)),
             Err(e) => {
                 tracing::warn!(node = %display_path(path), "cannot serve node: {e}");
-                DirState::Broken(Arc::from(format!("{e}\n")))
+                (DirState::Broken(Arc::from(format!("{e}\n"))), None)
             }
         })
     }
@@ -144,24 +143,24 @@ impl Nodes {
                 }
                 let current = file.array.array();
                 match read_node(cx.store.as_ref(), path) {
-                    Ok(Some(NodeMetadata::Array(meta))) if meta.document == current.meta.document => {
-                        current.set_stored_version(now);
-                        (state.clone(), now)
+                    Ok(Some((NodeMetadata::Array(meta), read))) if meta.document == current.meta.document => {
+                        current.set_stored_version(Some(read));
+                        (state.clone(), Some(read))
                     }
-                    Ok(Some(NodeMetadata::Array(meta))) => {
+                    Ok(Some((NodeMetadata::Array(meta), read))) => {
                         tracing::info!(node = %display_path(path), "metadata changed in the store; serving the new version");
                         let array = Array::new(cx.store.clone(), path, *meta);
-                        array.set_stored_version(now);
+                        array.set_stored_version(Some(read));
                         // A new cache id: chunks cached under the old metadata are not served.
                         file.array.replace(Arc::new(array), cx.next_id());
                         *lock(&file.array.text) = None;
                         cx.invalidate_data(&file.array);
-                        (state.clone(), now)
+                        (state.clone(), Some(read))
                     }
-                    _ => (self.load_or_forget(cx, path, now)?, now),
+                    _ => self.load_or_forget(cx, path)?,
                 }
             }
-            _ => (self.load_or_forget(cx, path, now)?, now),
+            _ => self.load_or_forget(cx, path)?,
         };
         self.checked(path, state, version)
     }
@@ -177,8 +176,8 @@ impl Nodes {
     }
 
     /// The node at `path` parsed again; one that is gone is forgotten.
-    fn load_or_forget(&self, cx: &Context, path: &str, version: Option<Version>) -> Result<DirState> {
-        Self::load(cx, path, version).inspect_err(|e| {
+    fn load_or_forget(&self, cx: &Context, path: &str) -> Result<(DirState, Option<Version>)> {
+        Self::load(cx, path).inspect_err(|e| {
             if matches!(e, Error::NotFound) {
                 lock(&self.dirs).remove(path);
             }
@@ -257,7 +256,11 @@ impl Nodes {
                 }
                 NodeKind::MetaFile
             }
-            (n, DirState::Group, _) if !is_hidden(n) && is_node(cx.store.as_ref(), &store::join(&dir.path, n))? => NodeKind::Dir,
+            // The child's metadata is read (and kept) now: it is what is asked for next.
+            (n, DirState::Group, _) if !is_hidden(n) => {
+                self.dir_state(cx, &key)?;
+                NodeKind::Dir
+            }
             _ => return Err(Error::NotFound),
         };
         let path = match kind {

@@ -15,7 +15,7 @@ pub use remote::{RemoteLocation, RemoteOptions};
 
 /// Decode workers for a mount on object storage: requests wait on the network, so more of them
 /// in flight (tensorstore keeps 32) than there are cores.
-pub const REMOTE_WORKERS: usize = 32;
+pub const REMOTE_WORKERS: usize = 64;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -52,13 +52,12 @@ impl Array {
 
     pub fn open(store: Arc<dyn Store>, path: &str) -> Result<Array> {
         match super::node::read_node(store.as_ref(), path)? {
-            Some(NodeMetadata::Array(meta)) => {
-                let version = store.head(&store::join(path, meta.document_name()))?.map(|h| h.version);
+            Some((NodeMetadata::Array(meta), version)) => {
                 let array = Array::new(store, path, *meta);
-                array.set_stored_version(version);
+                array.set_stored_version(Some(version));
                 Ok(array)
             }
-            Some(NodeMetadata::Group) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
+            Some((NodeMetadata::Group, _)) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
             None => Err(Error::NotFound),
         }
     }

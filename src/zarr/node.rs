@@ -4,7 +4,7 @@
 
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, NodeMetadata};
-use crate::store::{self, ByteRange, Store};
+use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
 /// The documents that make a node, in the order they are looked for: v3, v2 array, v2 group.
@@ -36,17 +36,19 @@ pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
     Ok(false)
 }
 
-/// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`. `None` when it is no node.
-pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<NodeMetadata>> {
-    let get = |name: &str| store.get(&store::join(path, name), MAX_DOCUMENT_BYTES);
-    if let Some(bytes) = get("zarr.json")? {
-        return metadata::parse_v3(&metadata::parse_json(&bytes, "zarr.json")?).map(Some);
-    }
-    if let Some(bytes) = get(".zarray")? {
-        return Ok(Some(NodeMetadata::Array(Box::new(metadata::parse_v2_array(&metadata::parse_json(&bytes, ".zarray")?)?))));
-    }
-    if let Some(bytes) = get(".zgroup")? {
-        return metadata::parse_v2_group(&metadata::parse_json(&bytes, ".zgroup")?).map(Some);
+/// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`, with the version of the
+/// document read (one request each: what was read is what the version says). `None` when it is
+/// no node.
+pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, Version)>> {
+    for name in NODE_DOCUMENTS {
+        let Some(value) = store.get_value(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
+        let doc = metadata::parse_json(&value.bytes, name)?;
+        let meta = match name {
+            "zarr.json" => metadata::parse_v3(&doc)?,
+            ".zarray" => NodeMetadata::Array(Box::new(metadata::parse_v2_array(&doc)?)),
+            _ => metadata::parse_v2_group(&doc)?,
+        };
+        return Ok(Some((meta, value.version)));
     }
     Ok(None)
 }
