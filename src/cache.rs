@@ -85,7 +85,13 @@ struct State {
     lru: LruCache<CacheKey, Arc<Cached>>,
     bytes: usize,
     inflight: HashMap<CacheKey, Arc<Pending>>,
+    /// Keys released after a sequential reader read them whole (the most recent ones): a
+    /// read-ahead queued before the reader got there need not decode them again.
+    released: LruCache<CacheKey, ()>,
 }
+
+/// How many released keys are remembered.
+const RELEASED_KEYS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(4096).unwrap();
 
 pub struct ChunkCache {
     state: Mutex<State>,
@@ -96,7 +102,12 @@ pub struct ChunkCache {
 impl ChunkCache {
     pub fn new(capacity: usize) -> ChunkCache {
         ChunkCache {
-            state: Mutex::new(State { lru: LruCache::unbounded(), bytes: 0, inflight: HashMap::new() }),
+            state: Mutex::new(State {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                inflight: HashMap::new(),
+                released: LruCache::new(RELEASED_KEYS),
+            }),
             capacity,
             stats: CacheStats::default(),
         }
@@ -112,6 +123,20 @@ impl ChunkCache {
         s.lru.contains(key) || s.inflight.contains_key(key)
     }
 
+    /// Whether a sequential reader is done with `key` (`release`) and nobody loaded it since.
+    pub fn was_released(&self, key: &CacheKey) -> bool {
+        lock(&self.state).released.contains(key)
+    }
+
+    /// Drop `key`, which a sequential reader has read whole: the kernel holds its pages now.
+    pub fn release(&self, key: &CacheKey) {
+        let mut s = lock(&self.state);
+        if let Some(old) = s.lru.pop(key) {
+            s.bytes -= old.cost();
+            s.released.put(key.clone(), ());
+        }
+    }
+
     /// The cached value of `key`, if any (not counted as a hit or miss).
     pub fn peek(&self, key: &CacheKey) -> Option<Arc<Cached>> {
         lock(&self.state).lru.peek(key).cloned()
@@ -121,6 +146,7 @@ impl ChunkCache {
     pub fn insert(&self, key: CacheKey, value: Cached) {
         let mut s = lock(&self.state);
         let value = Arc::new(value);
+        s.released.pop(&key);
         s.bytes += value.cost();
         if let Some(old) = s.lru.put(key, value) {
             s.bytes -= old.cost();
@@ -190,6 +216,7 @@ impl ChunkCache {
                 }
                 // A missing chunk costs one failed open to find again, and the kernel keeps the
                 // pages read from it: holding it would only spend memory on sparse arrays.
+                s.released.pop(key);
                 if key.kind != KeyKind::Unit || !matches!(v.as_ref(), Cached::Missing) {
                     s.bytes += v.cost();
                     if let Some(old) = s.lru.put(key.clone(), v.clone()) {

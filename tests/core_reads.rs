@@ -238,3 +238,38 @@ fn a_chunk_the_mount_stored_is_not_read_back_for_the_next_partial_write() {
     assert_eq!(store.take(), Vec::<String>::new());
     assert_eq!(fs.read(ino, fh, 0, 8).unwrap(), [7, 7, 5, 6, 7, 7, 7, 7]);
 }
+
+#[test]
+fn a_sequential_scan_releases_what_it_read_and_decodes_each_chunk_once() {
+    // uint8 (4096, 4096) in chunks of (64, 4096): 64 chunks of 256 KiB, 16 MiB in all, each
+    // chunk's bytes its row-band number.
+    let dir = tempfile::tempdir().unwrap();
+    let meta = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [4096, 4096], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64, 4096]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    std::fs::write(dir.path().join("zarr.json"), meta.to_string()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
+    for band in 0..64u8 {
+        store.set(&format!("c/{band}/0"), &vec![band; 64 * 4096]).unwrap();
+    }
+    let config = Config { read_ahead: 1 << 20, ..Config::default() };
+    let fs = ZarrFs::new(Arc::new(store), config);
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, false, false, 0).unwrap();
+    let step = 128 << 10;
+    let mut peak = 0;
+    for offset in (0..16u64 << 20).step_by(step) {
+        let got = fs.read(ino, fh, offset, step as u32).unwrap();
+        assert!(got.iter().all(|&b| u64::from(b) == offset / (64 * 4096)), "bytes at {offset}");
+        peak = peak.max(fs.cache().bytes());
+    }
+    let stats = &fs.cache().stats;
+    let decoded = stats.decoded_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(decoded, 16 << 20, "every chunk decoded once: none released before the reader was done with it");
+    // Held: what is behind the reader within the slack of out-of-order requests (8 MiB), the
+    // read-ahead window and a chunk or two; not the 16 MiB read.
+    assert!(peak <= (10 << 20) + (512 << 10), "the cache held {peak} bytes");
+    // A scattered read of a released chunk decodes it again.
+    fs.read(ino, fh, 0, 4096).unwrap();
+    assert_eq!(stats.decoded_bytes.load(std::sync::atomic::Ordering::Relaxed), decoded + (256 << 10));
+}

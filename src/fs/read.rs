@@ -14,7 +14,7 @@ use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, Region, Strided, copy_box, filled};
+use crate::zarr::region::{FlatRange, Region, Strided, c_strides, copy_box, filled};
 
 /// Call `f` with each cell of `grid` the boxes touch and the part of the box inside it, box by
 /// box (the cells of a box in C order), until `f` breaks.
@@ -180,11 +180,15 @@ fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
 }
 
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
-/// flush of the array runs.
+/// flush of the array runs, and once a sequential reader got to the unit first (loading it
+/// itself) and is done with it: the job may wait in the queue that long.
 fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coords: Vec<u64>) {
     if !cache.is_present_or_loading(&open.unit_key(&coords, false)) {
         let (open, cache) = (open.clone(), cache.clone());
         pool.submit(move || {
+            if cache.was_released(&open.unit_key(&coords, false)) {
+                return;
+            }
             if let Some(_shared) = open.try_shared() {
                 let _ = load_unit(&open, &open.array(), &cache, &coords);
             }
@@ -351,6 +355,38 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
         }
         budget = budget.saturating_sub(1);
         if budget == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    });
+}
+
+/// Drop from the cache the units a sequential reader has read to their last element by
+/// `offset`, looking back `behind` bytes (its previous request): the kernel keeps the pages it
+/// was given, so holding them twice costs memory, and fresh memory (a page fault per page) for
+/// every unit decoded next. Units dropped early by requests served out of order are decoded again.
+pub fn release_read(open: &OpenArray, cache: &ChunkCache, offset: u64, behind: u64) {
+    let array = open.array();
+    let meta = &array.meta;
+    let item = meta.item_size() as u64;
+    if item == 0 {
+        return;
+    }
+    // Elements before `start` have been read whole.
+    let start = (offset / item).min(meta.byte_len() / item);
+    let from = offset.saturating_sub(behind) / item;
+    if from >= start {
+        return;
+    }
+    let grid = array.unit_grid();
+    let strides = c_strides(&meta.shape);
+    visit_cells(grid, &FlatRange { start: from, end: start }.boxes(&meta.shape), |coords, _| {
+        let last: u64 = coords
+            .iter()
+            .enumerate()
+            .map(|(a, &c)| (grid.chunk_start(a, c) + grid.chunk_len(a, c)).min(meta.shape[a]).saturating_sub(1) * strides[a])
+            .sum();
+        if last < start {
+            cache.release(&open.unit_key(coords, false));
+        }
+        ControlFlow::Continue(())
     });
 }
 

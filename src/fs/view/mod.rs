@@ -8,7 +8,7 @@ mod raw;
 mod readahead;
 mod text;
 
-pub use readahead::ReadPattern;
+pub use readahead::{ReadKind, ReadPattern};
 pub use text::TextEdit;
 
 use std::sync::{Arc, Mutex};

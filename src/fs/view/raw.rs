@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{ReadPattern, Staged, TextEdit, View};
+use super::{ReadKind, ReadPattern, Staged, TextEdit, View};
 use crate::Result;
 use crate::fs::context::Context;
 use crate::fs::open::OpenArray;
@@ -18,10 +18,14 @@ impl View for RawView {
 
     fn read(&self, cx: &Context, array: &Arc<OpenArray>, reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
         let window = cx.config.read_ahead.min(cx.cache.capacity() as u64 / 4);
-        if let Some((from, len)) = reads.and_then(|r| r.ahead_of(offset, size, window)) {
+        let kind = reads.map_or(ReadKind::Scattered, |r| r.note(offset, size, window));
+        if let ReadKind::Sequential { ahead: Some((from, len)), .. } = kind {
             read::read_ahead(array, &cx.cache, &cx.pool, from, len);
         }
         let mut data = read::read(array, &cx.cache, &cx.pool, offset, size)?;
+        if let ReadKind::Sequential { read_before, .. } = kind {
+            read::release_read(array, &cx.cache, read_before, u64::from(size));
+        }
         pad_last_page(&mut data, &array.array().meta, offset, size);
         Ok(data)
     }

@@ -21,25 +21,39 @@ pub struct ReadPattern {
     streak: AtomicU64,
 }
 
+/// What a read is, as its handle's reads so far tell.
+#[derive(Debug, PartialEq)]
+pub enum ReadKind {
+    Scattered,
+    /// Part of a sequential streak: with the byte range to start decoding ahead of it, when due,
+    /// and the offset before which the reader has read everything (short of the requests still
+    /// under way out of order).
+    Sequential {
+        ahead: Option<(u64, u64)>,
+        read_before: u64,
+    },
+}
+
 impl ReadPattern {
-    /// Note a read of `size` bytes at `offset`; for a sequential reader, the byte range to
-    /// start decoding ahead of it (at most `window` bytes past this read), in steps of a quarter
+    /// Note a read of `size` bytes at `offset`. For a sequential reader, the range to decode
+    /// ahead of it reaches at most `window` bytes past this read and moves in steps of a quarter
     /// window rather than on every request.
-    pub fn ahead_of(&self, offset: u64, size: u32, window: u64) -> Option<(u64, u64)> {
+    pub fn note(&self, offset: u64, size: u32, window: u64) -> ReadKind {
         let end = offset + u64::from(size);
         let furthest = self.furthest.fetch_max(end, Ordering::Relaxed);
         let sequential =
             offset > 0 && offset <= furthest.saturating_add(SEQUENTIAL_SLACK) && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
         if !sequential {
             self.streak.store(0, Ordering::Relaxed);
-            return None;
+            return ReadKind::Scattered;
         }
-        if self.streak.fetch_add(u64::from(size), Ordering::Relaxed) + u64::from(size) < MIN_STREAK || window == 0 {
-            return None;
+        if self.streak.fetch_add(u64::from(size), Ordering::Relaxed) + u64::from(size) < MIN_STREAK {
+            return ReadKind::Scattered;
         }
         let from = self.ahead.load(Ordering::Relaxed).max(end);
         let to = end + window;
-        (to >= from + window / 4 && self.ahead.fetch_max(to, Ordering::Relaxed) < to).then_some((from, to - from))
+        let due = window > 0 && to >= from + window / 4 && self.ahead.fetch_max(to, Ordering::Relaxed) < to;
+        ReadKind::Sequential { ahead: due.then_some((from, to - from)), read_before: offset.saturating_sub(SEQUENTIAL_SLACK) }
     }
 }
 
@@ -54,13 +68,23 @@ mod tests {
         // The first MiB is read without read-ahead, then the window starts after the read.
         let mut started = None;
         for i in 0..9u64 {
-            if let Some(r) = p.ahead_of(i * (128 << 10), 128 << 10, window) {
-                started.get_or_insert((i, r));
+            match p.note(i * (128 << 10), 128 << 10, window) {
+                ReadKind::Sequential { ahead: Some(r), .. } => drop(started.get_or_insert((i, r))),
+                kind => assert_eq!(kind, ReadKind::Scattered, "read {i}"),
             }
         }
         assert_eq!(started, Some((8, (9 << 17, window))));
+        // The next read is sequential; the window has not moved a quarter yet.
+        assert_eq!(p.note(9 << 17, 128 << 10, window), ReadKind::Sequential { ahead: None, read_before: 0 });
+        // Further on (within the slack of out-of-order requests): the window moves on, and all
+        // before 8 MiB behind this read counts as read.
+        let ahead = (9 << 17) + window;
+        assert_eq!(
+            p.note(9 << 20, 128 << 10, window),
+            ReadKind::Sequential { ahead: Some((ahead, (9 << 20) + (128 << 10) + window - ahead)), read_before: 1 << 20 }
+        );
         // A jump far away breaks the streak.
-        assert_eq!(p.ahead_of(1 << 40, 4096, window), None);
-        assert_eq!(p.ahead_of((1 << 40) + 4096, 4096, window), None);
+        assert_eq!(p.note(1 << 40, 4096, window), ReadKind::Scattered);
+        assert_eq!(p.note((1 << 40) + 4096, 4096, window), ReadKind::Scattered);
     }
 }
