@@ -12,7 +12,8 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - conditional PUTs: metadata another writer changed under the mount is not overwritten;
 - mount-time errors: a missing bucket, refused credentials and an unreachable endpoint are
   refused by the parent in one line;
-- credentials from a profile of the shared credentials file (AWS_PROFILE) against a server that
+- credentials from a profile of the shared credentials file (AWS_PROFILE), from EC2 instance
+  metadata and from EKS pod identity (a stand-in service on loopback), against a server that
   checks signatures (rclone serve s3); the fstab form `mount -t fuse.zarrfs s3://... -o endpoint=`;
 - plain HTTP: a consolidated store served over http:// mounts read-only.
 
@@ -266,11 +267,64 @@ def mount_errors():
         print(f"refused in {time.time() - t0:.1f} s: {lines[-1] if lines else ''}", flush=True)
 
 
+class CredentialService:
+    """A loopback stand-in for the services that hand out temporary AWS credentials: EC2
+    instance metadata (IMDSv2: a session token, then the role, then its credentials) and EKS pod
+    identity (credentials for the bearer token of the pod). `asked` lists what each credential
+    request presented (the IMDS session token, or the pod's Authorization)."""
+
+    def __init__(self, key, secret):
+        import datetime
+        import http.server
+        import threading
+        expires = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        creds = json.dumps({"AccessKeyId": key, "SecretAccessKey": secret, "Token": "session-token", "Expiration": expires}).encode()
+        service = self
+        self.asked = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status, body=b""):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self):
+                if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    return self.answer(200, b"imds-session")
+                self.answer(404)
+
+            def do_GET(self):
+                base = "/latest/meta-data/iam/security-credentials"
+                if self.path.startswith(base) and self.headers.get("X-aws-ec2-metadata-token") != "imds-session":
+                    return self.answer(401)
+                if self.path in (base, base + "/"):
+                    return self.answer(200, b"zarrfs-role")
+                if self.path == base + "/zarrfs-role":
+                    service.asked.append(self.headers.get("X-aws-ec2-metadata-token"))
+                    return self.answer(200, creds)
+                if self.path == "/pod-credentials":
+                    service.asked.append(self.headers.get("Authorization"))
+                    return self.answer(200 if self.headers.get("Authorization") == "pod-secret-token" else 403, creds)
+                self.answer(404)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
 def checked_credentials():
     """A server that checks credentials and signatures (`rclone serve s3 --auth-key`; moto's
     check rejects object_store's signed listings): a profile of the shared credentials file
-    (AWS_PROFILE) with the right key mounts and reads; unknown keys, from the environment or a
-    profile, are refused at mount time in one line that says so."""
+    (AWS_PROFILE) with the right key mounts and reads, and so do temporary credentials from EC2
+    instance metadata and EKS pod identity; unknown keys, from the environment or a profile, are
+    refused at mount time in one line that says so."""
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -305,6 +359,30 @@ def checked_credentials():
         finally:
             if os.path.ismount(d):
                 subprocess.run([BIN, "unmount", d], check=True)
+        # Temporary credentials from a credential service, as on EC2 (instance metadata, IMDSv2)
+        # and in an EKS pod (pod identity: a URL and a bearer token file): a fake service on
+        # loopback hands out the server's key with a session token.
+        service = CredentialService("ZARRFSKEY", "zarrfs-secret")
+        token_file = os.path.join(work, "pod-token")
+        with open(token_file, "w") as f:
+            f.write("pod-secret-token")
+        no_profile = dict(base, AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"), AWS_CONFIG_FILE=os.path.join(work, "none"))
+        for what, env in [("instance metadata (IMDSv2)", dict(no_profile, AWS_METADATA_ENDPOINT=service.url)),
+                          ("EKS pod identity", dict(no_profile, AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{service.url}/pod-credentials",
+                                                    AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=token_file))]:
+            service.asked.clear()
+            r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=env, timeout=120)
+            try:
+                check(r.returncode == 0 and os.path.ismount(d), f"credentials from {what} mount ({r.returncode}, {r.stderr!r})")
+                if r.returncode == 0:
+                    check(json.load(open(os.path.join(d, "zarr.json")))["attributes"] == {"profile": "read"}, f"read with credentials from {what}")
+                check(service.asked, f"the credentials came from {what} ({service.asked})")
+                if "pod" in what:
+                    check(service.asked == ["pod-secret-token"] * len(service.asked), f"the pod's token was sent ({service.asked})")
+            finally:
+                if os.path.ismount(d):
+                    subprocess.run([BIN, "unmount", d], check=True)
+        service.close()
         for what, env in [("wrong keys in the environment", dict(base, AWS_ACCESS_KEY_ID="WRONGKEY", AWS_SECRET_ACCESS_KEY="wrong")),
                           ("a profile with wrong keys", dict(base, AWS_PROFILE="bad"))]:
             r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=env, timeout=120)
