@@ -258,6 +258,7 @@ def conditional_put():
 def mount_errors():
     d = tempfile.mkdtemp()
     for source, env, what in [(f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/x", {}, "no such bucket"),
+                              (f"s3://{BUCKET}/no-store-here-{uuid.uuid4().hex[:6]}", {}, "is not a Zarr store"),
                               (f"s3://{BUCKET}/x", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "")]:
         t0 = time.time()
         r = subprocess.run([BIN, "mount", source, d], capture_output=True, text=True, env=dict(os.environ, **env), timeout=120)

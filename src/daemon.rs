@@ -70,9 +70,13 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
 fn check_is_store(location: &Location, store: &dyn Store) -> Result<(), String> {
     match crate::zarr::node::is_node(store, "") {
         Ok(true) => Ok(()),
-        Ok(false) => Err(format!("{location} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root")),
+        Ok(false) => Err(not_a_store(location)),
         Err(e) => Err(format!("{location}: {e}")),
     }
+}
+
+fn not_a_store(location: &Location) -> String {
+    format!("{location} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root")
 }
 
 /// `zarrfs mount`: returns once the mount is live, in the background unless `foreground`.
@@ -191,7 +195,6 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
     let store = plan.store.open(&plan.remote)?;
-    check_is_store(&plan.store, store.as_ref())?;
     let mut config = Config { read_only: plan.read_only, ..Config::default() };
     if plan.store.is_remote() {
         // Requests wait on the network: keep many in flight, and read further ahead.
@@ -219,6 +222,13 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         crate::zarr::limits::set_max_chunk_bytes(n);
     }
     let fs = Arc::new(ZarrFs::new(store, config));
+    // The root's metadata, read now, is what the first lookups need (one round trip fewer on
+    // object storage than asking whether it is there and then reading it).
+    match fs.load_root() {
+        Ok(()) => {}
+        Err(crate::Error::NotFound) => return Err(not_a_store(&plan.store)),
+        Err(e) => return Err(format!("{}: {e}", plan.store)),
+    }
 
     let options = SessionOptions {
         fs_name: plan.store.to_string(),

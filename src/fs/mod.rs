@@ -79,6 +79,12 @@ impl ZarrFs {
         }
     }
 
+    /// Read the root node (and keep it, as any node read): `NotFound` when the store's root is
+    /// no node.
+    pub fn load_root(&self) -> Result<()> {
+        self.nodes.dir_state(&self.cx, "").map(drop)
+    }
+
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
     }
