@@ -128,12 +128,17 @@ impl ChunkCache {
         lock(&self.state).released.contains(key)
     }
 
-    /// Drop `key`, which a sequential reader has read whole: the kernel holds its pages now.
-    pub fn release(&self, key: &CacheKey) {
+    /// Drop `keys`, which a sequential reader has read whole: the kernel holds their pages now.
+    pub fn release(&self, keys: &[CacheKey]) {
+        if keys.is_empty() {
+            return;
+        }
         let mut s = lock(&self.state);
-        if let Some(old) = s.lru.pop(key) {
-            s.bytes -= old.cost();
-            s.released.put(key.clone(), ());
+        for key in keys {
+            if let Some(old) = s.lru.pop(key) {
+                s.bytes -= old.cost();
+                s.released.put(key.clone(), ());
+            }
         }
     }
 

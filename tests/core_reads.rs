@@ -14,6 +14,8 @@ struct CountingStore {
     log: Mutex<Vec<String>>,
     /// Whole reads of metadata documents.
     documents: std::sync::atomic::AtomicUsize,
+    /// HEADs, of any key.
+    heads: std::sync::atomic::AtomicUsize,
 }
 
 impl CountingStore {
@@ -36,6 +38,7 @@ impl Store for CountingStore {
         self.inner.get_value(key, max)
     }
     fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
+        self.heads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.head(key)
     }
     fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
@@ -78,6 +81,7 @@ fn setup() -> (Arc<CountingStore>, ZarrFs) {
         inner: LocalStore::open(common::fixtures().join("v3.zarr")).unwrap(),
         log: Mutex::new(Vec::new()),
         documents: Default::default(),
+        heads: Default::default(),
     });
     let fs = ZarrFs::new(store.clone(), Config::default());
     (store, fs)
@@ -136,7 +140,7 @@ fn tiny_chunks(rows: u64, stored: &[u64], separator: &str, config: Config) -> (t
     for &r in stored {
         inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
     }
-    let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()), documents: Default::default() });
+    let store = Arc::new(CountingStore { inner, log: Mutex::new(Vec::new()), documents: Default::default(), heads: Default::default() });
     let fs = ZarrFs::new(store.clone(), config);
     (dir, store, fs)
 }
@@ -244,14 +248,8 @@ fn a_sequential_scan_releases_what_it_read_and_decodes_each_chunk_once() {
     // uint8 (4096, 4096) in chunks of (64, 4096): 64 chunks of 256 KiB, 16 MiB in all, each
     // chunk's bytes its row-band number.
     let dir = tempfile::tempdir().unwrap();
-    let meta = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [4096, 4096], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64, 4096]}},
-        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
-    std::fs::write(dir.path().join("zarr.json"), meta.to_string()).unwrap();
+    common::banded_array(dir.path(), 4096, 4096, 64);
     let store = LocalStore::open(dir.path()).unwrap();
-    for band in 0..64u8 {
-        store.set(&format!("c/{band}/0"), &vec![band; 64 * 4096]).unwrap();
-    }
     let config = Config { read_ahead: 1 << 20, ..Config::default() };
     let fs = ZarrFs::new(Arc::new(store), config);
     let ino = fs.lookup(1, "data").unwrap().ino;
@@ -272,4 +270,16 @@ fn a_sequential_scan_releases_what_it_read_and_decodes_each_chunk_once() {
     // A scattered read of a released chunk decodes it again.
     fs.read(ino, fh, 0, 4096).unwrap();
     assert_eq!(stats.decoded_bytes.load(std::sync::atomic::Ordering::Relaxed), decoded + (256 << 10));
+}
+
+#[test]
+fn opening_an_array_reads_each_node_document_on_its_path_once_and_asks_for_nothing_else() {
+    // Root group, group `shapes`, array `shapes/d3`: one GET of each `zarr.json` (its version
+    // comes with it), no HEADs; on object storage every request is a round trip.
+    let (store, fs) = setup();
+    let (ino, fh) = open_data(&fs, "shapes/d3");
+    assert_eq!(store.documents.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(store.heads.load(std::sync::atomic::Ordering::Relaxed), 0);
+    fs.read(ino, fh, 0, 8).unwrap();
+    assert_eq!(store.documents.load(std::sync::atomic::Ordering::Relaxed), 3, "a read does not read the metadata again");
 }

@@ -239,3 +239,23 @@ fn read_only_mounts_refuse_writes() {
     let meta = std::fs::metadata(m.path("shapes/d1/data")).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o444);
 }
+
+#[test]
+fn a_dd_scan_decodes_each_chunk_once_and_leaves_the_cache_to_the_kernel() {
+    // uint8 (4096, 8192) in chunks of (64, 8192): 64 chunks of 512 KiB, 32 MiB, each chunk's
+    // bytes its row-band number.
+    let dir = tempfile::tempdir().unwrap();
+    common::banded_array(dir.path(), 4096, 8192, 64);
+    let m = Mount::new(dir.path(), &[]);
+    let got = dd(&m.path("data"), "1M").unwrap();
+    assert_eq!(got.len(), 32 << 20);
+    for (band, rows) in got.chunks(64 * 8192).enumerate() {
+        assert!(rows.iter().all(|&b| usize::from(b) == band), "band {band}");
+    }
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(".zarrfs/stats")).unwrap()).unwrap();
+    let cache = &stats["cache"];
+    assert_eq!(cache["decoded_bytes"].as_u64(), Some(32 << 20), "every chunk decoded once: {cache}");
+    // What is left is within the slack behind the last request (8 MiB) and a chunk: the rest
+    // was released once read (the 1 GiB cache would otherwise hold all 32 MiB).
+    assert!(cache["bytes"].as_u64().unwrap() <= (9 << 20) + (512 << 10), "{cache}");
+}

@@ -362,6 +362,8 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
 /// `offset`, looking back `behind` bytes (its previous request): the kernel keeps the pages it
 /// was given, so holding them twice costs memory, and fresh memory (a page fault per page) for
 /// every unit decoded next. Units dropped early by requests served out of order are decoded again.
+/// As with read-ahead, only units worth a worker count, and no more cells are looked at than a
+/// request of such units holds (tiny chunks are left to the LRU).
 pub fn release_read(open: &OpenArray, cache: &ChunkCache, offset: u64, behind: u64) {
     let array = open.array();
     let meta = &array.meta;
@@ -377,17 +379,21 @@ pub fn release_read(open: &OpenArray, cache: &ChunkCache, offset: u64, behind: u
     }
     let grid = array.unit_grid();
     let strides = c_strides(&meta.shape);
+    let mut budget = 4 * behind.div_ceil(PARALLEL_UNIT_BYTES);
+    let mut done = Vec::new();
     visit_cells(grid, &FlatRange { start: from, end: start }.boxes(&meta.shape), |coords, _| {
         let last: u64 = coords
             .iter()
             .enumerate()
             .map(|(a, &c)| (grid.chunk_start(a, c) + grid.chunk_len(a, c)).min(meta.shape[a]).saturating_sub(1) * strides[a])
             .sum();
-        if last < start {
-            cache.release(&open.unit_key(coords, false));
+        if last < start && unit_bytes(&array, coords) >= PARALLEL_UNIT_BYTES {
+            done.push(open.unit_key(coords, false));
         }
-        ControlFlow::Continue(())
+        budget = budget.saturating_sub(1);
+        if budget == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
     });
+    cache.release(&done);
 }
 
 #[cfg(test)]

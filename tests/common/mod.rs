@@ -292,3 +292,17 @@ impl Lcg {
         if n == 0 { 0 } else { self.next() % n }
     }
 }
+
+/// A v3 store at `root` of one uint8 array (`rows`, `cols`) at its root, in chunks of `band`
+/// whole rows (bytes codec), each chunk's bytes its band number: a scan tells which chunk every
+/// byte came from.
+pub fn banded_array(root: &Path, rows: u64, cols: u64, band: u64) {
+    let meta = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [rows, cols], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [band, cols]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    std::fs::write(root.join("zarr.json"), meta.to_string()).expect("zarr.json");
+    for b in 0..rows / band {
+        std::fs::create_dir_all(root.join(format!("c/{b}"))).expect("chunk dir");
+        std::fs::write(root.join(format!("c/{b}/0")), vec![b as u8; (band * cols) as usize]).expect("chunk");
+    }
+}
