@@ -13,8 +13,10 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - mount-time errors: a missing bucket, refused credentials and an unreachable endpoint are
   refused by the parent in one line;
 - credentials from a profile of the shared credentials file (AWS_PROFILE), from EC2 instance
-  metadata and from EKS pod identity (a stand-in service on loopback), against a server that
-  checks signatures (rclone serve s3); the fstab form `mount -t fuse.zarrfs s3://... -o endpoint=`;
+  metadata, from EKS pod identity and from web identity (stand-in services on loopback, STS over
+  HTTPS with a test CA), against a server that checks signatures (rclone serve s3);
+  virtual-hosted addressing (a private mount namespace names the bucket's host); the fstab form
+  `mount -t fuse.zarrfs s3://... -o endpoint=`;
 - plain HTTP: a consolidated store served over http:// mounts read-only.
 
     scripts/check-s3.py target/release/zarrfs
@@ -259,7 +261,7 @@ def mount_errors():
     d = tempfile.mkdtemp()
     for source, env, what in [(f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/x", {}, "no such bucket"),
                               (f"s3://{BUCKET}/no-store-here-{uuid.uuid4().hex[:6]}", {}, "is not a Zarr store"),
-                              (f"s3://{BUCKET}/x", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "")]:
+                              (f"s3://{BUCKET}/x", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot reach the server")]:
         t0 = time.time()
         r = subprocess.run([BIN, "mount", source, d], capture_output=True, text=True, env=dict(os.environ, **env), timeout=120)
         lines = r.stderr.strip().splitlines()
@@ -270,16 +272,25 @@ def mount_errors():
 
 class CredentialService:
     """A loopback stand-in for the services that hand out temporary AWS credentials: EC2
-    instance metadata (IMDSv2: a session token, then the role, then its credentials) and EKS pod
-    identity (credentials for the bearer token of the pod). `asked` lists what each credential
-    request presented (the IMDS session token, or the pod's Authorization)."""
+    instance metadata (IMDSv2: a session token, then the role, then its credentials), EKS pod
+    identity (credentials for the bearer token of the pod) and STS AssumeRoleWithWebIdentity
+    (credentials for a web identity token and a role; served over HTTPS, as object_store asks STS
+    over HTTPS only, when `tls` gives a certificate and key). `asked` lists what each credential
+    request presented (the IMDS session token, the pod's Authorization, or the web identity token
+    and role)."""
 
-    def __init__(self, key, secret):
+    def __init__(self, key, secret, tls=None):
         import datetime
         import http.server
         import threading
+        import urllib.parse
         expires = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         creds = json.dumps({"AccessKeyId": key, "SecretAccessKey": secret, "Token": "session-token", "Expiration": expires}).encode()
+        sts = ('<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+               '<AssumeRoleWithWebIdentityResult><Credentials>'
+               f'<AccessKeyId>{key}</AccessKeyId><SecretAccessKey>{secret}</SecretAccessKey>'
+               f'<SessionToken>session-token</SessionToken><Expiration>{expires}</Expiration>'
+               '</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>').encode()
         service = self
         self.asked = []
 
@@ -312,39 +323,100 @@ class CredentialService:
                     return self.answer(200 if self.headers.get("Authorization") == "pod-secret-token" else 403, creds)
                 self.answer(404)
 
+            def do_POST(self):
+                q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+                if self.headers.get("Content-Length"):
+                    self.rfile.read(int(self.headers["Content-Length"]))
+                if q.get("Action") != "AssumeRoleWithWebIdentity":
+                    return self.answer(400)
+                service.asked.append((q.get("WebIdentityToken"), q.get("RoleArn")))
+                self.answer(200 if q.get("WebIdentityToken") == "web-identity-token" else 403, sts)
+
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()
 
 
-def checked_credentials():
-    """A server that checks credentials and signatures (`rclone serve s3 --auth-key`; moto's
-    check rejects object_store's signed listings): a profile of the shared credentials file
-    (AWS_PROFILE) with the right key mounts and reads, and so do temporary credentials from EC2
-    instance metadata and EKS pod identity; unknown keys, from the environment or a profile, are
-    refused at mount time in one line that says so."""
+def rclone_s3(root, *flags):
+    """`rclone serve s3` of the directory `root` (its subdirectories are buckets) on a free
+    loopback port, checking signatures for one key; returns the process and the port."""
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
+    rclone = os.path.join(os.path.dirname(sys.executable), "rclone")
+    server = subprocess.Popen([rclone, "serve", "s3", "--auth-key", "ZARRFSKEY,zarrfs-secret", "--addr", f"127.0.0.1:{port}", *flags, root],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return server, port
+
+
+def test_certificates(work):
+    """A test CA and a server certificate for 127.0.0.1 it signed: paths of the CA's PEM, the
+    certificate's and its key's."""
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(subject, key, issuer, issuer_key, ca):
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                                              key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                              encipher_only=False, decipher_only=False), critical=True)
+        else:
+            b = (b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+        return b.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("zarrfs test CA", ca_key, "zarrfs test CA", ca_key, True)
+    cert = certificate("127.0.0.1", key, "zarrfs test CA", ca_key, False)
+    paths = [os.path.join(work, n) for n in ("ca.pem", "server.pem", "server.key")]
+    for path, data in zip(paths, [ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM),
+                                  key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                    serialization.NoEncryption())]):
+        with open(path, "wb") as f:
+            f.write(data)
+    return paths
+
+
+def checked_credentials():
+    """A server that checks credentials and signatures (`rclone serve s3 --auth-key`; moto's
+    check rejects object_store's signed listings): a profile of the shared credentials file
+    (AWS_PROFILE) with the right key mounts and reads, and so do temporary credentials from EC2
+    instance metadata, EKS pod identity and web identity (STS over HTTPS); unknown keys, from the environment or a profile, are
+    refused at mount time in one line that says so."""
     work = tempfile.mkdtemp()
     os.makedirs(os.path.join(work, "served", "bkt", "p"))
     with open(os.path.join(work, "served", "bkt", "p", "zarr.json"), "w") as f:
         f.write('{"zarr_format": 3, "node_type": "group", "attributes": {"profile": "read"}}')
-    rclone = os.path.join(os.path.dirname(sys.executable), "rclone")
-    server = subprocess.Popen([rclone, "serve", "s3", "--auth-key", "ZARRFSKEY,zarrfs-secret", "--addr", f"127.0.0.1:{port}",
-                               os.path.join(work, "served")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = rclone_s3(os.path.join(work, "served"))
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
         creds = os.path.join(work, "credentials")
         with open(creds, "w") as f:
             f.write("[good]\naws_access_key_id = ZARRFSKEY\naws_secret_access_key = zarrfs-secret\n\n"
@@ -363,14 +435,25 @@ def checked_credentials():
         # Temporary credentials from a credential service, as on EC2 (instance metadata, IMDSv2)
         # and in an EKS pod (pod identity: a URL and a bearer token file): a fake service on
         # loopback hands out the server's key with a session token.
+        # Web identity (EKS IRSA, GitHub OIDC): a token file and a role, exchanged at STS over
+        # HTTPS, here a stand-in whose certificate a test CA signed (SSL_CERT_FILE trusts it).
         service = CredentialService("ZARRFSKEY", "zarrfs-secret")
+        ca, cert, key = test_certificates(work)
+        sts = CredentialService("ZARRFSKEY", "zarrfs-secret", tls=(cert, key))
         token_file = os.path.join(work, "pod-token")
         with open(token_file, "w") as f:
             f.write("pod-secret-token")
+        web_token = os.path.join(work, "web-identity-token")
+        with open(web_token, "w") as f:
+            f.write("web-identity-token")
         no_profile = dict(base, AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"), AWS_CONFIG_FILE=os.path.join(work, "none"))
-        for what, env in [("instance metadata (IMDSv2)", dict(no_profile, AWS_METADATA_ENDPOINT=service.url)),
-                          ("EKS pod identity", dict(no_profile, AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{service.url}/pod-credentials",
-                                                    AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=token_file))]:
+        for what, service, env in [
+                ("instance metadata (IMDSv2)", service, dict(no_profile, AWS_METADATA_ENDPOINT=service.url)),
+                ("EKS pod identity", service, dict(no_profile, AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{service.url}/pod-credentials",
+                                                   AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=token_file)),
+                ("web identity (STS over HTTPS)", sts, dict(no_profile, AWS_WEB_IDENTITY_TOKEN_FILE=web_token,
+                                                             AWS_ROLE_ARN="arn:aws:iam::123456789012:role/zarrfs",
+                                                             AWS_ENDPOINT_URL_STS=sts.url, SSL_CERT_FILE=ca))]:
             service.asked.clear()
             r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=env, timeout=120)
             try:
@@ -380,10 +463,22 @@ def checked_credentials():
                 check(service.asked, f"the credentials came from {what} ({service.asked})")
                 if "pod" in what:
                     check(service.asked == ["pod-secret-token"] * len(service.asked), f"the pod's token was sent ({service.asked})")
+                if "web" in what:
+                    check(set(service.asked) == {("web-identity-token", "arn:aws:iam::123456789012:role/zarrfs")},
+                          f"the web identity token and role were sent ({service.asked})")
             finally:
                 if os.path.ismount(d):
                     subprocess.run([BIN, "unmount", d], check=True)
+        # STS whose certificate nothing trusts: refused at mount time, not a mount that fails later.
+        r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, timeout=120,
+                           env=dict(no_profile, AWS_WEB_IDENTITY_TOKEN_FILE=web_token, AWS_ROLE_ARN="arn:aws:iam::123456789012:role/zarrfs",
+                                    AWS_ENDPOINT_URL_STS=sts.url))
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and "certificate is not trusted" in lines[0] and not os.path.ismount(d),
+              f"an untrusted STS is refused in one line ({r.returncode}, {r.stderr!r})")
+        print(f"refused (untrusted STS certificate): {lines[-1] if lines else ''}", flush=True)
         service.close()
+        sts.close()
         for what, env in [("wrong keys in the environment", dict(base, AWS_ACCESS_KEY_ID="WRONGKEY", AWS_SECRET_ACCESS_KEY="wrong")),
                           ("a profile with wrong keys", dict(base, AWS_PROFILE="bad"))]:
             r = subprocess.run([BIN, "mount", "s3://bkt/p", d], capture_output=True, text=True, env=env, timeout=120)
@@ -391,6 +486,49 @@ def checked_credentials():
             check(r.returncode != 0 and len(lines) == 1 and "access denied" in lines[0] and "InvalidAccessKeyId" in lines[0]
                   and not os.path.ismount(d), f"{what} refused in one line ({r.returncode}, {r.stderr!r})")
             print(f"refused ({what}): {lines[-1] if lines else ''}", flush=True)
+    finally:
+        server.terminate()
+
+
+def virtual_hosted():
+    """Virtual-hosted-style addressing (the bucket in the host name): rclone serves buckets by
+    host name only (`--force-path-style=false`). The mount runs in a private mount namespace whose
+    /etc/hosts names the bucket's host (nothing here resolves made-up names), reads an array
+    zarr-python wrote and writes a row through the flat file; zarr-python reads the row back. The
+    same server asked path-style finds no bucket, so the addressing is what reached it."""
+    import shlex
+    work = tempfile.mkdtemp()
+    served = os.path.join(work, "served")
+    want = np.arange(64 * 8, dtype="<i4").reshape(64, 8)
+    zarr.open_group(os.path.join(served, "vbkt", "p"), mode="w").create_array("a", data=want, chunks=(16, 8))
+    server, port = rclone_s3(served, "--force-path-style=false")
+    host = "vbkt.s3.zarrfs.test"
+    with open(os.path.join(work, "hosts"), "w") as f:
+        f.write(f"127.0.0.1 localhost\n127.0.0.1 {host}\n")
+    row = np.full(8, -7, dtype="<i4")
+    row.tofile(os.path.join(work, "row.bin"))
+    mnt = os.path.join(work, "mnt")
+    os.mkdir(mnt)
+    q = {k: shlex.quote(v) for k, v in dict(work=work, mnt=mnt, bin=BIN).items()}
+    script = (f"set -e; mount --bind {q['work']}/hosts /etc/hosts; "
+              f"{q['bin']} mount s3://vbkt/p {q['mnt']} --endpoint http://{host}:{port} --virtual-hosted; "
+              f"trap '{q['bin']} unmount {q['mnt']}' EXIT; "
+              f"cat {q['mnt']}/a/data > {q['work']}/read.bin; "
+              f"dd if={q['work']}/row.bin of={q['mnt']}/a/data bs=32 seek=5 conv=notrunc status=none")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID="ZARRFSKEY", AWS_SECRET_ACCESS_KEY="zarrfs-secret", AWS_ALLOW_HTTP="true", AWS_REGION=REGION)
+    try:
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True, text=True,
+                           env=env, timeout=120)
+        check(r.returncode == 0, f"virtual-hosted mount, read and write ({r.returncode}, {r.stderr!r})")
+        got = open(os.path.join(work, "read.bin"), "rb").read() if os.path.exists(os.path.join(work, "read.bin")) else b""
+        check(got == want.tobytes(), "read through a virtual-hosted mount")
+        want[5] = row
+        back = zarr.open_array(os.path.join(served, "vbkt", "p", "a"), mode="r")[...]
+        check(np.array_equal(back, want), "a row written through a virtual-hosted mount reads back in zarr-python")
+        r = subprocess.run([BIN, "info", "s3://vbkt/p", "--endpoint", f"http://127.0.0.1:{port}"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        check(r.returncode != 0 and "no such bucket" in r.stderr, f"path-style finds no bucket on that server ({r.returncode}, {r.stderr!r})")
     finally:
         server.terminate()
 
@@ -455,6 +593,7 @@ def main():
     conditional_put()
     mount_errors()
     checked_credentials()
+    virtual_hosted()
     fstab_forms()
     plain_http()
     print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)

@@ -19,9 +19,11 @@ pub enum LogTarget<'a> {
 }
 
 pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
+    // The TLS verifier logs each refused certificate; the request's error says it once, with
+    // what to do.
     let default = match verbose {
-        0 => "zarrfs=info,fuser=error,warn",
-        1 => "zarrfs=debug,fuser=warn,info",
+        0 => "zarrfs=info,fuser=error,rustls_platform_verifier=off,warn",
+        1 => "zarrfs=debug,fuser=warn,rustls_platform_verifier=off,info",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

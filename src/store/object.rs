@@ -260,8 +260,18 @@ fn explain(e: &object_store::Error) -> String {
     {
         return format!("access denied (check the credentials, region and endpoint): {}", first_line(&text));
     }
+    // The innermost cause says why a request could not be sent ("Connection refused", "invalid
+    // peer certificate: UnknownIssuer"); the outer ones only that it was not.
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let cause = first_line(&cause.to_string());
+    if cause.to_ascii_lowercase().contains("certificate") {
+        return format!("a server's TLS certificate is not trusted (a private CA goes in SSL_CERT_FILE): {cause}");
+    }
     if lower.contains("error sending request") || lower.contains("connection refused") || lower.contains("dns error") {
-        return format!("cannot reach the server (check the endpoint): {}", first_line(text.rsplit(" - ").next().unwrap_or(&text)));
+        return format!("cannot reach the server (check the endpoint): {cause}");
     }
     first_line(&text)
 }
@@ -550,6 +560,32 @@ mod tests {
         assert_eq!(parse_credentials(text, "default"), Some(("A".into(), "B".into(), None)));
         assert_eq!(parse_credentials(text, "other"), Some(("C".into(), "D".into(), Some("T".into()))));
         assert_eq!(parse_credentials(text, "missing"), None);
+    }
+
+    #[test]
+    fn a_request_that_was_not_sent_is_explained_by_its_innermost_cause() {
+        /// An outer error that only says a request failed, over the cause.
+        #[derive(Debug)]
+        struct NotSent(std::io::Error);
+        impl std::fmt::Display for NotSent {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("HTTP error: error sending request")
+            }
+        }
+        impl std::error::Error for NotSent {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let not_sent =
+            |cause: &str| object_store::Error::Generic { store: "S3", source: Box::new(NotSent(std::io::Error::other(cause.to_string()))) };
+        let untrusted = explain(&not_sent("invalid peer certificate: UnknownIssuer"));
+        assert_eq!(
+            untrusted,
+            "a server's TLS certificate is not trusted (a private CA goes in SSL_CERT_FILE): invalid peer certificate: UnknownIssuer"
+        );
+        let refused = explain(&not_sent("Connection refused (os error 111)"));
+        assert_eq!(refused, "cannot reach the server (check the endpoint): Connection refused (os error 111)");
     }
 
     #[test]
