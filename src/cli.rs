@@ -349,7 +349,11 @@ fn helper_args(args: Vec<OsString>) -> Option<Vec<OsString>> {
 
 /// Open the store an offline command works on, then run it.
 fn offline(store: &std::ffi::OsStr, remote: &RemoteArgs, command: impl FnOnce(&OpenedStore) -> ExitCode) -> ExitCode {
-    let opened = Location::parse(store).and_then(|location| Ok(OpenedStore { store: location.open(&remote.options())?, location }));
+    let opened = Location::parse(store).and_then(|location| {
+        let store = location.open(&remote.options())?;
+        store.reach().map_err(|e| format!("{location}: {e}"))?;
+        Ok(OpenedStore { store, location })
+    });
     match opened {
         Ok(s) => command(&s),
         Err(e) => {

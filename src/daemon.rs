@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::num::NonZeroUsize;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -187,10 +187,11 @@ fn signal_set() -> libc::sigset_t {
 
 fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) -> Result<(), String> {
     // Block the shutdown signals before any thread starts: every thread inherits the mask and
-    // the main thread alone takes them, with sigtimedwait.
+    // a thread of their own takes them, with sigwait.
     let signals = signal_set();
     // SAFETY: setting this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+    let signalled = wait_for_signals(signals)?;
 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
@@ -221,10 +222,17 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     if let Some(n) = plan.max_chunk_size {
         crate::zarr::limits::set_max_chunk_bytes(n);
     }
-    let fs = Arc::new(ZarrFs::new(store, config));
-    // The root's metadata, read now, is what the first lookups need (one round trip fewer on
-    // object storage than asking whether it is there and then reading it).
-    match fs.load_root() {
+    let fs = Arc::new(ZarrFs::new(store.clone(), config));
+    // Whether the store can be used at all (an object store lists its prefix) is asked while the
+    // root's metadata, which the first lookups need, is read: one round trip for both. A failure
+    // is said once, as the mount's error, so the root is read without logging it too.
+    let (reached, root) = std::thread::scope(|s| {
+        let reach = s.spawn(|| store.reach());
+        let root = tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || fs.load_root());
+        (reach.join(), root)
+    });
+    reached.unwrap_or_else(|_| Err("checking the store failed".into())).map_err(|why| format!("{}: {why}", plan.store))?;
+    match root {
         Ok(()) => {}
         Err(crate::Error::NotFound) => return Err(not_a_store(&plan.store)),
         Err(e) => return Err(format!("{}: {e}", plan.store)),
@@ -250,20 +258,13 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         detach_stdio(plan.log_file.is_some());
     }
 
-    // Wait for a signal, or for the session to end (an external umount).
-    let timeout = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
-    loop {
-        if session.is_finished() {
-            session.join();
+    // Wait for a signal, or for the session to end (an external umount), whichever comes first.
+    crossbeam_channel::select! {
+        recv(session.ended()) -> _ => {
             tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted from outside");
             return flush_within(&fs, plan.flush_timeout);
         }
-        // SAFETY: waits on the blocked set; no memory is shared.
-        let sig = unsafe { libc::sigtimedwait(&signals, std::ptr::null_mut(), &timeout) };
-        if sig > 0 {
-            tracing::info!(signal = sig, "shutting down");
-            break;
-        }
+        recv(signalled) -> sig => tracing::info!(signal = sig.unwrap_or(0), "shutting down"),
     }
     // Stop taking changes, store what was acknowledged, then unmount.
     fs.stop_changes();
@@ -274,10 +275,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     match unmount(&plan.mountpoint) {
         Ok(()) => {
             // The kernel ends the session; wait for it (briefly: a stuck request must not keep us).
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while !session.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let _ = session.ended().recv_timeout(Duration::from_secs(5));
         }
         Err(e) => {
             tracing::warn!("unmount failed ({e}); detaching the mount lazily");
@@ -286,6 +284,24 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
     tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted");
     flushed
+}
+
+/// The shutdown signals (blocked in every thread), as they arrive: a thread waits for them.
+fn wait_for_signals(signals: libc::sigset_t) -> Result<crossbeam_channel::Receiver<i32>, String> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("zarrfs-signals".into())
+        .spawn(move || {
+            loop {
+                let mut sig = 0;
+                // SAFETY: waits on the blocked set, writing only `sig`.
+                if unsafe { libc::sigwait(&signals, &mut sig) } == 0 && tx.send(sig).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(rx)
 }
 
 /// Flush everything, giving up after `timeout` (the daemon must stop in bounded time).
@@ -362,19 +378,47 @@ pub fn stop(mountpoint: &Path) -> Result<(), String> {
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
         return unmount(mountpoint);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    // Gone, or a zombie nobody reaps yet.
+    if !wait_for_exit(pid, Duration::from_secs(120)) {
+        return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
+    }
+    if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
+}
+
+/// Wait until process `pid` has exited (a zombie nobody reaps yet counts), at most `limit`:
+/// woken by the exit itself through a pidfd, else by looking every 20 ms.
+fn wait_for_exit(pid: i32, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if let Ok(fd) = i32::try_from(fd)
+        && fd >= 0
+    {
+        // SAFETY: a descriptor just opened, owned here alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut poll, 1, i32::try_from(left.as_millis()).unwrap_or(i32::MAX)) };
+            if n > 0 {
+                return true;
+            }
+            if n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return false;
+            }
+        }
+    }
     let alive = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
     };
     while alive() {
         if std::time::Instant::now() > deadline {
-            return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
+    true
 }
 
 /// Whether process `pid` is a zarrfs daemon serving `mountpoint` (its command line names it): a

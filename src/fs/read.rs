@@ -196,15 +196,16 @@ fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coord
     }
 }
 
-/// The buffer of a flat range of the array: its elements from `base` on.
-pub(crate) struct RangeBuf<'a> {
+/// The buffer of a flat range of the array: its elements from `base` on. A write borrows the
+/// caller's bytes where they are whole elements, rather than copying them first.
+pub(crate) struct RangeBuf<'a, B = Vec<u8>> {
     pub shape: &'a [u64],
     pub base: u64,
     pub item: usize,
-    pub bytes: Vec<u8>,
+    pub bytes: B,
 }
 
-impl RangeBuf<'_> {
+impl<B: AsRef<[u8]>> RangeBuf<'_, B> {
     /// For a box of the range inside the chunk at `coords` of `grid`: its view in this buffer,
     /// its view in the chunk, and its extent.
     fn views(&self, grid: &ChunkGrid, coords: &[u64], b: &[(u64, u64)]) -> (Strided, Strided, Vec<u64>) {
@@ -212,14 +213,6 @@ impl RangeBuf<'_> {
         let local: Vec<u64> = origin.iter().enumerate().map(|(a, o)| o - grid.chunk_start(a, coords[a])).collect();
         let extent = b.iter().map(|r| r.1 - r.0).collect();
         (Strided::of(self.shape, &origin, self.base), Strided::of(&grid.chunk_shape(coords), &local, 0), extent)
-    }
-
-    /// Copy `boxes` out of the decoded chunk at `coords` of `grid`.
-    fn copy_from_chunk<'b>(&mut self, grid: &ChunkGrid, coords: &[u64], chunk: &[u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
-        for b in boxes {
-            let (in_range, in_chunk, extent) = self.views(grid, coords, b);
-            copy_box(chunk, &in_chunk, &mut self.bytes, &in_range, &extent, self.item);
-        }
     }
 
     /// Copy `boxes` into the decoded chunk at `coords` of `grid`.
@@ -232,7 +225,17 @@ impl RangeBuf<'_> {
     ) {
         for b in boxes {
             let (in_range, in_chunk, extent) = self.views(grid, coords, b);
-            copy_box(&self.bytes, &in_range, chunk, &in_chunk, &extent, self.item);
+            copy_box(self.bytes.as_ref(), &in_range, chunk, &in_chunk, &extent, self.item);
+        }
+    }
+}
+
+impl RangeBuf<'_> {
+    /// Copy `boxes` out of the decoded chunk at `coords` of `grid`.
+    fn copy_from_chunk<'b>(&mut self, grid: &ChunkGrid, coords: &[u64], chunk: &[u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
+        for b in boxes {
+            let (in_range, in_chunk, extent) = self.views(grid, coords, b);
+            copy_box(chunk, &in_chunk, &mut self.bytes, &in_range, &extent, self.item);
         }
     }
 }

@@ -122,27 +122,30 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
     let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
     lock(&open.edits).recent = (0..cells.len()).map(|i| cells.coords(i).to_vec()).collect();
-    // Whole elements: the bytes of partly written elements at either end come from the file.
-    let base = range.start * item;
-    let mut buf = RangeBuf {
-        shape: &meta.shape,
-        base: range.start,
-        item: item as usize,
-        bytes: vec![0u8; ((range.end - range.start) * item) as usize],
-    };
-    if !offset.is_multiple_of(item) || !end.is_multiple_of(item) {
-        let head = read_shared(open, &array, cache, pool, base, item)?;
-        let n = buf.bytes.len();
-        let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
-        buf.bytes[..head.len()].copy_from_slice(&head);
-        buf.bytes[n - tail.len()..].copy_from_slice(&tail);
+    let buf = RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes: data };
+    if offset.is_multiple_of(item) && end.is_multiple_of(item) {
+        return write_cells(open, &array, cache, &cells, &buf);
     }
-    buf.bytes[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
+    // Partly written elements at either end: their other bytes come from the file.
+    let base = range.start * item;
+    let mut whole = vec![0u8; ((range.end - range.start) * item) as usize];
+    let head = read_shared(open, &array, cache, pool, base, item)?;
+    let n = whole.len();
+    let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
+    whole[..head.len()].copy_from_slice(&head);
+    whole[n - tail.len()..].copy_from_slice(&tail);
+    whole[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
+    write_cells(open, &array, cache, &cells, &RangeBuf { bytes: whole.as_slice(), ..buf })
+}
+
+/// Merge the whole elements of `buf` into the chunks of `cells`.
+fn write_cells(open: &OpenArray, array: &Array, cache: &ChunkCache, cells: &Cells, buf: &RangeBuf<'_, &[u8]>) -> Result<()> {
+    let meta = &array.meta;
     for i in 0..cells.len() {
         let coords = cells.coords(i);
         let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
         let from_fill = covered == elements_inside(&meta.grid, &meta.shape, coords);
-        edit_chunk(open, &array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
+        edit_chunk(open, array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
     Ok(())
 }

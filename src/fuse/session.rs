@@ -26,7 +26,9 @@ pub struct SessionOptions {
 
 /// A live mount, served by fuser's threads.
 pub struct Session {
-    background: fuser::BackgroundSession,
+    /// Disconnects when the session has ended (the file system was unmounted) and its threads
+    /// are done.
+    ended: crossbeam_channel::Receiver<()>,
 }
 
 impl Session {
@@ -65,18 +67,22 @@ impl Session {
             .map_err(|e| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display()))?;
         fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
         let background = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+        // Whoever waits for the end is woken by it, rather than polling for it.
+        let (tell, ended) = crossbeam_channel::bounded::<()>(0);
+        std::thread::Builder::new()
+            .name("zarrfs-session".into())
+            .spawn(move || {
+                let _ = background.join();
+                drop(tell);
+            })
+            .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
         raise_read_ahead(mountpoint);
-        Ok(Session { background })
+        Ok(Session { ended })
     }
 
-    /// Whether the session has ended (the file system was unmounted).
-    pub fn is_finished(&self) -> bool {
-        self.background.guard.is_finished()
-    }
-
-    /// Wait for the ended session's threads.
-    pub fn join(self) {
-        let _ = self.background.join();
+    /// Ready (disconnected) once the session has ended: the file system was unmounted.
+    pub fn ended(&self) -> &crossbeam_channel::Receiver<()> {
+        &self.ended
     }
 }
 

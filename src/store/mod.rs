@@ -117,6 +117,11 @@ pub trait Store: Send + Sync {
     fn requests(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Reach the store once and say in one line why it cannot be used: a missing bucket,
+    /// refused credentials, a wrong region or an unreachable endpoint. A local store is there.
+    fn reach(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Where a store is: a local directory or an object store.
@@ -135,17 +140,13 @@ impl Location {
         }
     }
 
-    /// Open the store. An object store is reached once (`ObjectStore::check`), so that a wrong
-    /// bucket, endpoint or credentials fail here with a message rather than later.
+    /// Open the store. Nothing is asked of an object store yet: its first request (the root's
+    /// metadata, or `Store::reach`) tells whether it can be used.
     pub fn open(&self, options: &RemoteOptions) -> std::result::Result<Arc<dyn Store>, String> {
         match self {
             Location::Local(path) => Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?)),
             #[cfg(feature = "object-store")]
-            Location::Remote(remote) => {
-                let store = ObjectStore::open(remote, options).map_err(|e| e.to_string())?;
-                store.check()?;
-                Ok(Arc::new(store))
-            }
+            Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| e.to_string())?)),
             #[cfg(not(feature = "object-store"))]
             Location::Remote(remote) => {
                 let _ = options;

@@ -153,26 +153,6 @@ impl ObjectStore {
         &self.location
     }
 
-    /// Reach the store once, so that a missing bucket, refused credentials or an unreachable
-    /// endpoint are reported when the mount starts rather than on the first read.
-    pub fn check(&self) -> std::result::Result<(), String> {
-        let probe = async {
-            match self.location {
-                RemoteLocation::S3 { .. } => self.remote.list_with_delimiter(None).await.map(|_| ()),
-                // Plain HTTP: the root's metadata, absent or not, proves the server answers.
-                RemoteLocation::Http { .. } => match self.remote.head(&ObjectPath::from("zarr.json")).await {
-                    Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    other => other.map(|_| ()),
-                },
-            }
-        };
-        match self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(60), probe).await }) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("{}: {}", self.location, explain(&e))),
-            Err(_) => Err(format!("{}: no answer within 60 s", self.location)),
-        }
-    }
-
     fn path(key: &str) -> Result<ObjectPath> {
         ObjectPath::parse(key).map_err(|e| Error::refused(key, format!("not a valid object key: {e}")))
     }
@@ -541,6 +521,24 @@ impl Store for ObjectStore {
 
     fn requests(&self) -> Option<serde_json::Value> {
         Some(self.requests.to_json())
+    }
+
+    fn reach(&self) -> std::result::Result<(), String> {
+        let probe = async {
+            match self.location {
+                RemoteLocation::S3 { .. } => self.remote.list_with_delimiter(None).await.map(|_| ()),
+                // Plain HTTP: the root's metadata, absent or not, proves the server answers.
+                RemoteLocation::Http { .. } => match self.remote.head(&ObjectPath::from("zarr.json")).await {
+                    Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+            }
+        };
+        match self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(60), probe).await }) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(explain(&e)),
+            Err(_) => Err("no answer within 60 s".into()),
+        }
     }
 }
 
