@@ -1,0 +1,77 @@
+//! What the codecs of an array can do on this machine, with no FUSE, no cache and no copies out:
+//! `decode` reads every chunk from the local store and decodes it on all cores (the decode
+//! limit `scripts/bench-read` measures the mount against); `encode` decodes every chunk first,
+//! then times encoding them all on all cores, storing nothing (the encode limit of
+//! `scripts/bench-write`).
+//!
+//!   cargo run --release --example codec-limit -- decode|encode STORE ARRAY_PATH [THREADS]
+//!
+//! Prints `<decode|encode>-limit <MB/s> <threads> <chunks>`: decoded bytes per second of wall time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use zarrfs::store::LocalStore;
+use zarrfs::store::Store;
+use zarrfs::zarr::array::Array;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(mode), Some(root), Some(path)) = (args.get(1), args.get(2), args.get(3)) else {
+        return Err("usage: codec-limit decode|encode STORE ARRAY_PATH [THREADS]".into());
+    };
+    let encode = match mode.as_str() {
+        "decode" => false,
+        "encode" => true,
+        _ => return Err(format!("unknown mode {mode}: decode or encode").into()),
+    };
+    let threads = match args.get(4) {
+        Some(n) => n.parse()?,
+        None => std::thread::available_parallelism()?.get(),
+    };
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(root.as_str())?);
+    let array = Array::open(store, path)?;
+    let whole: Vec<(u64, u64)> = array.meta.shape.iter().map(|&n| (0, n)).collect();
+    let mut chunks: Vec<Vec<u64>> = Vec::new();
+    array.meta.grid.cells_touching(&whole).for_each(|c| chunks.push(c.to_vec()));
+    // Encoding starts from the decoded chunks, in memory before the clock starts.
+    let decoded: Vec<Vec<u8>> = if encode {
+        chunks.iter().map(|c| Ok(array.retrieve_chunk(c)?.map(|(bytes, _)| bytes).unwrap_or_default())).collect::<zarrfs::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let one = |i: usize| -> zarrfs::Result<usize> {
+        let coords = &chunks[i];
+        if !encode {
+            return Ok(array.retrieve_chunk(coords)?.map_or(0, |(bytes, _)| bytes.len()));
+        }
+        let bytes = &decoded[i];
+        if !bytes.is_empty() {
+            array.meta.codecs.encode(bytes.clone(), &array.chunk_repr(coords))?;
+        }
+        Ok(bytes.len())
+    };
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> zarrfs::Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= chunks.len() {
+                            return Ok(());
+                        }
+                        done.fetch_add(one(i)?, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| zarrfs::Error::Invalid("a codec thread panicked".into()))?)
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    println!("{mode}-limit {:.0} {threads} {}", done.load(Ordering::Relaxed) as f64 / secs / 1e6, chunks.len());
+    Ok(())
+}
