@@ -19,9 +19,15 @@ pub enum LogTarget<'a> {
 }
 
 pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
+    let syslog = if matches!(target, LogTarget::Syslog) { Syslog::connect() } else { None };
+    // A background daemon with no syslog has only the caller's terminal until it detaches, and
+    // the mount's own error reaches the caller through the readiness pipe: it says only
+    // warnings and errors there, so that a mount that works prints nothing.
+    let terminal_only = matches!(target, LogTarget::Syslog) && syslog.is_none();
     // The TLS verifier logs each refused certificate; the request's error says it once, with
     // what to do.
     let default = match verbose {
+        0 if terminal_only => "zarrfs=warn,fuser=error,rustls_platform_verifier=off,warn",
         0 => "zarrfs=info,fuser=error,rustls_platform_verifier=off,warn",
         1 => "zarrfs=debug,fuser=warn,rustls_platform_verifier=off,info",
         _ => "trace",
@@ -33,7 +39,7 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
             let f = std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("log file {}: {e}", p.display()))?;
             builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init()
         }
-        LogTarget::Syslog if let Some(syslog) = Syslog::connect() => {
+        LogTarget::Syslog if let Some(syslog) = syslog => {
             builder.with_ansi(false).without_time().with_level(false).with_writer(syslog).try_init()
         }
         LogTarget::Syslog | LogTarget::Stderr => {
