@@ -51,8 +51,36 @@ pub(crate) struct Edits {
     /// Chunks a background store is under way for (one at a time per chunk, so that stores of
     /// one chunk land in order).
     pub storing: HashSet<Vec<u64>>,
-    /// The chunks the latest write touched: likely to be written again, so not stored early.
-    pub recent: HashSet<Vec<u64>>,
+    /// What the writes since each changed chunk was last stored did to it: a chunk is stored
+    /// early (in the background) once it is whole or no longer being written.
+    pub touched: HashMap<Vec<u64>, Touch>,
+    /// Writes so far, numbering them for `Touch::write`.
+    pub writes: u64,
+}
+
+/// The writes to one changed chunk since it was last stored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Touch {
+    /// The number of the latest write that touched it.
+    pub write: u64,
+    /// Elements those writes covered (overlaps count again), against the chunk's elements
+    /// inside the array.
+    pub written: u64,
+    pub elements: u64,
+}
+
+/// Writes after which a chunk no longer written is taken as done with: the kernel keeps up to
+/// 64 write requests in flight (`max_background`), and writes back an mmap's pages in no
+/// particular order, so a chunk the latest write missed may still be half written.
+pub(crate) const WRITES_IN_FLIGHT: u64 = 64;
+
+impl Touch {
+    /// Whether the chunk is worth storing before a flush, `writes` writes so far: wholly
+    /// written since it was last stored, or not written for `WRITES_IN_FLIGHT` writes (and
+    /// then likely done with: a random writer's).
+    pub fn settled(touch: Option<&Touch>, writes: u64) -> bool {
+        touch.is_none_or(|t| t.written >= t.elements || writes - t.write >= WRITES_IN_FLIGHT)
+    }
 }
 
 impl Edits {
@@ -64,7 +92,8 @@ impl Edits {
             metadata_dirty: false,
             unsynced: BTreeSet::new(),
             storing: HashSet::new(),
-            recent: HashSet::new(),
+            touched: HashMap::new(),
+            writes: 0,
         }
     }
 

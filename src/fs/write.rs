@@ -5,7 +5,7 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use super::open::{ChunkEdit, OpenArray, dirty_cost};
+use super::open::{ChunkEdit, OpenArray, Touch, dirty_cost};
 use super::read::{Cells, RangeBuf, read_shared};
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
@@ -121,7 +121,19 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     let meta = &array.meta;
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
     let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
-    lock(&open.edits).recent = (0..cells.len()).map(|i| cells.coords(i).to_vec()).collect();
+    {
+        let mut edits = lock(&open.edits);
+        edits.writes += 1;
+        let write = edits.writes;
+        for i in 0..cells.len() {
+            let coords = cells.coords(i);
+            let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
+            let elements = elements_inside(&meta.grid, &meta.shape, coords);
+            let touch = edits.touched.entry(coords.to_vec()).or_insert(Touch { write, written: 0, elements });
+            touch.write = write;
+            touch.written += covered;
+        }
+    }
     let buf = RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes: data };
     if offset.is_multiple_of(item) && end.is_multiple_of(item) {
         return write_cells(open, &array, cache, &cells, &buf);

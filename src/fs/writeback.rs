@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::open::{ChunkEdit, OpenArray, dirty_cost};
+use super::open::{ChunkEdit, OpenArray, Touch, dirty_cost};
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
 use crate::pool::WorkerPool;
@@ -25,6 +25,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     let (chunks, metadata_dirty, held) = {
         let mut edits = open.wait_stored(lock(&open.edits));
         let held = edits.dirty_bytes();
+        edits.touched.clear();
         (std::mem::take(&mut edits.chunks), std::mem::take(&mut edits.metadata_dirty), held)
     };
     if chunks.is_empty() && !metadata_dirty {
@@ -87,10 +88,11 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     first_error.map_or(Ok(()), Err)
 }
 
-/// Store, on the pool, the changed chunks the latest write did not touch — for a sequential
-/// writer these are complete — while writing goes on: encoding overlaps writing, and little is
-/// left for close(). Readers keep reading them from memory until each is stored; a write to one
-/// changes a copy. A chunk that fails stays changed, for close() to try again and report.
+/// Store, on the pool, the changed chunks that are settled (wholly written, or no longer being
+/// written: `Touch::settled`) while writing goes on: encoding overlaps writing, little is left
+/// for close(), and a chunk is encoded once, not each time a part of it lands. Readers keep
+/// reading them from memory until each is stored; a write to one changes a copy. A chunk that
+/// fails stays changed, for close() to try again and report.
 pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) {
     let array = open.array();
     let picked: Vec<(Vec<u64>, Arc<Vec<u8>>)> = {
@@ -98,9 +100,10 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
         let edits = &mut *guard;
         let mut picked = Vec::new();
         for (coords, edit) in edits.chunks.iter_mut() {
-            if edits.recent.contains(coords) || edits.storing.contains(coords) {
+            if edits.storing.contains(coords) || !Touch::settled(edits.touched.get(coords), edits.writes) {
                 continue;
             }
+            edits.touched.remove(coords);
             if let ChunkEdit::Dirty(buf) = edit {
                 let buf = Arc::new(std::mem::take(buf));
                 *edit = ChunkEdit::Storing(buf.clone());
