@@ -17,7 +17,8 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
   HTTPS with a test CA), against a server that checks signatures (rclone serve s3);
   virtual-hosted addressing (a private mount namespace names the bucket's host); the fstab form
   `mount -t fuse.zarrfs s3://... -o endpoint=`;
-- plain HTTP: a consolidated store served over http:// mounts read-only.
+- plain HTTP: a consolidated store served over http:// mounts read-only, and over https://
+  (a TLS front with a test CA's certificate) too.
 
     scripts/check-s3.py target/release/zarrfs
 """
@@ -37,7 +38,7 @@ import zarr
 from zarr.storage import ObjectStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s3proxy import S3Proxy  # noqa: E402
+from s3proxy import DelayProxy, S3Proxy  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 EP = os.environ["AWS_ENDPOINT_URL"]
@@ -65,10 +66,10 @@ def ts_spec(prefix, driver="zarr3"):
 
 
 class Mount:
-    def __init__(self, source, *extra, endpoint=EP):
+    def __init__(self, source, *extra, endpoint=EP, env=None):
         self.dir = tempfile.mkdtemp(prefix="zarrfs-s3-")
         self.log = self.dir + ".log"
-        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint)
+        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, **(env or {}))
         self.proc = subprocess.Popen([BIN, "mount", "-f", source, self.dir, *extra], stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "w"), env=env)
         deadline = time.time() + 30
@@ -574,15 +575,28 @@ def plain_http():
     zarr.consolidate_metadata(store)
     for o in s3.list_objects_v2(Bucket=public, Prefix=prefix)["Contents"]:
         s3.put_object_acl(Bucket=public, Key=o["Key"], ACL="public-read")
-    with Mount(f"{EP}/{public}/{prefix}") as m:
-        check(sorted(os.listdir(m.dir)) == [".zarrfs", "sub", "zarr.json"], f"http root listing {sorted(os.listdir(m.dir))}")
-        check(sorted(os.listdir(m.path("sub"))) == ["a", "zarr.json"], f"http group listing {sorted(os.listdir(m.path('sub')))}")
-        check(open(m.path("sub/a/data"), "rb").read() == le_bytes(want), "http read")
-        try:
-            open(m.path("sub/a/data"), "r+b")
-            check(False, "http mounts are read-only")
-        except OSError as e:
-            check(e.errno == 30, f"http mounts are read-only (EROFS, got {e.errno})")
+    # The same files over HTTPS: a TLS front whose certificate a test CA signed, trusted through
+    # SSL_CERT_FILE; without it the mount is refused in one line.
+    work = tempfile.mkdtemp()
+    ca, cert, key = test_certificates(work)
+    front = DelayProxy(EP, 0, tls=(cert, key))
+    for url, env in [(f"{EP}/{public}/{prefix}", {}), (f"{front.url}/{public}/{prefix}", {"SSL_CERT_FILE": ca})]:
+        scheme = url.split(":")[0]
+        with Mount(url, env=env) as m:
+            check(sorted(os.listdir(m.dir)) == [".zarrfs", "sub", "zarr.json"], f"{scheme} root listing {sorted(os.listdir(m.dir))}")
+            check(sorted(os.listdir(m.path("sub"))) == ["a", "zarr.json"], f"{scheme} group listing {sorted(os.listdir(m.path('sub')))}")
+            check(open(m.path("sub/a/data"), "rb").read() == le_bytes(want), f"{scheme} read")
+            try:
+                open(m.path("sub/a/data"), "r+b")
+                check(False, f"{scheme} mounts are read-only")
+            except OSError as e:
+                check(e.errno == 30, f"{scheme} mounts are read-only (EROFS, got {e.errno})")
+    check(front.requests > 0, "the https mount went through the TLS front")
+    d = tempfile.mkdtemp()
+    r = subprocess.run([BIN, "mount", f"{front.url}/{public}/{prefix}", d], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode != 0 and len(lines) == 1 and "certificate is not trusted" in lines[0] and not os.path.ismount(d),
+          f"an https store whose certificate nothing trusts is refused in one line ({r.returncode}, {r.stderr!r})")
 
 
 def main():

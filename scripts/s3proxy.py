@@ -99,11 +99,13 @@ class DelayProxy:
     """A TCP proxy that holds every request a client sends for `delay` seconds before passing it
     on (one added round trip per request, as a distant server has) and passes answers straight
     back; it counts requests (HTTP request lines) and the bytes answered. Fast enough to stay out
-    of the way of a benchmark, unlike S3Proxy, which parses every request.
+    of the way of a benchmark, unlike S3Proxy, which parses every request. With `tls` (a
+    certificate's and its key's paths) it answers HTTPS: an HTTPS front for a plain server.
     """
 
-    def __init__(self, upstream, delay):
+    def __init__(self, upstream, delay, tls=None):
         import asyncio
+        import ssl
 
         u = urllib.parse.urlparse(upstream)
         self.delay = delay
@@ -136,7 +138,11 @@ class DelayProxy:
             await asyncio.gather(pipe(client_r, up_w, True), pipe(up_r, client_w, False))
 
         async def start():
-            self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
+            context = None
+            if tls:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(*tls)
+            self.server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
             self.port = self.server.sockets[0].getsockname()[1]
             ready.set()
 
@@ -146,7 +152,7 @@ class DelayProxy:
 
         threading.Thread(target=run, daemon=True).start()
         ready.wait()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
 
     def reset(self):
         self.requests = 0
