@@ -121,22 +121,26 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     let meta = &array.meta;
     let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
     let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
+    // Per cell: the elements this write covers, and the chunk's elements inside the array.
+    let coverage: Vec<(u64, u64)> = (0..cells.len())
+        .map(|i| {
+            let covered = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
+            (covered, elements_inside(&meta.grid, &meta.shape, cells.coords(i)))
+        })
+        .collect();
     {
         let mut edits = lock(&open.edits);
         edits.writes += 1;
         let write = edits.writes;
-        for i in 0..cells.len() {
-            let coords = cells.coords(i);
-            let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
-            let elements = elements_inside(&meta.grid, &meta.shape, coords);
-            let touch = edits.touched.entry(coords.to_vec()).or_insert(Touch { write, written: 0, elements });
+        for (i, &(covered, elements)) in coverage.iter().enumerate() {
+            let touch = edits.touched.entry(cells.coords(i).to_vec()).or_insert(Touch { write, written: 0, elements });
             touch.write = write;
             touch.written += covered;
         }
     }
     let buf = RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes: data };
     if offset.is_multiple_of(item) && end.is_multiple_of(item) {
-        return write_cells(open, &array, cache, &cells, &buf);
+        return write_cells(open, &array, cache, &cells, &coverage, &buf);
     }
     // Partly written elements at either end: their other bytes come from the file.
     let base = range.start * item;
@@ -147,16 +151,23 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     whole[..head.len()].copy_from_slice(&head);
     whole[n - tail.len()..].copy_from_slice(&tail);
     whole[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    write_cells(open, &array, cache, &cells, &RangeBuf { bytes: whole.as_slice(), ..buf })
+    write_cells(open, &array, cache, &cells, &coverage, &RangeBuf { bytes: whole.as_slice(), ..buf })
 }
 
-/// Merge the whole elements of `buf` into the chunks of `cells`.
-fn write_cells(open: &OpenArray, array: &Array, cache: &ChunkCache, cells: &Cells, buf: &RangeBuf<'_, &[u8]>) -> Result<()> {
+/// Merge the whole elements of `buf` into the chunks of `cells`; a chunk the write covers
+/// (`coverage`: elements covered, elements inside) wholly starts from fill, not from the store.
+fn write_cells(
+    open: &OpenArray,
+    array: &Array,
+    cache: &ChunkCache,
+    cells: &Cells,
+    coverage: &[(u64, u64)],
+    buf: &RangeBuf<'_, &[u8]>,
+) -> Result<()> {
     let meta = &array.meta;
-    for i in 0..cells.len() {
+    for (i, &(covered, elements)) in coverage.iter().enumerate() {
         let coords = cells.coords(i);
-        let covered: u64 = cells.boxes(i).map(|b| b.iter().map(|(s, e)| e - s).product::<u64>()).sum();
-        let from_fill = covered == elements_inside(&meta.grid, &meta.shape, coords);
+        let from_fill = covered == elements;
         edit_chunk(open, array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
     Ok(())
