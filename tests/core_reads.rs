@@ -329,3 +329,45 @@ fn chunks_written_in_parts_out_of_order_are_each_stored_once() {
     let all = fs.read(ino, fh, 0, 64 * 4096).unwrap();
     assert!(all.chunks(4096).enumerate().all(|(r, row)| row == row_bytes(r as u64)));
 }
+
+#[test]
+fn fill_written_where_there_is_only_fill_loads_and_stores_nothing() {
+    // uint8 (64, 4096) in chunks of (8, 4096), fill 0; chunk b holds b. Chunk 2 is not stored.
+    let dir = tempfile::tempdir().unwrap();
+    common::banded_array(dir.path(), 64, 4096, 8);
+    std::fs::remove_file(dir.path().join("c/2/0")).unwrap(); // rows 16..24 read as fill
+    let store = Arc::new(CountingStore {
+        inner: LocalStore::open(dir.path()).unwrap(),
+        log: Mutex::new(Vec::new()),
+        documents: Default::default(),
+        heads: Default::default(),
+        sets: Default::default(),
+    });
+    let fs = ZarrFs::new(store.clone(), Config::default());
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    let row = 4096u64;
+    let zeros = |rows: u64| vec![0u8; (rows * row) as usize];
+    fs.write(ino, fh, 16 * row, &zeros(4), false).unwrap(); // half of chunk 2, not stored
+    fs.write(ino, fh, 24 * row, &zeros(4), false).unwrap(); // half of chunk 3
+    fs.write(ino, fh, 32 * row, &zeros(8), false).unwrap(); // all of chunk 4
+    fs.write(ino, fh, 64 * row, &zeros(8), false).unwrap(); // past the end: the array grows
+    fs.write(ino, fh, 17 * row + 5, &[9], false).unwrap(); // a value where fill was written
+    fs.flush(fh, 0).unwrap();
+    let log = store.take();
+    assert!(!log.iter().any(|l| l.contains("c/2/") || l.contains("c/4/") || l.contains("c/8/")), "loaded: {log:?}");
+    let sets = store.sets.lock().unwrap().clone();
+    let chunks: Vec<_> = sets.iter().filter(|(k, _)| k.starts_with("c/")).map(|(k, n)| (k.as_str(), *n)).collect();
+    assert_eq!(chunks, [("c/2/0", 1), ("c/3/0", 1)], "{sets:?}");
+    assert!(!dir.path().join("c/4/0").exists(), "a chunk written all fill is deleted");
+    let all = fs.read(ino, fh, 0, 72 * row as u32).unwrap();
+    for (r, bytes) in all.chunks(row as usize).enumerate() {
+        let r = r as u64;
+        let expected = match r {
+            17 => bytes.iter().enumerate().all(|(i, &b)| b == if i == 5 { 9 } else { 0 }),
+            16..28 | 32..40 | 64.. => bytes.iter().all(|&b| b == 0),
+            _ => bytes.iter().all(|&b| b as u64 == r / 8),
+        };
+        assert!(expected, "row {r}");
+    }
+}

@@ -20,6 +20,18 @@ pub(crate) enum ChunkEdit {
     Storing(Arc<Vec<u8>>),
 }
 
+impl ChunkEdit {
+    /// What the entry counts against the dirty limit (`dirty_cost`). A chunk being stored is
+    /// counted by its background store until that ends.
+    pub fn cost(&self) -> usize {
+        match self {
+            ChunkEdit::Dirty(c) => dirty_cost(c),
+            ChunkEdit::Deleted => dirty_cost(&[]),
+            ChunkEdit::Storing(_) => 0,
+        }
+    }
+}
+
 /// What a changed chunk counts against the dirty limit: its bytes and the entry that holds it,
 /// which is most of it for tiny chunks (a limit in chunk bytes alone would let a write of a few
 /// MiB in two-byte chunks hold gigabytes).
@@ -103,6 +115,20 @@ impl Edits {
 
     pub fn dirty_bytes(&self) -> usize {
         self.dirty_bytes
+    }
+
+    /// Make `edit` the change of the chunk at `coords`, counting the difference.
+    pub fn set(&mut self, coords: Vec<u64>, edit: ChunkEdit) {
+        let added = edit.cost() as isize;
+        let old = self.chunks.insert(coords, edit);
+        self.charge(added - old.map_or(0, |o| o.cost() as isize));
+    }
+
+    /// Forget the change of the chunk at `coords` (it was stored), counting it no more.
+    pub fn forget(&mut self, coords: &[u64]) {
+        if let Some(old) = self.chunks.remove(coords) {
+            self.charge(-(old.cost() as isize));
+        }
     }
 
     /// Count `delta` more (or fewer) changed bytes, here and in the mount's budget.

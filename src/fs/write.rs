@@ -5,7 +5,7 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use super::open::{ChunkEdit, OpenArray, Touch, dirty_cost};
+use super::open::{ChunkEdit, OpenArray, Touch};
 use super::read::{Cells, RangeBuf, read_shared};
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
@@ -13,7 +13,7 @@ use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, filled};
+use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, filled, is_filled};
 use crate::{Error, Result};
 
 /// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
@@ -81,15 +81,16 @@ fn edit_chunk(
                 ChunkEdit::Dirty(_) => None,
             };
             if let Some(c) = restart {
-                added += dirty_cost(&c) as isize;
-                *slot = ChunkEdit::Dirty(c);
+                let c = ChunkEdit::Dirty(c);
+                added += c.cost() as isize - slot.cost() as isize;
+                *slot = c;
             }
             slot
         }
         Entry::Vacant(v) => {
-            let c = loaded.unwrap_or_else(fresh);
-            added += dirty_cost(&c) as isize;
-            v.insert(ChunkEdit::Dirty(c))
+            let c = ChunkEdit::Dirty(loaded.unwrap_or_else(fresh));
+            added += c.cost() as isize;
+            v.insert(c)
         }
     };
     if let ChunkEdit::Dirty(c) = chunk {
@@ -165,12 +166,35 @@ fn write_cells(
     buf: &RangeBuf<'_, &[u8]>,
 ) -> Result<()> {
     let meta = &array.meta;
+    let only_fill = is_filled(buf.bytes, &meta.fill);
     for (i, &(covered, elements)) in coverage.iter().enumerate() {
         let coords = cells.coords(i);
         let from_fill = covered == elements;
+        if only_fill && fill_chunk(open, array, coords, from_fill)? {
+            continue;
+        }
         edit_chunk(open, array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
     }
     Ok(())
+}
+
+/// For a write of nothing but fill (byte for byte): when the chunk at `coords` holds only fill afterwards — the write covers all of it
+/// (`whole`), or it held only fill before (to be deleted, or not stored) — it becomes a chunk to
+/// delete, with nothing loaded, merged or encoded. Returns whether it did; if not, the write
+/// is merged as any other.
+fn fill_chunk(open: &OpenArray, array: &Array, coords: &[u64], whole: bool) -> Result<bool> {
+    let unchanged = match lock(&open.edits).chunks.get(coords) {
+        Some(ChunkEdit::Deleted) => return Ok(true),
+        Some(_) => false,
+        None => true,
+    };
+    // Writers are held out (`OpenArray::writer`), so the chunk stays unchanged meanwhile.
+    let only_fill_after = whole || (unchanged && array.chunk_version(coords)?.is_none());
+    if !only_fill_after {
+        return Ok(false);
+    }
+    lock(&open.edits).set(coords.to_vec(), ChunkEdit::Deleted);
+    Ok(true)
 }
 
 /// Set the file's size; it must be a whole number of rows.
@@ -222,9 +246,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
         let mut edits = lock(&open.edits);
         for coords in doomed {
-            if let Some(ChunkEdit::Dirty(old)) = edits.chunks.insert(coords, ChunkEdit::Deleted) {
-                edits.charge(-(dirty_cost(&old) as isize));
-            }
+            edits.set(coords, ChunkEdit::Deleted);
         }
     } else {
         // Chunks wholly past the old end can only be strays — of a growth whose metadata never
@@ -237,7 +259,9 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         })?;
         let mut edits = lock(&open.edits);
         for coords in strays {
-            edits.chunks.entry(coords).or_insert(ChunkEdit::Deleted);
+            if !edits.chunks.contains_key(&coords) {
+                edits.set(coords, ChunkEdit::Deleted);
+            }
         }
     }
     // The chunk band the cut runs through: everything from the cut on becomes fill.

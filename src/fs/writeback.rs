@@ -56,13 +56,11 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
             Err(e) => {
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
                 let mut edits = lock(&open.edits);
-                if let ChunkEdit::Dirty(c) = &edit {
-                    restored += dirty_cost(c);
-                }
                 let edit = match edit {
                     ChunkEdit::Storing(c) => ChunkEdit::Dirty(c.to_vec()),
                     other => other,
                 };
+                restored += edit.cost();
                 edits.chunks.entry(coords).or_insert(edit);
                 first_error.get_or_insert(e);
             }
@@ -91,11 +89,14 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
 /// Store, on the pool, the changed chunks that are settled (wholly written, or no longer being
 /// written: `Touch::settled`) while writing goes on: encoding overlaps writing, little is left
 /// for close(), and a chunk is encoded once, not each time a part of it lands. Readers keep
-/// reading them from memory until each is stored; a write to one changes a copy. A chunk that
-/// fails stays changed, for close() to try again and report.
+/// reading them from memory until each is stored; a write to one changes a copy. Chunks to
+/// delete are deleted likewise, so that they do not pile up until close(). A chunk that fails
+/// stays changed, for close() to try again and report.
 pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) {
     let array = open.array();
-    let picked: Vec<(Vec<u64>, Arc<Vec<u8>>)> = {
+    // Per chunk picked: the contents to store, or `None` to delete it.
+    type Picked = (Vec<u64>, Option<Arc<Vec<u8>>>);
+    let picked: Vec<Picked> = {
         let mut guard = lock(&open.edits);
         let edits = &mut *guard;
         let mut picked = Vec::new();
@@ -104,10 +105,15 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                 continue;
             }
             edits.touched.remove(coords);
-            if let ChunkEdit::Dirty(buf) = edit {
-                let buf = Arc::new(std::mem::take(buf));
-                *edit = ChunkEdit::Storing(buf.clone());
-                picked.push((coords.clone(), buf));
+            match edit {
+                ChunkEdit::Dirty(buf) => {
+                    // The store under way counts the chunk from here on (`ChunkEdit::cost`).
+                    let buf = Arc::new(std::mem::take(buf));
+                    *edit = ChunkEdit::Storing(buf.clone());
+                    picked.push((coords.clone(), Some(buf)));
+                }
+                ChunkEdit::Deleted => picked.push((coords.clone(), None)),
+                ChunkEdit::Storing(_) => {}
             }
         }
         edits.storing.extend(picked.iter().map(|(c, _)| c.clone()));
@@ -116,26 +122,32 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
     for (coords, buf) in picked {
         let (open, cache, array) = (open.clone(), cache.clone(), array.clone());
         pool.submit(move || {
-            let result = crate::error::catch("background write-back", || array.store_chunk(&coords, &buf));
+            let result = crate::error::catch("background write-back", || match &buf {
+                Some(buf) => array.store_chunk(&coords, buf),
+                None => array.delete_chunk(&coords),
+            });
             let mut edits = lock(&open.edits);
             edits.storing.remove(&coords);
-            let current = matches!(edits.chunks.get(&coords), Some(ChunkEdit::Storing(b)) if Arc::ptr_eq(b, &buf));
+            let current = match (edits.chunks.get(&coords), &buf) {
+                (Some(ChunkEdit::Storing(b)), Some(buf)) => Arc::ptr_eq(b, buf),
+                (Some(ChunkEdit::Deleted), None) => true,
+                _ => false,
+            };
+            // The store's own count ends here, whatever became of the chunk meanwhile.
+            edits.charge(-(buf.as_ref().map_or(0, |b| dirty_cost(b)) as isize));
             match result {
                 Ok(stored) => {
                     edits.unsynced.insert(stored.key);
-                    edits.charge(-(dirty_cost(&buf) as isize));
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
                         cache_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
-                        edits.chunks.remove(&coords);
+                        edits.forget(&coords);
                     }
                 }
                 Err(e) => {
                     tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
-                    if current {
-                        edits.chunks.insert(coords, ChunkEdit::Dirty(buf.to_vec()));
-                    } else {
-                        edits.charge(-(dirty_cost(&buf) as isize));
+                    if let Some(buf) = buf.filter(|_| current) {
+                        edits.set(coords, ChunkEdit::Dirty(buf.to_vec()));
                     }
                 }
             }

@@ -261,11 +261,9 @@ impl Array {
     /// Whether every element of a decoded chunk equals the fill value (NaN equals NaN).
     pub fn is_fill(&self, decoded: &[u8]) -> bool {
         let fill = &self.meta.fill;
-        // Compare whole blocks of the repeated fill pattern first (memcmp runs wide); only a
-        // chunk that differs somewhere is compared element by element, for NaNs.
-        let block = crate::zarr::region::filled(512usize.div_ceil(fill.len()), fill);
-        let mut blocks = decoded.chunks_exact(block.len());
-        if blocks.all(|b| b == block.as_slice()) && blocks.remainder() == &block[..blocks.remainder().len()] {
+        // Only a chunk that differs from the fill's bytes somewhere is compared element by
+        // element, for NaNs.
+        if crate::zarr::region::is_filled(decoded, fill) {
             return true;
         }
         decoded.chunks_exact(fill.len()).all(|e| self.meta.dtype.same_element(e, fill))

@@ -239,6 +239,14 @@ pub fn fill_pattern(dst: &mut [u8], fill: &[u8]) {
     }
 }
 
+/// Whether `bytes` is `fill` repeated, byte for byte (compared in wide blocks, not element by
+/// element).
+pub fn is_filled(bytes: &[u8], fill: &[u8]) -> bool {
+    let block = filled(512usize.div_ceil(fill.len().max(1)), fill);
+    let mut blocks = bytes.chunks_exact(block.len());
+    blocks.all(|b| b == block.as_slice()) && blocks.remainder() == &block[..blocks.remainder().len()]
+}
+
 /// A buffer of `n` elements of fill.
 pub fn filled(n: usize, fill: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; n * fill.len()];
