@@ -1,12 +1,14 @@
 //! What the codecs of an array can do on this machine, with no FUSE, no cache and no copies out:
 //! `decode` reads every chunk from the local store and decodes it on all cores (the decode
-//! limit `scripts/bench-read` measures the mount against); `encode` decodes every chunk first,
+//! limit `scripts/bench-read` measures the mount against), in the units the mount reads: the
+//! inner chunks of a sharded array (its shard indexes read before the clock starts), whole
+//! chunks otherwise; `encode` decodes every chunk first,
 //! then times encoding them all on all cores, storing nothing (the encode limit of
 //! `scripts/bench-write`).
 //!
 //!   cargo run --release --example codec-limit -- decode|encode STORE ARRAY_PATH [THREADS]
 //!
-//! Prints `<decode|encode>-limit <MB/s> <threads> <chunks>`: decoded bytes per second of wall time.
+//! Prints `<decode|encode>-limit <MB/s> <threads> <units>`: decoded bytes per second of wall time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +16,8 @@ use std::time::Instant;
 
 use zarrfs::store::LocalStore;
 use zarrfs::store::Store;
-use zarrfs::zarr::array::Array;
+use zarrfs::zarr::array::{Array, ReadUnits};
+use zarrfs::zarr::codec::ShardIndex;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -41,9 +44,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Vec::new()
     };
+    // Decoding inner chunks: (shard, its index, inner chunk number) for each stored one.
+    let inner: Vec<(&[u64], Arc<ShardIndex>, usize)> = match array.read_units() {
+        ReadUnits::InnerChunks { sharding } if !encode => {
+            let mut inner = Vec::new();
+            for shard in &chunks {
+                if let Some(index) = array.retrieve_shard_index(sharding, shard)? {
+                    let index = Arc::new(index);
+                    inner.extend((0..index.entries.len()).map(|i| (shard.as_slice(), index.clone(), i)));
+                }
+            }
+            inner
+        }
+        _ => Vec::new(),
+    };
+    let units = if inner.is_empty() { chunks.len() } else { inner.len() };
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let one = |i: usize| -> zarrfs::Result<usize> {
+        if let (Some((shard, index, n)), ReadUnits::InnerChunks { sharding }) = (inner.get(i), array.read_units()) {
+            return Ok(array.retrieve_inner_chunk(sharding, shard, index, *n)?.map_or(0, |bytes| bytes.len()));
+        }
         let coords = &chunks[i];
         if !encode {
             return Ok(array.retrieve_chunk(coords)?.map_or(0, |(bytes, _)| bytes.len()));
@@ -61,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s.spawn(|| -> zarrfs::Result<()> {
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= chunks.len() {
+                        if i >= units {
                             return Ok(());
                         }
                         done.fetch_add(one(i)?, Ordering::Relaxed);
@@ -72,6 +93,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         workers.into_iter().try_for_each(|w| w.join().map_err(|_| zarrfs::Error::Invalid("a codec thread panicked".into()))?)
     })?;
     let secs = start.elapsed().as_secs_f64();
-    println!("{mode}-limit {:.0} {threads} {}", done.load(Ordering::Relaxed) as f64 / secs / 1e6, chunks.len());
+    println!("{mode}-limit {:.0} {threads} {units}", done.load(Ordering::Relaxed) as f64 / secs / 1e6);
     Ok(())
 }
