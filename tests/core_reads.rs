@@ -21,6 +21,15 @@ struct CountingStore {
 }
 
 impl CountingStore {
+    fn over(root: &std::path::Path) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner: LocalStore::open(root).unwrap(),
+            log: Mutex::new(Vec::new()),
+            documents: Default::default(),
+            heads: Default::default(),
+            sets: Default::default(),
+        })
+    }
     fn note(&self, what: String, key: &str) {
         if !key.ends_with("zarr.json") && !key.contains("/.z") && !key.starts_with(".z") {
             self.log.lock().unwrap().push(what);
@@ -80,13 +89,7 @@ fn open_data(fs: &ZarrFs, path: &str) -> (u64, u64) {
 }
 
 fn setup() -> (Arc<CountingStore>, ZarrFs) {
-    let store = Arc::new(CountingStore {
-        inner: LocalStore::open(common::fixtures().join("v3.zarr")).unwrap(),
-        log: Mutex::new(Vec::new()),
-        documents: Default::default(),
-        heads: Default::default(),
-        sets: Default::default(),
-    });
+    let store = CountingStore::over(&common::fixtures().join("v3.zarr"));
     let fs = ZarrFs::new(store.clone(), Config::default());
     (store, fs)
 }
@@ -302,13 +305,7 @@ fn chunks_written_in_parts_out_of_order_are_each_stored_once() {
     // chunks wholly written may go, so none is encoded and stored twice.
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
-    let store = Arc::new(CountingStore {
-        inner: LocalStore::open(dir.path()).unwrap(),
-        log: Mutex::new(Vec::new()),
-        documents: Default::default(),
-        heads: Default::default(),
-        sets: Default::default(),
-    });
+    let store = CountingStore::over(dir.path());
     let fs = ZarrFs::new(store.clone(), Config { dirty_limit: 1 << 20, ..Config::default() });
     let ino = fs.lookup(1, "data").unwrap().ino;
     let fh = fs.open(ino, true, false, 0).unwrap();
@@ -336,13 +333,7 @@ fn fill_written_where_there_is_only_fill_loads_and_stores_nothing() {
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
     std::fs::remove_file(dir.path().join("c/2/0")).unwrap(); // rows 16..24 read as fill
-    let store = Arc::new(CountingStore {
-        inner: LocalStore::open(dir.path()).unwrap(),
-        log: Mutex::new(Vec::new()),
-        documents: Default::default(),
-        heads: Default::default(),
-        sets: Default::default(),
-    });
+    let store = CountingStore::over(dir.path());
     let fs = ZarrFs::new(store.clone(), Config::default());
     let ino = fs.lookup(1, "data").unwrap().ino;
     let fh = fs.open(ino, true, false, 0).unwrap();
