@@ -178,10 +178,10 @@ fn write_cells(
     Ok(())
 }
 
-/// For a write of nothing but fill (byte for byte): when the chunk at `coords` holds only fill afterwards — the write covers all of it
-/// (`whole`), or it held only fill before (to be deleted, or not stored) — it becomes a chunk to
-/// delete, with nothing loaded, merged or encoded. Returns whether it did; if not, the write
-/// is merged as any other.
+/// For a write of nothing but fill (byte for byte): when the chunk at `coords` holds only fill
+/// afterwards — the write covers all of it (`whole`), or it held only fill before (to be
+/// deleted, or not stored) — it becomes a chunk to delete, with nothing loaded, merged or
+/// encoded. Returns whether it did; if not, the write is merged as any other.
 fn fill_chunk(open: &OpenArray, array: &Array, coords: &[u64], whole: bool) -> Result<bool> {
     let unchanged = match lock(&open.edits).chunks.get(coords) {
         Some(ChunkEdit::Deleted) => return Ok(true),
