@@ -176,6 +176,23 @@ fn a_chunk_written_full_of_fill_is_deleted() {
     drop(f);
     common::backend::pull(&store);
     assert!(!store.join("shapes/d1/c/0").exists(), "the all-fill chunk's key is gone after close");
+    // Fill into part of a stored chunk keeps its other values; fill past the end grows the array
+    // and stores no chunk wholly past the old end.
+    let before = std::fs::read(m.path("shapes/d1/data")).unwrap();
+    let f = OpenOptions::new().write(true).open(m.path("shapes/d1/data")).unwrap();
+    f.write_at(&[9; 2], 11).unwrap();
+    f.write_at(&[9; 13], 17).unwrap();
+    drop(f);
+    common::backend::pull(&store);
+    let mut expected = before.clone();
+    expected[11..13].fill(9);
+    expected.resize(30, 9);
+    // Read through a fresh mount: this one's kernel pages hold what was written whatever it stored.
+    let fresh = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(fresh.path("shapes/d1/data")).unwrap(), expected);
+    drop(fresh);
+    assert!(before[10..15].iter().any(|&b| b != 9) && store.join("shapes/d1/c/2").exists(), "chunk 2 keeps its values");
+    assert!(!store.join("shapes/d1/c/4").exists() && !store.join("shapes/d1/c/5").exists(), "fill past the end stores nothing");
     // Sharded: a shard whose inner chunks all become fill is deleted; the index lists only
     // non-fill inner chunks.
     let f = OpenOptions::new().write(true).open(m.path("sharded/end/data")).unwrap();
