@@ -158,6 +158,9 @@ def requests_counted(proxy):
     g = zarr.open_group(s3store(prefix), mode="w")
     g.create_array("sh", data=np.arange(64 * 64, dtype="u2").reshape(64, 64), chunks=(8, 8), shards=(32, 32))
     g.create_array("plain", data=np.arange(40 * 6, dtype="i4").reshape(40, 6), chunks=(4, 6))
+    # Sparse: one chunk of 16 stored; each 1 MiB read touches half of a chunk row (2 MiB).
+    sparse = g.create_array("sparse", shape=(1024, 1024), chunks=(512, 128), dtype="f4", fill_value=-1.0)
+    sparse[512:, 256:384] = 7.0
     adopt = subprocess.run([BIN, "adopt", f"s3://{BUCKET}/{prefix}", "plain"], capture_output=True, text=True)
     check(adopt.returncode == 0, f"zarrfs adopt on a bucket: {adopt.stderr}")
     with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
@@ -174,6 +177,16 @@ def requests_counted(proxy):
         os.pread(fd, 2, (40 * 64 + 41) * 2)
         check(not [e for e in proxy.entries() if e[0] == "GET"], f"a cached chunk is not fetched again ({proxy.entries()})")
         os.close(fd)
+        # A missing chunk is asked for once, however many reads touch it.
+        proxy.reset()
+        want = np.full((1024, 1024), -1.0, dtype="<f4")
+        want[512:, 256:384] = 7.0
+        check(open(m.path("sparse/data"), "rb").read() == want.tobytes(), "a sparse array reads back")
+        asked = {}
+        for e in proxy.entries():
+            if e[0] in ("GET", "HEAD") and "/sparse/c/" in e[1]:
+                asked[e[1]] = asked.get(e[1], 0) + 1
+        check(len(asked) <= 16 and all(n == 1 for n in asked.values()), f"each chunk of a sparse array is asked for once ({asked})")
         os.stat(m.path("plain/data"))
         proxy.reset()
         with open(m.path("plain/prepend"), "wb") as f:
@@ -184,7 +197,7 @@ def requests_counted(proxy):
         copies = [e for e in proxy.entries() if e[0] in ("POST", "DELETE") or (e[0] == "PUT" and e[2])]
         check(len(chunk_puts) == 2 and len(meta_puts) == 1 and len(puts) == 3 and not copies,
               f"a prepend is its new chunk PUTs and one metadata PUT ({puts})")
-        print(f"requests: sharded point read 2 ranged GETs; cached re-read 0; prepend of 2 chunks {len(puts)} PUTs", flush=True)
+        print(f"requests: sharded point read 2 ranged GETs; cached re-read 0; sparse scan {sum(asked.values())} for 16 chunks; prepend of 2 chunks {len(puts)} PUTs", flush=True)
 
 
 def faults(proxy):

@@ -2,7 +2,7 @@
 //! of one missing chunk decode it once). Who decodes is the caller's business (`crate::pool`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
@@ -79,6 +79,9 @@ pub struct CacheStats {
 struct Pending {
     done: Mutex<Option<Option<Arc<Cached>>>>,
     cv: Condvar,
+    /// The key was stored or forgotten while this load ran: what it read may be older than
+    /// that, so it is handed to its waiters but not kept.
+    superseded: AtomicBool,
 }
 
 struct State {
@@ -88,6 +91,19 @@ struct State {
     /// Keys released after a sequential reader read them whole (the most recent ones): a
     /// read-ahead queued before the reader got there need not decode them again.
     released: LruCache<CacheKey, ()>,
+    /// Counts `insert`s and `remove`s: news learned elsewhere (a listing) is kept only if none
+    /// came in between.
+    changes: u64,
+}
+
+impl State {
+    /// `key` was stored or forgotten: a load of it under way read what was there before.
+    fn changed(&mut self, key: &CacheKey) {
+        self.changes += 1;
+        if let Some(p) = self.inflight.get(key) {
+            p.superseded.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// How many released keys are remembered.
@@ -107,6 +123,7 @@ impl ChunkCache {
                 bytes: 0,
                 inflight: HashMap::new(),
                 released: LruCache::new(RELEASED_KEYS),
+                changes: 0,
             }),
             capacity,
             stats: CacheStats::default(),
@@ -150,6 +167,7 @@ impl ChunkCache {
     /// Put a value in (after a write-back, so the next read needs no decode).
     pub fn insert(&self, key: CacheKey, value: Cached) {
         let mut s = lock(&self.state);
+        s.changed(&key);
         let value = Arc::new(value);
         s.released.pop(&key);
         s.bytes += value.cost();
@@ -162,9 +180,33 @@ impl ChunkCache {
     /// Forget a key (its stored value changed).
     pub fn remove(&self, key: &CacheKey) {
         let mut s = lock(&self.state);
+        s.changed(key);
         if let Some(old) = s.lru.pop(key) {
             s.bytes -= old.cost();
         }
+    }
+
+    /// A mark to pass to `insert_missing`.
+    pub fn changes(&self) -> u64 {
+        lock(&self.state).changes
+    }
+
+    /// Hold `keys` as missing (a listing found them absent), those neither cached nor being
+    /// loaded, unless the cache was changed since `since` (`changes`): a chunk stored after the
+    /// listing must not be taken for absent.
+    pub fn insert_missing(&self, keys: impl IntoIterator<Item = CacheKey>, since: u64) {
+        let mut s = lock(&self.state);
+        if s.changes != since {
+            return;
+        }
+        let missing = Arc::new(Cached::Missing);
+        for key in keys {
+            if !s.lru.contains(&key) && !s.inflight.contains_key(&key) {
+                s.bytes += missing.cost();
+                s.lru.put(key, missing.clone());
+            }
+        }
+        self.evict(&mut s);
     }
 
     fn evict(&self, s: &mut State) {
@@ -184,17 +226,25 @@ impl ChunkCache {
     /// The cached value of `key`, or the result of `load`, which runs at most once at a time
     /// per key. Errors are not cached.
     pub fn get_or_load(&self, key: &CacheKey, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
-        let pending = {
+        self.get_or_load_holding(key, true, load)
+    }
+
+    /// `get_or_load`, holding a `Missing` result only if `hold_missing`: an entry costs more
+    /// memory than a tiny chunk is worth, and a million of them found by one read would hold
+    /// far more than the data they stand for.
+    pub fn get_or_load_holding(&self, key: &CacheKey, hold_missing: bool, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
+        let (pending, mine) = {
             let mut s = lock(&self.state);
             if let Some(v) = s.lru.get(key) {
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(v.clone());
             }
             match s.inflight.get(key) {
-                Some(p) => Some(p.clone()),
+                Some(p) => (Some(p.clone()), None),
                 None => {
-                    s.inflight.insert(key.clone(), Arc::new(Pending::default()));
-                    None
+                    let mine = Arc::new(Pending::default());
+                    s.inflight.insert(key.clone(), mine.clone());
+                    (None, Some(mine))
                 }
             }
         };
@@ -219,10 +269,11 @@ impl ChunkCache {
                 if let Cached::Chunk { decoded: c, .. } = v.as_ref() {
                     self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
                 }
-                // A missing chunk costs one failed open to find again, and the kernel keeps the
-                // pages read from it: holding it would only spend memory on sparse arrays.
+                // A missing chunk is held too (when the caller says it is worth its entry):
+                // finding it again is a request to the store, on object storage a round trip.
                 s.released.pop(key);
-                if key.kind != KeyKind::Unit || !matches!(v.as_ref(), Cached::Missing) {
+                let superseded = mine.is_some_and(|p| p.superseded.load(Ordering::Relaxed));
+                if !superseded && (hold_missing || !matches!(v.as_ref(), Cached::Missing)) {
                     s.bytes += v.cost();
                     if let Some(old) = s.lru.put(key.clone(), v.clone()) {
                         s.bytes -= old.cost();
@@ -330,5 +381,65 @@ mod tests {
         assert!(loader.join().unwrap(), "the panic became an error");
         assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(true), "the waiter was released");
         assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
+    }
+    /// Counts the loads `get_or_load` runs for `k`.
+    fn loads_of(cache: &ChunkCache, k: u64) -> usize {
+        let loads = AtomicUsize::new(0);
+        cache
+            .get_or_load(&key(k), || {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Ok(Cached::Missing)
+            })
+            .unwrap();
+        loads.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_missing_chunk_is_found_once_unless_not_worth_holding() {
+        let cache = ChunkCache::new(1 << 20);
+        assert_eq!(loads_of(&cache, 1), 1);
+        assert_eq!(loads_of(&cache, 1), 0, "an object store would be asked again for every read");
+        for _ in 0..2 {
+            assert!(cache.get_or_load_holding(&key(2), false, || Ok(Cached::Missing)).is_ok());
+        }
+        assert_eq!(loads_of(&cache, 2), 1);
+    }
+
+    #[test]
+    fn a_load_overtaken_by_a_store_or_a_removal_is_not_kept() {
+        let cache = ChunkCache::new(1 << 20);
+        // The loader read the old value; the new one was stored (and cached) meanwhile.
+        let got = cache
+            .get_or_load(&key(1), || {
+                cache.insert(key(1), Cached::chunk(Some(vec![2; 4])));
+                Ok(Cached::Missing)
+            })
+            .unwrap();
+        assert!(matches!(got.as_ref(), Cached::Missing), "the reader that started first gets what it read");
+        assert!(matches!(cache.peek(&key(1)).as_deref(), Some(Cached::Chunk { decoded, .. }) if decoded == &vec![2; 4]));
+        // The chunk was deleted while the loader read it.
+        cache
+            .get_or_load(&key(2), || {
+                cache.remove(&key(2));
+                Ok(Cached::chunk(Some(vec![1; 4])))
+            })
+            .unwrap();
+        assert!(cache.peek(&key(2)).is_none());
+        assert_eq!(loads_of(&cache, 2), 1);
+    }
+
+    #[test]
+    fn keys_a_listing_found_absent_are_kept_unless_the_cache_changed_since() {
+        let cache = ChunkCache::new(1 << 20);
+        cache.insert(key(1), Cached::chunk(Some(vec![1; 4])));
+        let since = cache.changes();
+        cache.insert_missing([key(1), key(2)], since);
+        assert!(matches!(cache.peek(&key(1)).as_deref(), Some(Cached::Chunk { .. })), "what is cached stays");
+        assert_eq!(loads_of(&cache, 2), 0);
+        // A chunk stored (or deleted) after the listing began: the listing may be older.
+        let since = cache.changes();
+        cache.remove(&key(9));
+        cache.insert_missing([key(3)], since);
+        assert_eq!(loads_of(&cache, 3), 1);
     }
 }

@@ -194,6 +194,47 @@ fn a_directory_with_more_names_than_the_read_touches_is_not_listed_whole() {
 }
 
 #[test]
+fn an_absent_chunk_worth_a_worker_is_asked_for_once_however_many_reads_touch_it() {
+    // uint8 (128, 65536) in chunks of (64, 1024), 64 KiB each: a row of 64 KiB crosses 64 chunks,
+    // and every chunk is touched by 64 reads of a row. Only chunk (0, 5) is stored.
+    let dir = tempfile::tempdir().unwrap();
+    let meta = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [128, 65536], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64, 1024]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 7, "codecs": [{"name": "bytes"}]});
+    std::fs::write(dir.path().join("zarr.json"), meta.to_string()).unwrap();
+    std::fs::create_dir_all(dir.path().join("c/0")).unwrap();
+    std::fs::write(dir.path().join("c/0/5"), vec![9u8; 64 << 10]).unwrap();
+    let store = CountingStore::over(dir.path());
+    let fs = ZarrFs::new(store.clone(), Config { read_ahead: 0, ..Config::default() });
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, false, false, 0).unwrap();
+    let row = |r: u64| {
+        let got = fs.read(ino, fh, r << 16, 64 << 10).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &b)| b == if r < 64 && (5 << 10..6 << 10).contains(&i) { 9 } else { 7 }), "row {r}");
+    };
+    // The first row lists the chunks' directory (64 units), then reads the one stored.
+    row(0);
+    assert_eq!(store.take(), ["list c/0 upto 64: 1", "get c/0/5"]);
+    for r in 1..64 {
+        row(r);
+    }
+    assert_eq!(store.take(), Vec::<String>::new(), "the absent chunks were held as missing");
+    // Fewer than a listing is worth: each absent chunk is probed once, then held.
+    for r in 64..128 {
+        for part in 0..4u64 {
+            fs.read(ino, fh, (r << 16) + part * (16 << 10), 16 << 10).unwrap();
+        }
+    }
+    // (The workers load all but the first unit of a read: in any order.)
+    let mut log = store.take();
+    log.sort();
+    let mut want: Vec<String> = (0..64).map(|c| format!("get c/1/{c}")).collect();
+    want.sort();
+    assert_eq!(log, want);
+}
+
+#[test]
 fn tiny_chunks_count_their_entries_against_the_dirty_limit() {
     // 32 KiB in two-byte chunks is 16 384 changed chunks, which hold far more than 32 KiB.
     let (dir, _store, fs) = tiny_chunks(1 << 14, &[], "/", Config { dirty_limit: 1 << 20, ..Config::default() });

@@ -145,7 +145,7 @@ impl Cells {
 
 /// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
 fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Arc<Cached>> {
-    let result = cache.get_or_load(&open.unit_key(coords, false), || match a.read_units() {
+    let result = cache.get_or_load_holding(&open.unit_key(coords, false), worth_holding_missing(a, coords), || match a.read_units() {
         ReadUnits::Chunks => {
             Ok(a.retrieve_chunk(coords)?.map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
         }
@@ -177,6 +177,14 @@ const READ_BATCH_CELLS: u64 = 4096;
 /// Decoded bytes of the read unit at `coords`.
 fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
     array.unit_grid().chunk_shape(coords).iter().product::<u64>() * array.meta.item_size() as u64
+}
+
+/// Whether the cache holds the unit at `coords` as missing once it is found absent: units worth a
+/// worker are (several requests and the read-ahead touch each, and asking an object store again
+/// is a round trip); tiny ones are not (their entries would outweigh them, and a read of many
+/// lists their directory instead).
+fn worth_holding_missing(array: &Array, coords: &[u64]) -> bool {
+    unit_bytes(array, coords) >= PARALLEL_UNIT_BYTES
 }
 
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
@@ -310,11 +318,13 @@ fn read_units(
         }
     }
     drop(edits);
-    // Units neither cached nor on their way may be absent: when many, one listing tells which.
-    // A listing error leaves every unit to its own probe, which reports it precisely.
+    // Units neither cached nor on their way may be absent: when many, one listing tells which,
+    // and those it finds absent are held as missing (if worth it). A listing error leaves every
+    // unit to its own probe, which reports it precisely.
     let unknown: Vec<usize> =
         to_load.iter().copied().filter(|&i| !cache.is_present_or_loading(&open.unit_key(units.coords(i), false))).collect();
     if unknown.len() >= ABSENT_LISTING_UNITS {
+        let since = cache.changes();
         let chunks: Vec<Cow<[u64]>> = unknown.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
         let absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default();
         let mut is_absent = vec![false; units.len()];
@@ -322,6 +332,11 @@ fn read_units(
             is_absent[i] = a;
         }
         to_load.retain(|&i| !is_absent[i]);
+        let absent_keys = unknown
+            .iter()
+            .filter(|&&i| is_absent[i] && worth_holding_missing(array, units.coords(i)))
+            .map(|&i| open.unit_key(units.coords(i), false));
+        cache.insert_missing(absent_keys, since);
     }
     // The workers start on all but the first unit; this thread loads them in order, joining
     // loads already under way and doing those not yet started. Small units are not worth a
