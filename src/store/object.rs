@@ -161,6 +161,14 @@ impl ObjectStore {
         self.runtime.block_on(fut)
     }
 
+    /// `run` for a GET: the whole request, body included, runs as a task on the runtime's
+    /// threads, where the connection delivers it, and wakes the calling thread once at the end
+    /// rather than for every piece of the body that arrives.
+    fn run_get<T: Send + 'static>(&self, get: impl Future<Output = object_store::Result<T>> + Send + 'static) -> object_store::Result<T> {
+        let task = self.runtime.spawn(get);
+        self.runtime.block_on(task).unwrap_or_else(|e| Err(object_store::Error::Generic { store: "S3", source: Box::new(e) }))
+    }
+
     /// A failed request, after the client's retries: logged with the key and the last cause.
     fn failed(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let why = explain(&e);
@@ -311,8 +319,9 @@ impl Store for ObjectStore {
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
         let path = Self::path(key)?;
         self.count(&self.requests.get);
-        let got = self.run(async {
-            let r = self.remote.get_opts(&path, GetOptions::default()).await?;
+        let remote = self.remote.clone();
+        let got = self.run_get(async move {
+            let r = remote.get_opts(&path, GetOptions::default()).await?;
             // A value larger than its bound is refused before its body is read.
             if r.meta.size > max {
                 return Ok(Err(r.meta.size));
@@ -358,8 +367,9 @@ impl Store for ObjectStore {
         };
         let want = range.clone();
         self.count(&self.requests.ranged_get);
-        let got = self.run(async {
-            let r = self.remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
+        let remote = self.remote.clone();
+        let got = self.run_get(async move {
+            let r = remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
             let size = r.meta.size;
             Ok((r.bytes().await?, size))
         });
