@@ -124,7 +124,9 @@ fn a_large_rewrite_is_streamed_not_held_in_memory() {
     }
     drop(file);
     let peak = m.peak_rss();
-    assert!(peak < 48 << 20, "a 32 MiB rewrite peaked at {} MiB", peak >> 20);
+    // Alone it peaks near 34 MiB; on a loaded machine the stores lag behind the writer and
+    // changes wait up to the dirty limit (16 MiB), beside the cache (16 MiB): 48 MiB was seen.
+    assert!(peak < 64 << 20, "a 32 MiB rewrite peaked at {} MiB", peak >> 20);
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path("words/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["shape"], serde_json::json!([lines]));
     let file = std::fs::File::open(m.path("words/data")).unwrap();
