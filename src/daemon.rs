@@ -273,10 +273,10 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
     let flushed = flush_within(&fs, plan.flush_timeout);
     match unmount(&plan.mountpoint) {
-        Ok(()) => {
-            // The kernel ends the session; wait for it (briefly: a stuck request must not keep us).
-            let _ = session.ended().recv_timeout(Duration::from_secs(5));
-        }
+        // Nothing is left to serve: changes were stopped and stored before, and no file is open
+        // (else the unmount fails). What may still run is the kernel's read-ahead, which nobody
+        // waits for: on object storage it can queue behind 64 MiB of the daemon's own.
+        Ok(()) => {}
         Err(e) => {
             tracing::warn!("unmount failed ({e}); detaching the mount lazily");
             lazy_unmount(&plan.mountpoint);
