@@ -382,6 +382,7 @@ mod tests {
         assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(true), "the waiter was released");
         assert!(cache.get_or_load(&key(1), || Ok(Cached::Missing)).is_ok());
     }
+
     /// Counts the loads `get_or_load` runs for `k`.
     fn loads_of(cache: &ChunkCache, k: u64) -> usize {
         let loads = AtomicUsize::new(0);
