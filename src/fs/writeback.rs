@@ -14,11 +14,6 @@ use crate::{Error, Result};
 /// Store every changed chunk and the metadata of `open`. Returns the first error; chunks that
 /// failed stay dirty, to be tried again.
 pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Result<()> {
-    // Nothing acknowledged is waiting (a write adds its change before it returns): no need to
-    // wait for the array's readers, a read-ahead on object storage a round trip away among them.
-    if lock(&open.edits).is_clean() {
-        return Ok(());
-    }
     let _exclusive = open.exclusive();
     flush_locked(open, cache, pool)
 }
