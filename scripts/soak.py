@@ -63,6 +63,24 @@ def fail(msg):
     errors.append(msg)
 
 
+def explain(fd, got, model, off):
+    """Where a read differs, and whether reading again (from the kernel's pages, then from the
+    daemon with those pages dropped) still does: tells a stale page from a wrong daemon."""
+    want = bytes(model[off:off + len(got)])
+    if len(got) != len(want):
+        return f"{len(got)} bytes, the model has {len(want)}"
+    diff = [i for i in range(len(got)) if got[i] != want[i]]
+    first, last = diff[0], diff[-1]
+    zeros = all(got[i] == 0 for i in diff)
+    again = os.pread(fd, len(got), off) == want
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    fresh = os.pread(fd, len(got), off) == want
+    return (f"{len(diff)} bytes differ at file offsets {off + first}..{off + last} "
+            f"(rows {(off + first) // row}..{(off + last) // row} of {len(model) // row}), "
+            f"{'fill' if zeros else 'values'} where the model has {'fill' if not any(want[first:last + 1]) else 'values'}; "
+            f"read again: {'right' if again else 'wrong'}; with the kernel's pages dropped: {'right' if fresh else 'wrong'}")
+
+
 def reader(seed):
     r = random.Random(seed)
     fds = {n: os.open(os.path.join(mnt, n, "data"), os.O_RDONLY) for n in layouts}
@@ -77,7 +95,7 @@ def reader(seed):
                 n = r.randrange(1, 256 << 10)
                 got = os.pread(fds[name], n, off)
                 if got != bytes(model[off:off + n]):
-                    fail(f"{name}: read {n} at {off} differs from the model")
+                    fail(f"{name}: read {n} at {off} differs from the model: {explain(fds[name], got, model, off)}")
                 counts["read"] += 1
     except OSError as e:
         fail(f"reader: {e}")

@@ -2,7 +2,7 @@
 //! of one missing chunk decode it once). Who decodes is the caller's business (`crate::pool`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
@@ -79,14 +79,14 @@ pub struct CacheStats {
 struct Pending {
     done: Mutex<Option<Option<Arc<Cached>>>>,
     cv: Condvar,
-    /// The key was stored or forgotten while this load ran: what it read may be older than
-    /// that, so it is handed to its waiters but not kept.
-    superseded: AtomicBool,
 }
 
 struct State {
     lru: LruCache<CacheKey, Arc<Cached>>,
     bytes: usize,
+    /// Loads under way. A load whose key is stored or forgotten meanwhile is taken out: what it
+    /// read may be older than that, so it goes to the readers already waiting for it, but it is
+    /// not kept, and readers that come after the change load anew rather than wait for it.
     inflight: HashMap<CacheKey, Arc<Pending>>,
     /// Keys released after a sequential reader read them whole (the most recent ones): a
     /// read-ahead queued before the reader got there need not decode them again.
@@ -100,9 +100,7 @@ impl State {
     /// `key` was stored or forgotten: a load of it under way read what was there before.
     fn changed(&mut self, key: &CacheKey) {
         self.changes += 1;
-        if let Some(p) = self.inflight.get(key) {
-            p.superseded.store(true, Ordering::Relaxed);
-        }
+        self.inflight.remove(key);
     }
 }
 
@@ -233,38 +231,29 @@ impl ChunkCache {
     /// memory than a tiny chunk is worth, and a million of them found by one read would hold
     /// far more than the data they stand for.
     pub fn get_or_load_holding(&self, key: &CacheKey, hold_missing: bool, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
-        let (pending, mine) = {
+        let mine = {
             let mut s = lock(&self.state);
             if let Some(v) = s.lru.get(key) {
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(v.clone());
             }
-            match s.inflight.get(key) {
-                Some(p) => (Some(p.clone()), None),
-                None => {
-                    let mine = Arc::new(Pending::default());
-                    s.inflight.insert(key.clone(), mine.clone());
-                    (None, Some(mine))
-                }
+            if let Some(p) = s.inflight.get(key).cloned() {
+                drop(s);
+                return self.wait_for(&p, load);
             }
+            let mine = Arc::new(Pending::default());
+            s.inflight.insert(key.clone(), mine.clone());
+            mine
         };
-        if let Some(p) = pending {
-            let mut done = lock(&p.done);
-            while done.is_none() {
-                done = p.cv.wait(done).unwrap_or_else(|e| e.into_inner());
-            }
-            if let Some(Some(v)) = done.as_ref() {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(v.clone());
-            }
-            drop(done);
-            return load().map(Arc::new);
-        }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         // A loader that panics must still release the readers waiting for it.
         let result = crate::error::catch("chunk load", load).map(Arc::new);
-        let p = {
+        {
             let mut s = lock(&self.state);
+            let current = s.inflight.get(key).is_some_and(|p| Arc::ptr_eq(p, &mine));
+            if current {
+                s.inflight.remove(key);
+            }
             if let Ok(v) = &result {
                 if let Cached::Chunk { decoded: c, .. } = v.as_ref() {
                     self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
@@ -272,8 +261,7 @@ impl ChunkCache {
                 // A missing chunk is held too (when the caller says it is worth its entry):
                 // finding it again is a request to the store, on object storage a round trip.
                 s.released.pop(key);
-                let superseded = mine.is_some_and(|p| p.superseded.load(Ordering::Relaxed));
-                if !superseded && (hold_missing || !matches!(v.as_ref(), Cached::Missing)) {
+                if current && (hold_missing || !matches!(v.as_ref(), Cached::Missing)) {
                     s.bytes += v.cost();
                     if let Some(old) = s.lru.put(key.clone(), v.clone()) {
                         s.bytes -= old.cost();
@@ -283,13 +271,24 @@ impl ChunkCache {
             } else {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
             }
-            s.inflight.remove(key)
-        };
-        if let Some(p) = p {
-            *lock(&p.done) = Some(result.as_ref().ok().cloned());
-            p.cv.notify_all();
         }
+        *lock(&mine.done) = Some(result.as_ref().ok().cloned());
+        mine.cv.notify_all();
         result
+    }
+
+    /// The result of the load `p` under way; if it fails, `load`'s own.
+    fn wait_for(&self, p: &Pending, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
+        let mut done = lock(&p.done);
+        while done.is_none() {
+            done = p.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+        if let Some(Some(v)) = done.as_ref() {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(v.clone());
+        }
+        drop(done);
+        load().map(Arc::new)
     }
 }
 
@@ -427,6 +426,44 @@ mod tests {
             .unwrap();
         assert!(cache.peek(&key(2)).is_none());
         assert_eq!(loads_of(&cache, 2), 1);
+    }
+
+    /// A read that begins after a chunk was stored must see it, even while a load of the
+    /// old chunk that began before is still under way (a reader of the chunk's other pages).
+    #[test]
+    fn a_read_after_a_store_does_not_join_a_load_that_began_before_it() {
+        let cache = Arc::new(ChunkCache::new(1 << 20));
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let old_load = {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                cache.get_or_load(&key(1), || {
+                    started_tx.send(()).unwrap();
+                    finish_rx.recv().unwrap();
+                    Ok(Cached::chunk(Some(vec![1; 4])))
+                })
+            })
+        };
+        started.recv().unwrap();
+        // The chunk is stored anew: its cached copy is forgotten.
+        cache.remove(&key(1));
+        let (got_tx, got) = std::sync::mpsc::channel();
+        let later = {
+            let cache = cache.clone();
+            std::thread::spawn(move || got_tx.send(cache.get_or_load(&key(1), || Ok(Cached::chunk(Some(vec![2; 4]))))))
+        };
+        let seen = got.recv_timeout(std::time::Duration::from_secs(10));
+        finish.send(()).unwrap();
+        let seen = seen.expect("the later read waited for the load that began before the store");
+        assert!(matches!(seen.unwrap().as_ref(), Cached::Chunk { decoded, .. } if decoded == &vec![2; 4]));
+        let first = old_load.join().unwrap().unwrap();
+        assert!(matches!(first.as_ref(), Cached::Chunk { decoded, .. } if decoded == &vec![1; 4]), "the first reader gets what it read");
+        later.join().unwrap().unwrap();
+        assert!(
+            matches!(cache.peek(&key(1)).as_deref(), Some(Cached::Chunk { decoded, .. }) if decoded == &vec![2; 4]),
+            "the older load, ending last, is not kept over the newer"
+        );
     }
 
     #[test]

@@ -403,3 +403,90 @@ fn fill_written_where_there_is_only_fill_loads_and_stores_nothing() {
         assert!(expected, "row {r}");
     }
 }
+
+/// A local store whose first read of one key waits until it is let go (a slow read of a chunk
+/// that another request meanwhile writes and stores).
+struct HeldStore {
+    inner: LocalStore,
+    key: String,
+    entered: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    go: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Store for HeldStore {
+    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
+        let first = if key == self.key { self.entered.lock().unwrap().take() } else { None };
+        if let Some(entered) = first {
+            let _ = entered.send(());
+            let go = self.go.lock().unwrap().take();
+            let _ = go.map(|g| g.recv());
+        }
+        self.inner.get_value(key, max)
+    }
+    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
+        self.inner.head(key)
+    }
+    fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
+        self.inner.get_range(key, range)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> zarrfs::Result<()> {
+        self.inner.delete(key)
+    }
+    fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
+        self.inner.list_dir(prefix)
+    }
+    fn list_names_upto(&self, prefix: &str, max: usize) -> zarrfs::Result<Option<Vec<String>>> {
+        self.inner.list_names_upto(prefix, max)
+    }
+    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
+        self.inner.sync(keys)
+    }
+}
+
+#[test]
+fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads() {
+    // uint8 (64, 4096) in chunks of (8, 4096), 32 KiB each; chunk 0 holds 0s. The kernel reads
+    // one page of it (its read-ahead) and is slow; meanwhile the chunk is written whole and, the
+    // small dirty limit starting background stores, stored; then another page of it is read.
+    let dir = tempfile::tempdir().unwrap();
+    common::banded_array(dir.path(), 64, 4096, 8);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let store = Arc::new(HeldStore {
+        inner: LocalStore::open(dir.path()).unwrap(),
+        key: "c/0/0".into(),
+        entered: Mutex::new(Some(entered_tx)),
+        go: Mutex::new(Some(go_rx)),
+    });
+    let fs = Arc::new(ZarrFs::new(store, Config { dirty_limit: 64 << 10, ..Config::default() }));
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    let slow = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.read(ino, fh, 0, 4096))
+    };
+    entered.recv().unwrap();
+    let changes = fs.cache().changes();
+    fs.write(ino, fh, 0, &[9; 8 * 4096], false).unwrap();
+    // The background store forgets the cached chunk and the change held in memory at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.cache().changes() == changes {
+        assert!(std::time::Instant::now() < deadline, "the chunk was not stored in the background");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (got_tx, got) = std::sync::mpsc::channel();
+    let later = {
+        let fs = fs.clone();
+        std::thread::spawn(move || got_tx.send(fs.read(ino, fh, 4096, 4096)))
+    };
+    let seen = got.recv_timeout(std::time::Duration::from_secs(10));
+    go.send(()).unwrap();
+    let seen = seen.expect("the later read waited for the slow read that began before the write");
+    assert_eq!(seen.unwrap(), vec![9; 4096], "the later read got the chunk as it was before the write");
+    assert_eq!(slow.join().unwrap().unwrap().len(), 4096);
+    later.join().unwrap().unwrap();
+    assert_eq!(fs.read(ino, fh, 0, 8 * 4096).unwrap(), vec![9; 8 * 4096]);
+}
