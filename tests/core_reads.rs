@@ -18,6 +18,14 @@ struct CountingStore {
     heads: std::sync::atomic::AtomicUsize,
     /// Values set, by key.
     sets: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// A key whose next read says it began, then waits until it is let go (`hold`).
+    held: Mutex<Option<Hold>>,
+}
+
+struct Hold {
+    key: String,
+    entered: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
 }
 
 impl CountingStore {
@@ -28,7 +36,16 @@ impl CountingStore {
             documents: Default::default(),
             heads: Default::default(),
             sets: Default::default(),
+            held: Default::default(),
         })
+    }
+    /// Hold the next read of `key` until the returned sender is used; the receiver hears when
+    /// it began (a slow read of a chunk).
+    fn hold(&self, key: &str) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+        let (entered, began) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        *self.held.lock().unwrap() = Some(Hold { key: key.into(), entered, go: go_rx });
+        (began, go)
     }
     fn note(&self, what: String, key: &str) {
         if !key.ends_with("zarr.json") && !key.contains("/.z") && !key.starts_with(".z") {
@@ -42,6 +59,14 @@ impl CountingStore {
 
 impl Store for CountingStore {
     fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
+        let hold = {
+            let mut held = self.held.lock().unwrap();
+            if held.as_ref().is_some_and(|h| h.key == key) { held.take() } else { None }
+        };
+        if let Some(h) = hold {
+            let _ = h.entered.send(());
+            let _ = h.go.recv();
+        }
         self.note(format!("get {key}"), key);
         if key.ends_with("zarr.json") {
             self.documents.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -147,13 +172,7 @@ fn tiny_chunks(rows: u64, stored: &[u64], separator: &str, config: Config) -> (t
     for &r in stored {
         inner.set(&format!("tiny/c{separator}{r}{separator}0"), &[(r % 256) as u8, 1]).unwrap();
     }
-    let store = Arc::new(CountingStore {
-        inner,
-        log: Mutex::new(Vec::new()),
-        documents: Default::default(),
-        heads: Default::default(),
-        sets: Default::default(),
-    });
+    let store = CountingStore::over(dir.path());
     let fs = ZarrFs::new(store.clone(), config);
     (dir, store, fs)
 }
@@ -404,48 +423,6 @@ fn fill_written_where_there_is_only_fill_loads_and_stores_nothing() {
     }
 }
 
-/// A local store whose first read of one key waits until it is let go (a slow read of a chunk
-/// that another request meanwhile writes and stores).
-struct HeldStore {
-    inner: LocalStore,
-    key: String,
-    entered: Mutex<Option<std::sync::mpsc::Sender<()>>>,
-    go: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
-}
-
-impl Store for HeldStore {
-    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
-        let first = if key == self.key { self.entered.lock().unwrap().take() } else { None };
-        if let Some(entered) = first {
-            let _ = entered.send(());
-            let go = self.go.lock().unwrap().take();
-            let _ = go.map(|g| g.recv());
-        }
-        self.inner.get_value(key, max)
-    }
-    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
-        self.inner.head(key)
-    }
-    fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
-        self.inner.set(key, value)
-    }
-    fn delete(&self, key: &str) -> zarrfs::Result<()> {
-        self.inner.delete(key)
-    }
-    fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
-        self.inner.list_dir(prefix)
-    }
-    fn list_names_upto(&self, prefix: &str, max: usize) -> zarrfs::Result<Option<Vec<String>>> {
-        self.inner.list_names_upto(prefix, max)
-    }
-    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
-        self.inner.sync(keys)
-    }
-}
-
 #[test]
 fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads() {
     // uint8 (64, 4096) in chunks of (8, 4096), 32 KiB each; chunk 0 holds 0s. The kernel reads
@@ -453,14 +430,8 @@ fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads
     // small dirty limit starting background stores, stored; then another page of it is read.
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
-    let (entered_tx, entered) = std::sync::mpsc::channel();
-    let (go, go_rx) = std::sync::mpsc::channel();
-    let store = Arc::new(HeldStore {
-        inner: LocalStore::open(dir.path()).unwrap(),
-        key: "c/0/0".into(),
-        entered: Mutex::new(Some(entered_tx)),
-        go: Mutex::new(Some(go_rx)),
-    });
+    let store = CountingStore::over(dir.path());
+    let (entered, go) = store.hold("c/0/0");
     let fs = Arc::new(ZarrFs::new(store, Config { dirty_limit: 64 << 10, ..Config::default() }));
     let ino = fs.lookup(1, "data").unwrap().ino;
     let fh = fs.open(ino, true, false, 0).unwrap();
