@@ -1,7 +1,10 @@
 """Soak: 8 readers and 4 writers (pwrite, ftruncate, fsync, mmap writes) on 4 arrays through one
 mount with a small dirty limit and cache, for a while. Every read is checked against a model of
 each array; the daemon's RSS must stay bounded; at the end zarr-python must read exactly what
-the mount showed last. Usage: python scripts/soak.py ZARRFS [SECONDS]"""
+the mount showed last. Usage: python scripts/soak.py ZARRFS [SECONDS] [s3]
+
+With `s3`, the arrays live in the bucket of an S3-compatible server (scripts/with-s3 starts one
+and says where in the environment) and the mount serves s3://BUCKET/PREFIX."""
 
 import mmap
 import os
@@ -23,11 +26,25 @@ RSS_SLACK = 96 << 20
 COLS = 512  # uint16: 1 KiB rows
 MAX_ROWS = 4096
 
+ON_S3 = len(sys.argv) > 3 and sys.argv[3] == "s3"
+
 work = tempfile.mkdtemp()
-store = os.path.join(work, "store.zarr")
 mnt = os.path.join(work, "mnt")
 os.mkdir(mnt)
-root = zarr.open_group(store, mode="w")
+if ON_S3:
+    import obstore.store
+    from zarr.storage import ObjectStore
+
+    bucket, prefix = os.environ["ZARRFS_TEST_S3_BUCKET"], f"soak-{os.getpid()}"
+    store = f"s3://{bucket}/{prefix}"
+    zstore = ObjectStore(obstore.store.S3Store(bucket, prefix=prefix, endpoint=os.environ["AWS_ENDPOINT_URL"],
+                                               access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                                               secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                                               region=os.environ.get("AWS_REGION", "us-east-1"),
+                                               client_options={"allow_http": True}))
+else:
+    store = zstore = os.path.join(work, "store.zarr")
+root = zarr.open_group(zstore, mode="w")
 layouts = {
     "plain": dict(chunks=(64, 128), compressors=None),
     "zstd": dict(chunks=(64, 128)),
@@ -181,7 +198,7 @@ if peak > CACHE + DIRTY + RSS_SLACK:
     fail(f"daemon RSS peaked at {peak >> 20} MiB, above cache + dirty limit + {RSS_SLACK >> 20} MiB")
 if not errors:
     for name in layouts:
-        stored = zarr.open_array(os.path.join(store, name), mode="r")[:]
+        stored = zarr.open_group(zstore, mode="r")[name][:]
         if stored.tobytes() != shown[name]:
             fail(f"{name}: zarr-python reads {stored.shape}, not what the mount showed last")
 log.close()

@@ -18,11 +18,12 @@ struct CountingStore {
     heads: std::sync::atomic::AtomicUsize,
     /// Values set, by key.
     sets: Mutex<std::collections::BTreeMap<String, usize>>,
-    /// A key whose next read says it began, then waits until it is let go (`hold`).
+    /// A key whose next read or write says it began, then waits until it is let go (`hold`).
     held: Mutex<Option<Hold>>,
 }
 
 struct Hold {
+    op: &'static str,
     key: String,
     entered: std::sync::mpsc::Sender<()>,
     go: std::sync::mpsc::Receiver<()>,
@@ -39,13 +40,23 @@ impl CountingStore {
             held: Default::default(),
         })
     }
-    /// Hold the next read of `key` until the returned sender is used; the receiver hears when
-    /// it began (a slow read of a chunk).
-    fn hold(&self, key: &str) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    /// Hold the next `op` ("get" or "set") of `key` until the returned sender is used; the
+    /// receiver hears when it began (a slow read of a chunk, a slow store of metadata).
+    fn hold(&self, op: &'static str, key: &str) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
         let (entered, began) = std::sync::mpsc::channel();
         let (go, go_rx) = std::sync::mpsc::channel();
-        *self.held.lock().unwrap() = Some(Hold { key: key.into(), entered, go: go_rx });
+        *self.held.lock().unwrap() = Some(Hold { op, key: key.into(), entered, go: go_rx });
         (began, go)
+    }
+    fn wait_if_held(&self, op: &str, key: &str) {
+        let hold = {
+            let mut held = self.held.lock().unwrap();
+            if held.as_ref().is_some_and(|h| h.op == op && h.key == key) { held.take() } else { None }
+        };
+        if let Some(h) = hold {
+            let _ = h.entered.send(());
+            let _ = h.go.recv();
+        }
     }
     fn note(&self, what: String, key: &str) {
         if !key.ends_with("zarr.json") && !key.contains("/.z") && !key.starts_with(".z") {
@@ -59,14 +70,7 @@ impl CountingStore {
 
 impl Store for CountingStore {
     fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
-        let hold = {
-            let mut held = self.held.lock().unwrap();
-            if held.as_ref().is_some_and(|h| h.key == key) { held.take() } else { None }
-        };
-        if let Some(h) = hold {
-            let _ = h.entered.send(());
-            let _ = h.go.recv();
-        }
+        self.wait_if_held("get", key);
         self.note(format!("get {key}"), key);
         if key.ends_with("zarr.json") {
             self.documents.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -85,6 +89,7 @@ impl Store for CountingStore {
         self.inner.get_range(key, range)
     }
     fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
+        self.wait_if_held("set", key);
         *self.sets.lock().unwrap().entry(key.to_string()).or_default() += 1;
         self.inner.set(key, value)
     }
@@ -431,7 +436,7 @@ fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
     let store = CountingStore::over(dir.path());
-    let (entered, go) = store.hold("c/0/0");
+    let (entered, go) = store.hold("get", "c/0/0");
     let fs = Arc::new(ZarrFs::new(store, Config { dirty_limit: 64 << 10, ..Config::default() }));
     let ino = fs.lookup(1, "data").unwrap().ino;
     let fh = fs.open(ino, true, false, 0).unwrap();
@@ -460,4 +465,36 @@ fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads
     assert_eq!(slow.join().unwrap().unwrap().len(), 4096);
     later.join().unwrap().unwrap();
     assert_eq!(fs.read(ino, fh, 0, 8 * 4096).unwrap(), vec![9; 8 * 4096]);
+}
+
+#[test]
+fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
+    // The array grows twice by writes past its end, each change flushed. While the second
+    // flush stores its chunk (slowly, as over a network; the metadata goes last), the metadata
+    // TTL runs out and a lookup checks the store, which holds the document of the first: that
+    // is the mount's own change on its way, not another writer's.
+    let dir = tempfile::tempdir().unwrap();
+    common::banded_array(dir.path(), 64, 4096, 8);
+    let store = CountingStore::over(dir.path());
+    let fs = Arc::new(ZarrFs::new(store.clone(), Config { metadata_ttl: std::time::Duration::ZERO, ..Config::default() }));
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    fs.write(ino, fh, 64 * 4096, &[1; 4096], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    fs.write(ino, fh, 65 * 4096, &[2; 4096], false).unwrap();
+    // The flush stores the chunk first (held back here), the metadata last.
+    let (entered, go) = store.hold("set", "c/8/0");
+    let flush = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.flush(fh, 0))
+    };
+    entered.recv().unwrap();
+    let during = fs.lookup(1, "data").map(|a| a.size);
+    go.send(()).unwrap();
+    flush.join().unwrap().unwrap();
+    assert_eq!(during.unwrap(), 66 * 4096, "the size went back to the stored one while the new one was being stored");
+    assert_eq!(fs.lookup(1, "data").unwrap().size, 66 * 4096);
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
+    assert_eq!(fs.read(ino, fh, 65 * 4096, 4096).unwrap(), vec![2; 4096]);
 }

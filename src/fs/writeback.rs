@@ -21,12 +21,14 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Re
 /// `flush`, with the array's store lock already held exclusively.
 pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Result<()> {
     let array = open.array();
-    // The chunks taken stay counted until they are stored: they are in memory until then.
+    // The chunks taken stay counted until they are stored: they are in memory until then. The
+    // metadata stays marked changed until it is stored: meanwhile the store still holds the old
+    // document, which a metadata re-check must not take for another writer's (`Nodes::recheck`).
     let (chunks, metadata_dirty, held) = {
         let mut edits = open.wait_stored(lock(&open.edits));
         let held = edits.dirty_bytes();
         edits.touched.clear();
-        (std::mem::take(&mut edits.chunks), std::mem::take(&mut edits.metadata_dirty), held)
+        (std::mem::take(&mut edits.chunks), edits.metadata_dirty, held)
     };
     if chunks.is_empty() && !metadata_dirty {
         return Ok(());
@@ -74,13 +76,15 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     if metadata_dirty {
         // Metadata last: chunks outside the stored shape are invisible until it lands.
         match first_error.is_none().then(|| array.store_metadata()) {
-            Some(Ok(touched)) => edits.unsynced.extend(touched.keys),
+            Some(Ok(touched)) => {
+                edits.unsynced.extend(touched.keys);
+                edits.metadata_dirty = false;
+            }
             Some(Err(e)) => {
                 tracing::error!(array = %display_path(&array.path), "metadata write failed: {e}");
                 first_error = Some(e);
-                edits.metadata_dirty = true;
             }
-            None => edits.metadata_dirty = true,
+            None => {}
         }
     }
     first_error.map_or(Ok(()), Err)
