@@ -39,7 +39,7 @@ pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> Ex
         let read_at = &mut |offset, buf: &mut [u8]| std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset);
         let started = std::time::Instant::now();
         match a.prepend(axis, len, read_at, &crate::pool::WorkerPool::per_core())? {
-            Some(next) => {
+            Some((next, _)) => {
                 let chunks = started.elapsed();
                 next.store_metadata()?;
                 let metadata = started.elapsed() - chunks;

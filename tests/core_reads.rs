@@ -20,6 +20,10 @@ struct CountingStore {
     sets: Mutex<std::collections::BTreeMap<String, usize>>,
     /// A key whose next read or write says it began, then waits until it is let go (`hold`).
     held: Mutex<Option<Hold>>,
+    /// A key whose next store fails (`fail_next_set`), as a full disk or a refused PUT would.
+    failing: Mutex<Option<String>>,
+    /// The keys made durable (`sync`).
+    synced: Mutex<std::collections::BTreeSet<String>>,
 }
 
 struct Hold {
@@ -38,7 +42,12 @@ impl CountingStore {
             heads: Default::default(),
             sets: Default::default(),
             held: Default::default(),
+            failing: Default::default(),
+            synced: Default::default(),
         })
+    }
+    fn fail_next_set(&self, key: &str) {
+        *self.failing.lock().unwrap() = Some(key.into());
     }
     /// Hold the next `op` ("get" or "set") of `key` until the returned sender is used; the
     /// receiver hears when it began (a slow read of a chunk, a slow store of metadata).
@@ -90,6 +99,9 @@ impl Store for CountingStore {
     }
     fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
         self.wait_if_held("set", key);
+        if self.failing.lock().unwrap().take_if(|k| k == key).is_some() {
+            return Err(zarrfs::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
         *self.sets.lock().unwrap().entry(key.to_string()).or_default() += 1;
         self.inner.set(key, value)
     }
@@ -105,6 +117,7 @@ impl Store for CountingStore {
         Ok(names)
     }
     fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
+        self.synced.lock().unwrap().extend(keys.iter().cloned());
         self.inner.sync(keys)
     }
 }
@@ -497,4 +510,52 @@ fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
     let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
     assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
     assert_eq!(fs.read(ino, fh, 65 * 4096, 4096).unwrap(), vec![2; 4096]);
+}
+
+#[test]
+fn a_text_rewrite_whose_metadata_store_fails_is_served_and_its_metadata_stored_at_the_next_flush() {
+    // Eleven strings in chunks of four, rewritten as fourteen lines: three new chunks' worth of
+    // keys (c/0..c/3), then the metadata, whose store fails once (a full disk).
+    let (_dir, root) = common::copy_store(&common::fixtures().join("vlen.zarr"));
+    let store = CountingStore::over(&root);
+    let fs = ZarrFs::new(store.clone(), Config::default());
+    let array = fs.lookup(1, "strings_1d").unwrap().ino;
+    let data = fs.lookup(array, "data").unwrap().ino;
+    let fh = fs.open(data, true, true, 0).unwrap();
+    let text: String = (0..14).map(|i| format!("line {i}\n")).collect();
+    fs.write(data, fh, 0, text.as_bytes(), false).unwrap();
+    store.fail_next_set("strings_1d/zarr.json");
+    assert!(fs.flush(fh, 0).is_err(), "the metadata store failed, and close must say so");
+    let shape = || {
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(root.join("strings_1d/zarr.json")).unwrap()).unwrap()["shape"].clone()
+    };
+    assert_eq!(shape(), serde_json::json!([11]));
+    // The chunks are stored: the mount serves them, with the new length.
+    assert_eq!(fs.read(data, fh, 0, 4096).unwrap(), text.as_bytes());
+    // The metadata is still to be stored: the next flush stores it; fsync makes all durable.
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(shape(), serde_json::json!([14]));
+    fs.fsync(fh).unwrap();
+    let synced = store.synced.lock().unwrap().clone();
+    for key in ["strings_1d/c/0", "strings_1d/c/3", "strings_1d/zarr.json"] {
+        assert!(synced.contains(key), "{key} was not made durable: {synced:?}");
+    }
+    fs.release(fh);
+}
+
+#[test]
+fn fsync_after_a_prepend_makes_its_chunks_and_metadata_durable() {
+    let (_dir, store, fs) = tiny_chunks(8, &[0], "/", Config { adopt_offset: true, ..Config::default() });
+    let array = fs.lookup(1, "tiny").unwrap().ino;
+    let prepend = fs.lookup(array, "prepend").unwrap().ino;
+    let fh = fs.open(prepend, true, false, 0).unwrap();
+    fs.write(prepend, fh, 0, &[9, 9, 8, 8], false).unwrap();
+    fs.release(fh);
+    let (data, fh) = open_data(&fs, "tiny");
+    assert_eq!(fs.read(data, fh, 0, 6).unwrap(), [9, 9, 8, 8, 0, 1]);
+    fs.fsync(fh).unwrap();
+    let synced = store.synced.lock().unwrap().clone();
+    for key in ["tiny/c/-1/0", "tiny/c/-2/0", "tiny/zarr.json"] {
+        assert!(synced.contains(key), "{key} was not made durable: {synced:?}");
+    }
 }

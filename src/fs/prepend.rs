@@ -8,6 +8,7 @@ use super::open::OpenArray;
 use super::spool::Spool;
 use super::writeback;
 use crate::cache::ChunkCache;
+use crate::error::lock;
 use crate::pool::WorkerPool;
 use crate::zarr::key::ChunkKeyEncoding;
 use crate::zarr::metadata::ZarrFormat;
@@ -24,7 +25,8 @@ pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
             let _writer = open.writer();
             let _exclusive = open.exclusive();
             let adopted = open.array().adopted_offset()?;
-            adopted.store_metadata()?;
+            let touched = adopted.store_metadata()?;
+            lock(&open.edits).unsynced.extend(touched.keys);
             tracing::info!(array = %display_path(&adopted.path), "switched to the offset chunk key encoding");
             open.replace(Arc::new(adopted), open.cache_id());
             Ok(())
@@ -49,8 +51,10 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let array = open.array();
     let len = spool.len();
     let result = array.prepend(0, len, &mut |offset, buf| spool.read_exact_at(buf, offset), pool).and_then(|next| match next {
-        Some(next) => {
-            next.store_metadata()?;
+        Some((next, chunks)) => {
+            let metadata = next.store_metadata()?;
+            // Made durable by the next fsync, as the chunks of writes are.
+            lock(&open.edits).unsynced.extend(chunks.keys.into_iter().chain(metadata.keys));
             tracing::info!(array = %display_path(&next.path), bytes = len, shape = ?next.meta.shape, "prepended");
             open.replace(next, new_cache_id);
             Ok(())

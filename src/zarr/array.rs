@@ -341,14 +341,15 @@ impl Array {
     /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read through
     /// `read_at`, with every dimension as the array's but `axis`, which must be a whole number of
     /// chunks. The new chunks are stored (their keys lie outside the old grid, so no reader sees
-    /// them); the returned array's metadata is not: storing it is the commit. `None` for no bytes.
+    /// them); the returned array's metadata is not: storing it is the commit. With it, the keys
+    /// written. `None` for no bytes.
     pub fn prepend(
         &self,
         axis: usize,
         len: u64,
         read_at: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>,
         pool: &crate::pool::WorkerPool,
-    ) -> Result<Option<Arc<Array>>> {
+    ) -> Result<Option<(Arc<Array>, Touched)>> {
         let meta = &self.meta;
         if axis >= meta.shape.len() {
             return Err(Error::Invalid(format!("axis {axis} is not an axis of a {}-d array", meta.shape.len())));
@@ -376,6 +377,7 @@ impl Array {
         let cells: Vec<u64> =
             region.iter().enumerate().map(|(a, &n)| if a == axis { new_chunks } else { grid.axes[a].chunks_for(n) }).collect();
         let mut band_start = 0;
+        let mut keys = Vec::new();
         while band_start < region[0] {
             let b = grid.chunk_of(0, band_start).0;
             let rows = grid.chunk_len(0, b).min(region[0] - band_start);
@@ -400,13 +402,13 @@ impl Array {
                         let src = super::region::Strided::of(&band_shape, &origin, 0);
                         let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
                         super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
-                        next.store_chunk(&coords, &data).map(|_| ())
+                        next.store_chunk(&coords, &data).map(|stored| stored.key)
                     })
                 }
             }));
             let mut done = 0;
             for result in results.iter() {
-                result?;
+                keys.push(result?);
                 done += 1;
             }
             if done != n {
@@ -414,7 +416,7 @@ impl Array {
             }
             band_start += rows;
         }
-        Ok(Some(next))
+        Ok(Some((next, Touched { keys })))
     }
 
     /// Write the metadata document, and the consolidated metadata of every ancestor group that

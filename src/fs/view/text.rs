@@ -362,11 +362,12 @@ fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Re
         }
         _ => old.clone(),
     };
-    store_from(&array, &mut lines(text, bytes_type), 0)?;
-    if meta.shape.len() == 1 {
-        old.for_each_chunk_outside(lines_count, &mut |coords| old.delete_chunk(coords).map(|_| ()))?;
-    }
-    finish(open, &array, new_cache_id)
+    let mut keys = Vec::new();
+    let stored = store_from(&array, &mut lines(text, bytes_type), 0, &mut keys).and_then(|()| match meta.shape.len() {
+        1 => old.for_each_chunk_outside(lines_count, &mut |coords| old.delete_chunk(coords).map(|d| keys.push(d.key))),
+        _ => Ok(()),
+    });
+    finish(open, &array, new_cache_id, keys, stored)
 }
 
 /// Append the staged lines to a 1-D array.
@@ -392,17 +393,19 @@ fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> 
     kept.truncate(offset as usize);
     kept.resize(offset as usize, array.meta.fill.clone());
     let mut elements = kept.into_iter().map(Ok).chain(lines(Some(text), is_bytes(&old)));
-    store_from(&array, &mut elements, array.meta.grid.chunk_start(0, first))?;
-    finish(open, &array, new_cache_id)
+    let mut keys = Vec::new();
+    let stored = store_from(&array, &mut elements, array.meta.grid.chunk_start(0, first), &mut keys);
+    finish(open, &array, new_cache_id, keys, stored)
 }
 
 /// Store the chunks holding `elements`, which start at flat element `start` (the start of a
-/// band), band by band: memory holds one band's elements at a time.
-fn store_from(array: &Array, elements: &mut dyn Iterator<Item = Result<Vec<u8>>>, start: u64) -> Result<()> {
+/// band), band by band: memory holds one band's elements at a time. The keys written are added
+/// to `keys`.
+fn store_from(array: &Array, elements: &mut dyn Iterator<Item = Result<Vec<u8>>>, start: u64, keys: &mut Vec<String>) -> Result<()> {
     let meta = &array.meta;
     if meta.shape.is_empty() {
         let first = elements.take(1).collect::<Result<Vec<_>>>()?;
-        array.store_elements(&[], &first)?;
+        keys.push(array.store_elements(&[], &first)?);
         return Ok(());
     }
     let grid = &meta.grid;
@@ -427,21 +430,29 @@ fn store_from(array: &Array, elements: &mut dyn Iterator<Item = Result<Vec<u8>>>
                 let element = if inside { band_elements.get((flat - band_start) as usize) } else { None };
                 chunk.push(element.cloned().unwrap_or_else(|| meta.fill.clone()));
             });
-            result = array.store_elements(coords, &chunk).map(|_| ());
+            result = array.store_elements(coords, &chunk).map(|key| keys.push(key));
         });
         result?;
     }
     Ok(())
 }
 
-/// After a rewrite or an append: the metadata, and a fresh text layout (cached bands are left
-/// behind under the old cache id).
-fn finish(open: &Arc<OpenArray>, array: &Arc<Array>, new_cache_id: u64) -> Result<()> {
-    let metadata_dirty = std::mem::take(&mut lock(&open.edits).metadata_dirty);
-    if metadata_dirty {
-        array.store_metadata()?;
-    }
+/// After a rewrite or an append has stored its chunks (`stored` says whether all of them): what
+/// the store now holds is served under a fresh cache id and text layout (cached chunks and
+/// bands may be the old ones), the keys written wait for the next fsync, and then the metadata
+/// is stored. It stays marked changed until it is, so that a failed store is tried again at the
+/// next flush (and a metadata re-check does not take the store's older document for another
+/// writer's).
+fn finish(open: &Arc<OpenArray>, array: &Arc<Array>, new_cache_id: u64, keys: Vec<String>, stored: Result<()>) -> Result<()> {
     open.replace(array.clone(), new_cache_id);
     *lock(&open.text) = None;
+    lock(&open.edits).unsynced.extend(keys);
+    stored?;
+    if open.metadata_dirty() {
+        let touched = array.store_metadata()?;
+        let mut edits = lock(&open.edits);
+        edits.unsynced.extend(touched.keys);
+        edits.metadata_dirty = false;
+    }
     Ok(())
 }
