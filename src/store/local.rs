@@ -104,6 +104,17 @@ impl LocalStore {
     }
 }
 
+/// Have the kernel start writing a value just written to the disk, without waiting for it. Every
+/// value the mount writes is fsynced later (by an fsync, or at the unmount at the latest), which
+/// then finds little left to write rather than waiting for all of it at once, while the cores
+/// are idle; a write of many chunks ending in an fsync spent a fifth of its time so. Advisory:
+/// a file system that cannot do it (tmpfs) just says so, and nothing changes.
+fn start_write_back(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a descriptor `file` owns, open for the call; the call reads no memory of ours.
+    unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
 /// A file's length and version: which file (a replacement by rename is another inode), its
 /// size and its mtime (a rewrite in place).
 // The stat fields' integer types differ between targets.
@@ -159,6 +170,7 @@ impl Store for LocalStore {
         let mut file = std::fs::File::from(fd);
         // The version is taken before the rename, which keeps the inode, size and mtime.
         let written = file.write_all(value).map_err(Error::Io).and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
+        start_write_back(&file);
         let renamed = written.and_then(|stat| {
             rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| Error::Io(io(e)))?;
             Ok(head_of(&stat).version)
