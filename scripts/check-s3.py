@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -248,6 +249,68 @@ def faults(proxy):
     want = np.concatenate([want, np.zeros((6, 48), "f4")])
     want[66] = 9
     check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["a"][...], want), "the held changes are stored once the server answers")
+
+
+def recheck_during_a_flush(proxy):
+    """The array grows twice, each change flushed. While the second flush's chunk PUT is held
+    back (a slow network; the metadata goes last), the metadata TTL runs out and a lookup checks
+    the bucket, which holds the document of the first: that is the mount's own change on its
+    way, not another writer's, and the size shown stays the new one."""
+    prefix = f"recheck-{uuid.uuid4().hex[:8]}"
+    zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.ones((8, 4), "u1"), chunks=(4, 4))
+    with Mount(f"s3://{BUCKET}/{prefix}", "--metadata-ttl", "0", endpoint=proxy.url) as m:
+        data = m.path("a/data")
+        f = os.open(data, os.O_RDWR)
+        os.pwrite(f, bytes([2]) * 16, 8 * 4)  # rows 8-11, chunk (2, 0): 12 rows
+        os.fsync(f)
+        os.pwrite(f, bytes([3]) * 16, 12 * 4)  # rows 12-15, chunk (3, 0): 16 rows
+        entered, release = proxy.hold("PUT", f"/{BUCKET}/{prefix}/a/c/3/0")
+        flush = threading.Thread(target=os.fsync, args=(f,))
+        flush.start()
+        check(entered.wait(30), "the flush's chunk PUT arrived")
+        time.sleep(1.2)  # past the kernel's entry and attribute timeouts (1 s): stat asks the mount
+        size = os.stat(data).st_size
+        release.set()
+        flush.join(60)
+        check(size == 16 * 4, f"a metadata re-check during a flush keeps the size being stored ({size}, not {16 * 4})")
+        check(os.stat(data).st_size == 16 * 4 and os.pread(f, 16, 12 * 4) == bytes([3]) * 16, "the rows written read back")
+        os.close(f)
+    check(zarr.open_group(s3store(prefix), mode="r")["a"].shape == (16, 4), "the new shape is stored")
+
+
+def read_after_a_background_store(proxy):
+    """A read of a chunk is slow (its GET held back); meanwhile the chunk is written whole and,
+    a small dirty limit starting background stores, PUT. A read of the chunk that starts after
+    that must get the new bytes, not join the slow read of the old ones."""
+    prefix = f"joined-{uuid.uuid4().hex[:8]}"
+    zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.ones((64, 4096), "u1"), chunks=(8, 4096))
+    with Mount(f"s3://{BUCKET}/{prefix}", "-o", "dirty_limit=64K", endpoint=proxy.url) as m:
+        data = m.path("a/data")
+        os.stat(data)
+        # O_DIRECT: each read and write reaches the mount as it is, with no page cache between.
+        f = os.open(data, os.O_RDWR | os.O_DIRECT)
+        key = f"/{BUCKET}/{prefix}/a/c/0/0"
+        entered, release = proxy.hold("GET", key)
+        slow = threading.Thread(target=os.pread, args=(f, 4096, 0))
+        slow.start()
+        check(entered.wait(30), "the slow read's GET arrived")
+        os.pwrite(f, bytes([9]) * 8 * 4096, 0)  # chunk (0, 0), whole
+        deadline = time.time() + 20
+        while not any(e[0] == "PUT" and e[1] == key and e[3] == 200 for e in proxy.entries()) and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the store's answer reaches the mount, which forgets the chunk held
+        got = []
+        later = threading.Thread(target=lambda: got.append(os.pread(f, 4096, 4096)))
+        later.start()
+        later.join(10)
+        at_once = not later.is_alive()
+        release.set()
+        slow.join(60)
+        later.join(60)
+        check(at_once, "a read after a background store does not wait for a slow read of the old chunk")
+        check(got == [bytes([9]) * 4096], f"a read after a background store gets the new bytes ({got[0][:4] if got else None})")
+        os.close(f)
+    check(zarr.open_group(s3store(prefix), mode="r")["a"][:8].tobytes() == bytes([9]) * 8 * 4096, "the chunk written is stored")
 
 
 def conditional_put():
@@ -617,6 +680,8 @@ def main():
     interop()
     requests_counted(proxy)
     faults(proxy)
+    recheck_during_a_flush(proxy)
+    read_after_a_background_store(proxy)
     conditional_put()
     mount_errors()
     checked_credentials()

@@ -5,6 +5,7 @@ with 503 and drop some connections without an answer.
     proxy = S3Proxy("http://127.0.0.1:5000")   # starts on a free loopback port
     proxy.delay = 0.02; proxy.fail_every = 3; proxy.drop_every = 5
     proxy.log   # [[method, path, ranged, status, bytes answered]]
+    entered, release = proxy.hold("PUT", "/bucket/key")   # the next such request waits
 """
 
 import http.client
@@ -26,6 +27,7 @@ class S3Proxy:
         self.log = []
         self.lock = threading.Lock()
         self.n = 0
+        self.held = None  # (method, path, entered, release): see `hold`
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -42,6 +44,12 @@ class S3Proxy:
                     n = proxy.n
                     entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None, 0]
                     proxy.log.append(entry)
+                    held = proxy.held if proxy.held and proxy.held[:2] == (entry[0], entry[1]) else None
+                    if held:
+                        proxy.held = None
+                if held:
+                    held[2].set()
+                    held[3].wait(60)
                 if proxy.delay:
                     time.sleep(proxy.delay)
                 if proxy.drop_every and n % proxy.drop_every == 0:
@@ -86,6 +94,14 @@ class S3Proxy:
     def reset(self):
         with self.lock:
             self.log = []
+
+    def hold(self, method, path):
+        """Hold the next `method` request of `path` (as the proxy sees it: /bucket/key) until
+        `release` is set (at most 60 s); `entered` is set when it arrives."""
+        entered, release = threading.Event(), threading.Event()
+        with self.lock:
+            self.held = (method, path, entered, release)
+        return entered, release
 
     def entries(self):
         with self.lock:
