@@ -104,11 +104,11 @@ impl LocalStore {
     }
 }
 
-/// Have the kernel start writing a value just written to the disk, without waiting for it. Every
-/// value the mount writes is fsynced later (by an fsync, or at the unmount at the latest), which
-/// then finds little left to write rather than waiting for all of it at once, while the cores
-/// are idle; a write of many chunks ending in an fsync spent a fifth of its time so. Advisory:
-/// a file system that cannot do it (tmpfs) just says so, and nothing changes.
+/// Have the kernel start writing a value just written to the disk, without waiting for it. The
+/// chunks and array metadata the mount writes are fsynced later (by an fsync, or at the unmount
+/// at the latest), which then finds little left to write rather than waiting for all of it at
+/// once, while the cores are idle; a write of many chunks ending in an fsync spent a fifth of its
+/// time so. Advisory: a file system that cannot do it (tmpfs) just says so, and nothing changes.
 fn start_write_back(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a descriptor `file` owns, open for the call; the call reads no memory of ours.
