@@ -313,6 +313,33 @@ def read_after_a_background_store(proxy):
     check(zarr.open_group(s3store(prefix), mode="r")["a"][:8].tobytes() == bytes([9]) * 8 * 4096, "the chunk written is stored")
 
 
+def text_commit_whose_metadata_put_fails(proxy):
+    """A text rewrite of a 1-D string array stores its chunks, then the metadata, whose PUT is
+    refused once: close fails, the mount serves the new text, and the next close stores the
+    metadata, so zarr-python reads what was written."""
+    prefix = f"text-{uuid.uuid4().hex[:8]}"
+    a = zarr.open_group(s3store(prefix), mode="w").create_array("s", shape=(5,), chunks=(2,), dtype=str)
+    a[:] = np.array(["a", "b", "c", "d", "e"])
+    lines = [f"line {i}" for i in range(7)]
+    text = "".join(f"{w}\n" for w in lines).encode()
+    with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+        data = m.path("s/data")
+        os.stat(data)
+        proxy.refuse = ("PUT", f"/{BUCKET}/{prefix}/s/zarr.json")
+        f = os.open(data, os.O_WRONLY | os.O_TRUNC)
+        os.write(f, text)
+        try:
+            os.close(f)
+            failed = False
+        except OSError:
+            failed = True
+        check(failed, "close fails when the metadata PUT of a text rewrite is refused")
+        check(open(data, "rb").read() == text, "after the failed close the mount serves the new text")
+        os.close(os.open(data, os.O_WRONLY))  # a close of a writable data stores what is left
+    got = zarr.open_group(s3store(prefix), mode="r")["s"][...]
+    check(list(got) == lines, f"the next close stores the metadata: zarr-python reads the new text ({list(got)})")
+
+
 def conditional_put():
     prefix = f"cond-{uuid.uuid4().hex[:8]}"
     zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.zeros((8, 4), "u1"), chunks=(4, 4))
@@ -682,6 +709,7 @@ def main():
     faults(proxy)
     recheck_during_a_flush(proxy)
     read_after_a_background_store(proxy)
+    text_commit_whose_metadata_put_fails(proxy)
     conditional_put()
     mount_errors()
     checked_credentials()

@@ -6,6 +6,7 @@ with 503 and drop some connections without an answer.
     proxy.delay = 0.02; proxy.fail_every = 3; proxy.drop_every = 5
     proxy.log   # [[method, path, ranged, status, bytes answered]]
     entered, release = proxy.hold("PUT", "/bucket/key")   # the next such request waits
+    proxy.refuse = ("PUT", "/bucket/key")                 # the next such request gets a 403
 """
 
 import http.client
@@ -28,6 +29,7 @@ class S3Proxy:
         self.lock = threading.Lock()
         self.n = 0
         self.held = None  # (method, path, entered, release): see `hold`
+        self.refuse = None  # (method, path): the next such request is answered 403, not retried
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -47,6 +49,17 @@ class S3Proxy:
                     held = proxy.held if proxy.held and proxy.held[:2] == (entry[0], entry[1]) else None
                     if held:
                         proxy.held = None
+                    refused = proxy.refuse == (entry[0], entry[1])
+                    if refused:
+                        proxy.refuse = None
+                if refused:
+                    entry[3] = 403
+                    msg = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
+                    self.send_response(403)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
                 if held:
                     held[2].set()
                     held[3].wait(60)
