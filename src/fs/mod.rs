@@ -11,6 +11,7 @@ mod open;
 mod prepend;
 mod read;
 mod scratch;
+mod spare;
 mod spool;
 pub mod stats;
 pub mod tree;

@@ -63,6 +63,8 @@ pub(crate) struct Edits {
     /// Chunks a background store is under way for (one at a time per chunk, so that stores of
     /// one chunk land in order).
     pub storing: HashSet<Vec<u64>>,
+    /// Bytes of the chunks of `storing` (chunks to delete count nothing).
+    pub storing_bytes: usize,
     /// What the writes since each changed chunk was last stored did to it: a chunk is stored
     /// early (in the background) once it is whole or no longer being written.
     pub touched: HashMap<Vec<u64>, Touch>,
@@ -104,6 +106,7 @@ impl Edits {
             metadata_dirty: false,
             unsynced: BTreeSet::new(),
             storing: HashSet::new(),
+            storing_bytes: 0,
             touched: HashMap::new(),
             writes: 0,
         }
@@ -254,6 +257,20 @@ impl OpenArray {
             edits = self.stored.wait(edits).unwrap_or_else(|p| p.into_inner());
         }
         edits
+    }
+
+    /// Hold a writer while the background stores under way hold more than `most` bytes, until
+    /// they hold half of that: a writer that outruns the encoding keeps a bounded queue ahead
+    /// of the workers rather than up to the dirty limit, and the buffers stored come back
+    /// (`spare`) for the chunks it starts next, warm, instead of fresh pages faulted in.
+    pub(crate) fn wait_backlog(&self, most: usize) {
+        let mut edits = lock(&self.edits);
+        if edits.storing_bytes <= most {
+            return;
+        }
+        while edits.storing_bytes > most / 2 {
+            edits = self.stored.wait(edits).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// Drop every change not yet stored, once background stores under way are done (the array

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray, Touch};
 use super::read::{Cells, RangeBuf, read_shared};
+use super::spare::chunk_buffer;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
 use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, filled, is_filled};
+use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, is_filled};
 use crate::{Error, Result};
 
 /// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
@@ -22,7 +23,7 @@ use crate::{Error, Result};
 fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Vec<u8>> {
     let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
-    let fill = || filled(repr.num_elements() as usize, repr.fill);
+    let fill = || chunk_buffer(repr.num_elements() as usize, repr.fill);
     let key = open.unit_key(coords, false);
     if matches!(array.read_units(), ReadUnits::Chunks)
         && let Some(cached) = cache.peek(&key)
@@ -57,7 +58,7 @@ fn edit_chunk(
     from_fill: bool,
     change: impl FnOnce(&mut [u8]),
 ) -> Result<()> {
-    let fresh = || filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill);
+    let fresh = || chunk_buffer(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill);
     let loaded = {
         let edits = lock(&open.edits);
         match edits.chunks.get(coords) {

@@ -121,6 +121,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             }
         }
         edits.storing.extend(picked.iter().map(|(c, _)| c.clone()));
+        edits.storing_bytes += picked.iter().filter_map(|(_, b)| b.as_ref()).map(|b| b.len()).sum::<usize>();
         picked
     };
     for (coords, buf) in picked {
@@ -132,6 +133,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             });
             let mut edits = lock(&open.edits);
             edits.storing.remove(&coords);
+            edits.storing_bytes -= buf.as_ref().map_or(0, |b| b.len());
             let current = match (edits.chunks.get(&coords), &buf) {
                 (Some(ChunkEdit::Storing(b)), Some(buf)) => Arc::ptr_eq(b, buf),
                 (Some(ChunkEdit::Deleted), None) => true,
@@ -150,13 +152,17 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                 }
                 Err(e) => {
                     tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
-                    if let Some(buf) = buf.filter(|_| current) {
+                    if current && let Some(buf) = &buf {
                         edits.set(coords, ChunkEdit::Dirty(buf.to_vec()));
                     }
                 }
             }
             drop(edits);
             open.stored.notify_all();
+            // Unless a reader still holds it, the buffer serves the next chunk written.
+            if let Some(buf) = buf.and_then(|b| Arc::try_unwrap(b).ok()) {
+                super::spare::give_back(buf);
+            }
         });
     }
 }
