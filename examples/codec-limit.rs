@@ -4,11 +4,15 @@
 //! inner chunks of a sharded array (its shard indexes read before the clock starts), whole
 //! chunks otherwise; `encode` decodes every chunk first,
 //! then times encoding them all on all cores, storing nothing (the encode limit of
-//! `scripts/bench-write`).
+//! `scripts/bench-write`); `store` likewise, but stores each chunk as the mount does (through
+//! the local store: a temporary file renamed into place) into the array at ARRAY_PATH of
+//! DEST_STORE, a fresh one of the same metadata, and makes them durable at the end, as a
+//! writer's fsync does (the store limit: all the work of a write but FUSE's).
 //!
 //!   cargo run --release --example codec-limit -- decode|encode STORE ARRAY_PATH [THREADS]
+//!   cargo run --release --example codec-limit -- store STORE ARRAY_PATH DEST_STORE [THREADS]
 //!
-//! Prints `<decode|encode>-limit <MB/s> <threads> <units>`: decoded bytes per second of wall time.
+//! Prints `<mode>-limit <MB/s> <threads> <units>`: decoded bytes per second of wall time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,14 +26,18 @@ use zarrfs::zarr::codec::ShardIndex;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(mode), Some(root), Some(path)) = (args.get(1), args.get(2), args.get(3)) else {
-        return Err("usage: codec-limit decode|encode STORE ARRAY_PATH [THREADS]".into());
+        return Err("usage: codec-limit decode|encode STORE ARRAY_PATH [THREADS] | store STORE ARRAY_PATH DEST_STORE [THREADS]".into());
     };
-    let encode = match mode.as_str() {
-        "decode" => false,
-        "encode" => true,
-        _ => return Err(format!("unknown mode {mode}: decode or encode").into()),
+    let (encode, dest) = match (mode.as_str(), args.get(4)) {
+        ("decode", _) => (false, None),
+        ("encode", _) => (true, None),
+        ("store", Some(dest)) => {
+            let dest: Arc<dyn Store> = Arc::new(LocalStore::open(dest.as_str())?);
+            (true, Some((Array::open(dest.clone(), path)?, dest)))
+        }
+        _ => return Err(format!("unknown mode {mode} (or no DEST_STORE): decode, encode or store").into()),
     };
-    let threads = match args.get(4) {
+    let threads = match args.get(if dest.is_some() { 5 } else { 4 }) {
         Some(n) => n.parse()?,
         None => std::thread::available_parallelism()?.get(),
     };
@@ -70,8 +78,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Ok(array.retrieve_chunk(coords)?.map_or(0, |(bytes, _)| bytes.len()));
         }
         let bytes = &decoded[i];
-        if !bytes.is_empty() {
-            array.meta.codecs.encode(bytes.clone(), &array.chunk_repr(coords))?;
+        match &dest {
+            Some((dest, _)) => {
+                dest.store_chunk(coords, bytes)?;
+            }
+            None if !bytes.is_empty() => {
+                array.meta.codecs.encode(bytes.clone(), &array.chunk_repr(coords))?;
+            }
+            None => {}
         }
         Ok(bytes.len())
     };
@@ -92,6 +106,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         workers.into_iter().try_for_each(|w| w.join().map_err(|_| zarrfs::Error::Invalid("a codec thread panicked".into()))?)
     })?;
+    if let Some((dest, store)) = &dest {
+        store.sync(&chunks.iter().map(|c| dest.chunk_key(c)).collect::<Vec<_>>())?;
+    }
     let secs = start.elapsed().as_secs_f64();
     println!("{mode}-limit {:.0} {threads} {units}", done.load(Ordering::Relaxed) as f64 / secs / 1e6);
     Ok(())

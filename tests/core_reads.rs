@@ -443,35 +443,38 @@ fn fill_written_where_there_is_only_fill_loads_and_stores_nothing() {
 
 #[test]
 fn a_writer_that_outruns_the_background_stores_is_held_until_they_catch_up() {
-    // uint8 (64, 4096) in chunks of (8, 4096), 32 KiB each; a dirty limit of 256 KiB lets the
-    // background stores under way hold 32 KiB (an eighth). The store of chunk 0 is slow; the
-    // writer goes on to chunk 1, whose store puts 64 KiB under way: that write is held until
-    // the slow store is done, rather than running on until the dirty limit.
+    // uint8 (64, 4096) in chunks of (8, 4096), 32 KiB each; one worker, and a dirty limit of
+    // 256 KiB: the background stores under way may hold 32 KiB (an eighth) or two chunks (two
+    // per worker). The store of chunk 0 is slow; the writer goes on to chunks 1 and 2, whose
+    // stores put three chunks under way: that write is held until the slow store is done,
+    // rather than running on until the dirty limit.
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
     let store = CountingStore::over(dir.path());
     let (entered, go) = store.hold("set", "c/0/0");
-    let fs = Arc::new(ZarrFs::new(store, Config { dirty_limit: 256 << 10, ..Config::default() }));
+    let config = Config { dirty_limit: 256 << 10, workers: std::num::NonZeroUsize::MIN, ..Config::default() };
+    let fs = Arc::new(ZarrFs::new(store, config));
     let ino = fs.lookup(1, "data").unwrap().ino;
     let fh = fs.open(ino, true, false, 0).unwrap();
     fs.write(ino, fh, 0, &[1; 8 * 4096], false).unwrap();
     entered.recv_timeout(std::time::Duration::from_secs(10)).expect("chunk 0 was not stored in the background");
+    fs.write(ino, fh, 8 * 4096, &[2; 8 * 4096], false).unwrap();
     let (done_tx, done) = std::sync::mpsc::channel();
     let writer = {
         let fs = fs.clone();
-        std::thread::spawn(move || done_tx.send(fs.write(ino, fh, 8 * 4096, &[2; 8 * 4096], false)))
+        std::thread::spawn(move || done_tx.send(fs.write(ino, fh, 16 * 4096, &[3; 8 * 4096], false)))
     };
     let early = done.recv_timeout(std::time::Duration::from_millis(500));
     go.send(()).unwrap();
-    assert!(early.is_err(), "the write returned while the stores under way held twice their bound");
+    assert!(early.is_err(), "the write returned ({early:?}) while the stores under way held three chunks, past both bounds");
     done.recv_timeout(std::time::Duration::from_secs(10)).expect("the write stayed held after the store").unwrap();
-    writer.join().unwrap();
-    let mut expected = vec![1u8; 8 * 4096];
-    expected.extend([2u8; 8 * 4096]);
-    assert_eq!(fs.read(ino, fh, 0, 16 * 4096).unwrap(), expected);
+    writer.join().unwrap().unwrap();
+    let expected: Vec<u8> = [1u8, 2, 3].iter().flat_map(|&b| [b; 8 * 4096]).collect();
+    assert_eq!(fs.read(ino, fh, 0, 24 * 4096).unwrap(), expected);
     fs.release(fh);
-    assert_eq!(std::fs::read(dir.path().join("c/0/0")).unwrap(), vec![1u8; 8 * 4096]);
-    assert_eq!(std::fs::read(dir.path().join("c/1/0")).unwrap(), vec![2u8; 8 * 4096]);
+    for (b, v) in [(0, 1u8), (1, 2), (2, 3)] {
+        assert_eq!(std::fs::read(dir.path().join(format!("c/{b}/0"))).unwrap(), vec![v; 8 * 4096]);
+    }
 }
 
 #[test]

@@ -125,7 +125,7 @@ impl Context {
             self.flush_array(array)?;
         } else if lock(&array.edits).dirty_bytes() >= (self.config.dirty_limit / 8).min(BACKGROUND_START) {
             writeback::store_in_background(array, &self.cache, &self.pool);
-            array.wait_backlog(self.config.dirty_limit / 8);
+            array.wait_backlog(self.config.dirty_limit / 8, 2 * self.config.workers.get());
         }
         Ok(())
     }

@@ -259,16 +259,19 @@ impl OpenArray {
         edits
     }
 
-    /// Hold a writer while the background stores under way hold more than `most` bytes, until
-    /// they hold half of that: a writer that outruns the encoding keeps a bounded queue ahead
-    /// of the workers rather than up to the dirty limit, and the buffers stored come back
-    /// (`spare`) for the chunks it starts next, warm, instead of fresh pages faulted in.
-    pub(crate) fn wait_backlog(&self, most: usize) {
+    /// Hold a writer while the background stores under way hold more than `most_bytes` bytes
+    /// and more than `least_chunks` chunks, until they hold half of either: a writer that
+    /// outruns the encoding keeps a bounded queue ahead of the workers rather than one up to the
+    /// dirty limit, and the buffers stored come back (`spare`) for the chunks it starts next,
+    /// warm, instead of fresh pages faulted in. `least_chunks` keeps the workers fed whatever
+    /// the chunks' size: a writer of huge chunks is not held until each is stored.
+    pub(crate) fn wait_backlog(&self, most_bytes: usize, least_chunks: usize) {
+        let over = |e: &Edits, bytes: usize, chunks: usize| e.storing_bytes > bytes && e.storing.len() > chunks;
         let mut edits = lock(&self.edits);
-        if edits.storing_bytes <= most {
+        if !over(&edits, most_bytes, least_chunks) {
             return;
         }
-        while edits.storing_bytes > most / 2 {
+        while over(&edits, most_bytes / 2, least_chunks / 2) {
             edits = self.stored.wait(edits).unwrap_or_else(|p| p.into_inner());
         }
     }
