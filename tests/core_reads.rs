@@ -580,6 +580,39 @@ fn a_text_rewrite_whose_metadata_store_fails_is_served_and_its_metadata_stored_a
 }
 
 #[test]
+fn a_text_append_whose_chunk_store_fails_leaves_the_old_length() {
+    // Eleven strings in chunks of four; six lines appended rewrite the chunk the old end cuts
+    // through (c/2) and add c/3 and c/4. The store of c/3 fails (a full disk): the append fails
+    // as a whole, and the array keeps its eleven strings, now and after later flushes.
+    let (_dir, root) = common::copy_store(&common::fixtures().join("vlen.zarr"));
+    let store = CountingStore::over(&root);
+    let fs = ZarrFs::new(store.clone(), Config::default());
+    let array = fs.lookup(1, "strings_1d").unwrap().ino;
+    let data = fs.lookup(array, "data").unwrap().ino;
+    let fh = fs.open(data, true, false, 0).unwrap();
+    let before = fs.read(data, fh, 0, 1 << 16).unwrap();
+    let added: String = (0..6).map(|i| format!("new {i}\n")).collect();
+    fs.write(data, fh, before.len() as u64, added.as_bytes(), true).unwrap();
+    store.fail_next_set("strings_1d/c/3");
+    assert!(fs.flush(fh, 0).is_err(), "a chunk store failed, and close must say so");
+    let shape = || {
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(root.join("strings_1d/zarr.json")).unwrap()).unwrap()["shape"].clone()
+    };
+    assert_eq!(fs.read(data, fh, 0, 1 << 16).unwrap(), before, "a failed append shows through");
+    fs.flush(fh, 0).unwrap();
+    fs.release(fh);
+    assert_eq!(shape(), serde_json::json!([11]), "a later flush stored the length of the failed append");
+    let fh = fs.open(data, true, false, 0).unwrap();
+    assert_eq!(fs.read(data, fh, 0, 1 << 16).unwrap(), before);
+    // Appended again, with the disk no longer full, the lines land whole.
+    fs.write(data, fh, before.len() as u64, added.as_bytes(), true).unwrap();
+    fs.release(fh);
+    assert_eq!(shape(), serde_json::json!([17]));
+    let (data, fh) = open_data(&fs, "strings_1d");
+    assert_eq!(fs.read(data, fh, 0, 1 << 16).unwrap(), [before.as_slice(), added.as_bytes()].concat());
+}
+
+#[test]
 fn fsync_after_a_prepend_makes_its_chunks_and_metadata_durable() {
     let (_dir, store, fs) = tiny_chunks(8, &[0], "/", Config { adopt_offset: true, ..Config::default() });
     let array = fs.lookup(1, "tiny").unwrap().ino;

@@ -370,7 +370,10 @@ fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Re
     finish(open, &array, new_cache_id, keys, stored)
 }
 
-/// Append the staged lines to a 1-D array.
+/// Append the staged lines to a 1-D array. The array grows only once every chunk is stored: an
+/// append that fails leaves the old length, whose elements it did not change (the chunk the old
+/// end cuts through keeps its first ones; what it stored past the old end is not shown, and the
+/// next growth writes over it or resets it to fill).
 fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
@@ -383,10 +386,7 @@ fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> 
         return Ok(());
     }
     let n = old.meta.shape[0];
-    let array = {
-        let mut edits = lock(&open.edits);
-        open.set_shape(&mut edits, &[n + added])?
-    };
+    let array = open.reshaped(&[n + added])?;
     // The chunk the old end cuts through keeps its first elements.
     let (first, offset) = array.meta.grid.chunk_of(0, n);
     let mut kept = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first])?.unwrap_or_default() };
@@ -395,6 +395,10 @@ fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> 
     let mut elements = kept.into_iter().map(Ok).chain(lines(Some(text), is_bytes(&old)));
     let mut keys = Vec::new();
     let stored = store_from(&array, &mut elements, array.meta.grid.chunk_start(0, first), &mut keys);
+    if stored.is_err() {
+        return finish(open, &old, new_cache_id, keys, stored);
+    }
+    open.set_reshaped(&mut lock(&open.edits), array.clone());
     finish(open, &array, new_cache_id, keys, stored)
 }
 
