@@ -340,6 +340,38 @@ def text_commit_whose_metadata_put_fails(proxy):
     check(list(got) == lines, f"the next close stores the metadata: zarr-python reads the new text ({list(got)})")
 
 
+def text_append_whose_chunk_put_fails(proxy):
+    """Lines appended to a 1-D string array rewrite the chunk its end cuts through and add
+    chunks; the PUT of one new chunk is refused once: close fails, and the array keeps its old
+    elements and length, at the mount and in the bucket. Appended again, the lines land."""
+    prefix = f"append-{uuid.uuid4().hex[:8]}"
+    a = zarr.open_group(s3store(prefix), mode="w").create_array("s", shape=(5,), chunks=(2,), dtype=str)
+    old = ["a", "b", "c", "d", "e"]
+    a[:] = np.array(old)
+    added = [f"new {i}" for i in range(4)]
+    text = "".join(f"{w}\n" for w in added).encode()
+    with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+        data = m.path("s/data")
+        before = open(data, "rb").read()
+        proxy.refuse = ("PUT", f"/{BUCKET}/{prefix}/s/c/3")
+        f = os.open(data, os.O_WRONLY | os.O_APPEND)
+        os.write(f, text)
+        try:
+            os.close(f)
+            failed = False
+        except OSError:
+            failed = True
+        check(failed, "close fails when a chunk PUT of a text append is refused")
+        check(open(data, "rb").read() == before, "after the failed append the mount serves the old text")
+        os.close(os.open(data, os.O_WRONLY))  # a close of a writable data stores what is left
+        got = list(zarr.open_group(s3store(prefix), mode="r")["s"][...])
+        check(got == old, f"the bucket keeps the old elements and length ({got})")
+        with open(data, "ab") as f:
+            f.write(text)
+    got = list(zarr.open_group(s3store(prefix), mode="r")["s"][...])
+    check(got == old + added, f"appended again, the lines land ({got})")
+
+
 def conditional_put():
     prefix = f"cond-{uuid.uuid4().hex[:8]}"
     zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.zeros((8, 4), "u1"), chunks=(4, 4))
@@ -710,6 +742,7 @@ def main():
     recheck_during_a_flush(proxy)
     read_after_a_background_store(proxy)
     text_commit_whose_metadata_put_fails(proxy)
+    text_append_whose_chunk_put_fails(proxy)
     conditional_put()
     mount_errors()
     checked_credentials()
