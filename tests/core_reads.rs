@@ -549,6 +549,41 @@ fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
 }
 
 #[test]
+fn a_lookup_does_not_wait_for_a_flush_storing_the_metadata() {
+    // The array grows twice, each change flushed; the second flush stores the chunk, then the
+    // metadata, slowly (as over a network, with retries). A lookup meanwhile, past the metadata
+    // TTL, finds the store's document changed (the first flush's) and answers at once, with the
+    // size being stored.
+    let dir = tempfile::tempdir().unwrap();
+    common::banded_array(dir.path(), 64, 4096, 8);
+    let store = CountingStore::over(dir.path());
+    let fs = Arc::new(ZarrFs::new(store.clone(), Config { metadata_ttl: std::time::Duration::ZERO, ..Config::default() }));
+    let ino = fs.lookup(1, "data").unwrap().ino;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    fs.write(ino, fh, 64 * 4096, &[1; 4096], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    fs.write(ino, fh, 65 * 4096, &[2; 4096], false).unwrap();
+    let (entered, go) = store.hold("set", "zarr.json");
+    let flush = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.flush(fh, 0))
+    };
+    entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the flush did not store the metadata");
+    let (size_tx, size) = std::sync::mpsc::channel();
+    let lookup = {
+        let fs = fs.clone();
+        std::thread::spawn(move || size_tx.send(fs.lookup(1, "data").map(|a| a.size)))
+    };
+    let during = size.recv_timeout(std::time::Duration::from_secs(5));
+    go.send(()).unwrap();
+    flush.join().unwrap().unwrap();
+    lookup.join().unwrap().ok();
+    assert_eq!(during.expect("the lookup waited for the metadata store").unwrap(), 66 * 4096);
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
+}
+
+#[test]
 fn a_text_rewrite_whose_metadata_store_fails_is_served_and_its_metadata_stored_at_the_next_flush() {
     // Eleven strings in chunks of four, rewritten as fourteen lines: three new chunks' worth of
     // keys (c/0..c/3), then the metadata, whose store fails once (a full disk).

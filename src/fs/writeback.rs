@@ -71,12 +71,14 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     if done != n {
         first_error.get_or_insert(Error::Io(std::io::Error::other("a write-back worker stopped")));
     }
-    let mut edits = lock(&open.edits);
-    edits.charge(restored as isize - held as isize);
+    lock(&open.edits).charge(restored as isize - held as isize);
     if metadata_dirty {
-        // Metadata last: chunks outside the stored shape are invisible until it lands.
+        // Metadata last: chunks outside the stored shape are invisible until it lands. The edits
+        // are not locked meanwhile: a store that waits on the network (retries included) must not
+        // hold up a `stat`; the array cannot change, its writers being held out.
         match first_error.is_none().then(|| array.store_metadata()) {
             Some(Ok(touched)) => {
+                let mut edits = lock(&open.edits);
                 edits.unsynced.extend(touched.keys);
                 edits.metadata_dirty = false;
             }
