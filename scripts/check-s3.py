@@ -313,6 +313,17 @@ def read_after_a_background_store(proxy):
     check(zarr.open_group(s3store(prefix), mode="r")["a"][:8].tobytes() == bytes([9]) * 8 * 4096, "the chunk written is stored")
 
 
+def close_fails(path, flags, text):
+    """Write `text` to `path` opened with `flags`; whether the close failed."""
+    f = os.open(path, flags)
+    os.write(f, text)
+    try:
+        os.close(f)
+        return False
+    except OSError:
+        return True
+
+
 def text_commit_whose_metadata_put_fails(proxy):
     """A text rewrite of a 1-D string array stores its chunks, then the metadata, whose PUT is
     refused once: close fails, the mount serves the new text, and the next close stores the
@@ -326,14 +337,7 @@ def text_commit_whose_metadata_put_fails(proxy):
         data = m.path("s/data")
         os.stat(data)
         proxy.refuse = ("PUT", f"/{BUCKET}/{prefix}/s/zarr.json")
-        f = os.open(data, os.O_WRONLY | os.O_TRUNC)
-        os.write(f, text)
-        try:
-            os.close(f)
-            failed = False
-        except OSError:
-            failed = True
-        check(failed, "close fails when the metadata PUT of a text rewrite is refused")
+        check(close_fails(data, os.O_WRONLY | os.O_TRUNC, text), "close fails when the metadata PUT of a text rewrite is refused")
         check(open(data, "rb").read() == text, "after the failed close the mount serves the new text")
         os.close(os.open(data, os.O_WRONLY))  # a close of a writable data stores what is left
     got = zarr.open_group(s3store(prefix), mode="r")["s"][...]
@@ -354,14 +358,7 @@ def text_append_whose_chunk_put_fails(proxy):
         data = m.path("s/data")
         before = open(data, "rb").read()
         proxy.refuse = ("PUT", f"/{BUCKET}/{prefix}/s/c/3")
-        f = os.open(data, os.O_WRONLY | os.O_APPEND)
-        os.write(f, text)
-        try:
-            os.close(f)
-            failed = False
-        except OSError:
-            failed = True
-        check(failed, "close fails when a chunk PUT of a text append is refused")
+        check(close_fails(data, os.O_WRONLY | os.O_APPEND, text), "close fails when a chunk PUT of a text append is refused")
         check(open(data, "rb").read() == before, "after the failed append the mount serves the old text")
         os.close(os.open(data, os.O_WRONLY))  # a close of a writable data stores what is left
         got = list(zarr.open_group(s3store(prefix), mode="r")["s"][...])

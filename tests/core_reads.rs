@@ -516,12 +516,19 @@ fn a_read_after_a_chunk_was_stored_sees_it_while_an_older_read_of_it_still_loads
     assert_eq!(fs.read(ino, fh, 0, 8 * 4096).unwrap(), vec![9; 8 * 4096]);
 }
 
-#[test]
-fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
-    // The array grows twice by writes past its end, each change flushed. While the second
-    // flush stores its chunk (slowly, as over a network; the metadata goes last), the metadata
-    // TTL runs out and a lookup checks the store, which holds the document of the first: that
-    // is the mount's own change on its way, not another writer's.
+/// uint8 (64, 4096) in chunks of (8, 4096), metadata TTL zero, grown twice by a row written
+/// past its end, the first growth flushed; the second flush runs on a thread, its store of
+/// `held` (the new chunk or the metadata) held back, as over a slow network, until `go`.
+struct HeldFlush {
+    dir: tempfile::TempDir,
+    fs: Arc<ZarrFs>,
+    ino: u64,
+    fh: u64,
+    go: std::sync::mpsc::Sender<()>,
+    flush: std::thread::JoinHandle<zarrfs::Result<()>>,
+}
+
+fn second_growth_with_a_held_flush(held: &str) -> HeldFlush {
     let dir = tempfile::tempdir().unwrap();
     common::banded_array(dir.path(), 64, 4096, 8);
     let store = CountingStore::over(dir.path());
@@ -531,56 +538,54 @@ fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
     fs.write(ino, fh, 64 * 4096, &[1; 4096], false).unwrap();
     fs.flush(fh, 0).unwrap();
     fs.write(ino, fh, 65 * 4096, &[2; 4096], false).unwrap();
-    // The flush stores the chunk first (held back here), the metadata last.
-    let (entered, go) = store.hold("set", "c/8/0");
+    let (entered, go) = store.hold("set", held);
     let flush = {
         let fs = fs.clone();
         std::thread::spawn(move || fs.flush(fh, 0))
     };
-    entered.recv().unwrap();
-    let during = fs.lookup(1, "data").map(|a| a.size);
-    go.send(()).unwrap();
-    flush.join().unwrap().unwrap();
+    entered.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| panic!("the flush did not store {held}"));
+    HeldFlush { dir, fs, ino, fh, go, flush }
+}
+
+impl HeldFlush {
+    /// Let the flush go on; it must succeed and store the new shape.
+    fn finish(self) -> (tempfile::TempDir, Arc<ZarrFs>, u64, u64) {
+        self.go.send(()).unwrap();
+        self.flush.join().unwrap().unwrap();
+        let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(self.dir.path().join("zarr.json")).unwrap()).unwrap();
+        assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
+        (self.dir, self.fs, self.ino, self.fh)
+    }
+}
+
+#[test]
+fn a_metadata_recheck_during_a_flush_keeps_the_size_being_stored() {
+    // While the second flush stores its chunk (the metadata goes last), a lookup checks the
+    // store, which holds the document of the first flush: that is the mount's own change on
+    // its way, not another writer's.
+    let held = second_growth_with_a_held_flush("c/8/0");
+    let during = held.fs.lookup(1, "data").map(|a| a.size);
+    let (_dir, fs, ino, fh) = held.finish();
     assert_eq!(during.unwrap(), 66 * 4096, "the size went back to the stored one while the new one was being stored");
     assert_eq!(fs.lookup(1, "data").unwrap().size, 66 * 4096);
-    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
-    assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
     assert_eq!(fs.read(ino, fh, 65 * 4096, 4096).unwrap(), vec![2; 4096]);
 }
 
 #[test]
 fn a_lookup_does_not_wait_for_a_flush_storing_the_metadata() {
-    // The array grows twice, each change flushed; the second flush stores the chunk, then the
-    // metadata, slowly (as over a network, with retries). A lookup meanwhile, past the metadata
-    // TTL, finds the store's document changed (the first flush's) and answers at once, with the
-    // size being stored.
-    let dir = tempfile::tempdir().unwrap();
-    common::banded_array(dir.path(), 64, 4096, 8);
-    let store = CountingStore::over(dir.path());
-    let fs = Arc::new(ZarrFs::new(store.clone(), Config { metadata_ttl: std::time::Duration::ZERO, ..Config::default() }));
-    let ino = fs.lookup(1, "data").unwrap().ino;
-    let fh = fs.open(ino, true, false, 0).unwrap();
-    fs.write(ino, fh, 64 * 4096, &[1; 4096], false).unwrap();
-    fs.flush(fh, 0).unwrap();
-    fs.write(ino, fh, 65 * 4096, &[2; 4096], false).unwrap();
-    let (entered, go) = store.hold("set", "zarr.json");
-    let flush = {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.flush(fh, 0))
-    };
-    entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the flush did not store the metadata");
+    // While the second flush stores the metadata (with retries, it may take a while), a lookup
+    // finds the store's document changed (the first flush's) and answers at once, with the size
+    // being stored.
+    let held = second_growth_with_a_held_flush("zarr.json");
     let (size_tx, size) = std::sync::mpsc::channel();
     let lookup = {
-        let fs = fs.clone();
+        let fs = held.fs.clone();
         std::thread::spawn(move || size_tx.send(fs.lookup(1, "data").map(|a| a.size)))
     };
     let during = size.recv_timeout(std::time::Duration::from_secs(5));
-    go.send(()).unwrap();
-    flush.join().unwrap().unwrap();
+    held.finish();
     lookup.join().unwrap().ok();
     assert_eq!(during.expect("the lookup waited for the metadata store").unwrap(), 66 * 4096);
-    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
-    assert_eq!(stored["shape"], serde_json::json!([66, 4096]));
 }
 
 #[test]
