@@ -251,11 +251,12 @@ def faults(proxy):
     check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["a"][...], want), "the held changes are stored once the server answers")
 
 
-def recheck_during_a_flush(proxy):
-    """The array grows twice, each change flushed. While the second flush's chunk PUT is held
-    back (a slow network; the metadata goes last), the metadata TTL runs out and a lookup checks
-    the bucket, which holds the document of the first: that is the mount's own change on its
-    way, not another writer's, and the size shown stays the new one."""
+def recheck_during_a_flush(proxy, held):
+    """The array grows twice, each change flushed. While the second flush's PUT of `held` (the
+    new chunk, or the metadata, which goes last) is held back (a slow network), the metadata TTL
+    runs out and a stat checks the bucket, which holds the document of the first: that is the
+    mount's own change on its way, not another writer's. The stat answers at once, with the new
+    size."""
     prefix = f"recheck-{uuid.uuid4().hex[:8]}"
     zarr.open_group(s3store(prefix), mode="w").create_array("a", data=np.ones((8, 4), "u1"), chunks=(4, 4))
     with Mount(f"s3://{BUCKET}/{prefix}", "--metadata-ttl", "0", endpoint=proxy.url) as m:
@@ -264,14 +265,21 @@ def recheck_during_a_flush(proxy):
         os.pwrite(f, bytes([2]) * 16, 8 * 4)  # rows 8-11, chunk (2, 0): 12 rows
         os.fsync(f)
         os.pwrite(f, bytes([3]) * 16, 12 * 4)  # rows 12-15, chunk (3, 0): 16 rows
-        entered, release = proxy.hold("PUT", f"/{BUCKET}/{prefix}/a/c/3/0")
+        entered, release = proxy.hold("PUT", f"/{BUCKET}/{prefix}/a/{held}")
         flush = threading.Thread(target=os.fsync, args=(f,))
         flush.start()
-        check(entered.wait(30), "the flush's chunk PUT arrived")
+        check(entered.wait(30), f"the flush's PUT of {held} arrived")
         time.sleep(1.2)  # past the kernel's entry and attribute timeouts (1 s): stat asks the mount
-        size = os.stat(data).st_size
+        seen = {}
+        stat = threading.Thread(target=lambda: seen.update(size=os.stat(data).st_size))
+        stat.start()
+        stat.join(10)
+        answered = not stat.is_alive()
         release.set()
         flush.join(60)
+        stat.join(60)
+        check(answered, f"a stat while the PUT of {held} is held answers at once")
+        size = seen.get("size")
         check(size == 16 * 4, f"a metadata re-check during a flush keeps the size being stored ({size}, not {16 * 4})")
         check(os.stat(data).st_size == 16 * 4 and os.pread(f, 16, 12 * 4) == bytes([3]) * 16, "the rows written read back")
         os.close(f)
@@ -736,7 +744,8 @@ def main():
     interop()
     requests_counted(proxy)
     faults(proxy)
-    recheck_during_a_flush(proxy)
+    recheck_during_a_flush(proxy, "c/3/0")
+    recheck_during_a_flush(proxy, "zarr.json")
     read_after_a_background_store(proxy)
     text_commit_whose_metadata_put_fails(proxy)
     text_append_whose_chunk_put_fails(proxy)
