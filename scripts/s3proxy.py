@@ -38,6 +38,15 @@ class S3Proxy:
             def log_message(self, *args):
                 pass
 
+            def injected(self, entry, status, code):
+                # An S3 error reply the proxy makes up, logged as the request's status.
+                entry[3] = status
+                msg = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+
             def handle_any(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
@@ -53,13 +62,7 @@ class S3Proxy:
                     if refused:
                         proxy.refuse = None
                 if refused:
-                    entry[3] = 403
-                    msg = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
-                    self.send_response(403)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
-                    return
+                    return self.injected(entry, 403, "AccessDenied")
                 if held:
                     held[2].set()
                     held[3].wait(60)
@@ -71,13 +74,7 @@ class S3Proxy:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 if proxy.fail_all or (proxy.fail_every and n % proxy.fail_every == 0):
-                    entry[3] = 503
-                    msg = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
-                    return
+                    return self.injected(entry, 503, "SlowDown")
                 conn = http.client.HTTPConnection(proxy.host, proxy.port_up, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
                 conn.request(self.command, self.path, body=body, headers=headers)
