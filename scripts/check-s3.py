@@ -14,7 +14,8 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
   refused by the parent in one line;
 - credentials from a profile of the shared credentials file (AWS_PROFILE), from EC2 instance
   metadata, from EKS pod identity and from web identity (stand-in services on loopback, STS over
-  HTTPS with a test CA), against a server that checks signatures (rclone serve s3);
+  HTTPS with a test CA), against a server that checks signatures (rclone serve s3); anonymous
+  access to a public bucket (`--no-sign-request`, AWS_SKIP_SIGNATURE, `s3a://`) signing nothing;
   virtual-hosted addressing (a private mount namespace names the bucket's host); the fstab form
   `mount -t fuse.zarrfs s3://... -o endpoint=`;
 - plain HTTP: a consolidated store served over http:// mounts read-only, and over https://
@@ -488,16 +489,17 @@ class CredentialService:
         self.server.shutdown()
 
 
-def rclone_s3(root, *flags):
+def rclone_s3(root, *flags, auth=("--auth-key", "ZARRFSKEY,zarrfs-secret")):
     """`rclone serve s3` of the directory `root` (its subdirectories are buckets) on a free
-    loopback port, checking signatures for one key; returns the process and the port."""
+    loopback port, checking signatures for one key (`auth=()`: open to anyone, a public bucket);
+    returns the process and the port."""
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     rclone = os.path.join(os.path.dirname(sys.executable), "rclone")
-    server = subprocess.Popen([rclone, "serve", "s3", "--auth-key", "ZARRFSKEY,zarrfs-secret", "--addr", f"127.0.0.1:{port}", *flags, root],
+    server = subprocess.Popen([rclone, "serve", "s3", *auth, "--addr", f"127.0.0.1:{port}", *flags, root],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
         try:
@@ -631,6 +633,39 @@ def checked_credentials():
         server.terminate()
 
 
+def anonymous():
+    """A public bucket (rclone serving it to anyone) and no credentials anywhere: `s3://` with
+    `--no-sign-request`, and `s3a://` with AWS_SKIP_SIGNATURE=true, mount, list and read an
+    array zarr-python wrote, and no request the proxy sees is signed."""
+    work = tempfile.mkdtemp()
+    want = np.arange(40 * 6, dtype="<i4").reshape(40, 6)
+    zarr.open_group(os.path.join(work, "served", "pub", "p"), mode="w").create_array("a", data=want, chunks=(16, 6))
+    server, port = rclone_s3(os.path.join(work, "served"), auth=())
+    proxy = S3Proxy(f"http://127.0.0.1:{port}")
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")}
+    env.update(AWS_ENDPOINT_URL=proxy.url, AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"), AWS_CONFIG_FILE=os.path.join(work, "none"))
+    try:
+        for what, args, extra in [("s3:// --no-sign-request", ["s3://pub/p", "--no-sign-request"], {}),
+                                  ("s3a:// AWS_SKIP_SIGNATURE=true", ["s3a://pub/p"], {"AWS_SKIP_SIGNATURE": "true"})]:
+            proxy.reset()
+            d = tempfile.mkdtemp()
+            r = subprocess.run([BIN, "mount", args[0], d, *args[1:]], capture_output=True, text=True, env=dict(env, **extra), timeout=120)
+            try:
+                check(r.returncode == 0 and os.path.ismount(d), f"{what} mounts a public bucket ({r.returncode}, {r.stderr!r})")
+                if r.returncode == 0:
+                    check("a" in os.listdir(d), f"{what}: the array is listed ({os.listdir(d)})")
+                    with open(os.path.join(d, "a", "data"), "rb") as f:
+                        check(f.read() == want.tobytes(), f"{what}: the array reads back")
+                entries = proxy.entries()
+                check(entries and not any(e[5] for e in entries), f"{what}: no request signed ({entries})")
+            finally:
+                if os.path.ismount(d):
+                    subprocess.run([BIN, "unmount", d], check=True)
+    finally:
+        proxy.close()
+        server.terminate()
+
+
 def virtual_hosted():
     """Virtual-hosted-style addressing (the bucket in the host name): rclone serves buckets by
     host name only (`--force-path-style=false`). The mount runs in a private mount namespace whose
@@ -752,6 +787,7 @@ def main():
     conditional_put()
     mount_errors()
     checked_credentials()
+    anonymous()
     virtual_hosted()
     fstab_forms()
     plain_http()

@@ -4,7 +4,7 @@ with 503 and drop some connections without an answer.
 
     proxy = S3Proxy("http://127.0.0.1:5000")   # starts on a free loopback port
     proxy.delay = 0.02; proxy.fail_every = 3; proxy.drop_every = 5
-    proxy.log   # [[method, path, ranged, status, bytes answered]]
+    proxy.log   # [[method, path, ranged, status, bytes answered, signed (an Authorization header)]]
     entered, release = proxy.hold("PUT", "/bucket/key")   # the next such request waits
     proxy.refuse = ("PUT", "/bucket/key")                 # the next such request gets a 403
 """
@@ -53,7 +53,8 @@ class S3Proxy:
                 with proxy.lock:
                     proxy.n += 1
                     n = proxy.n
-                    entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None, 0]
+                    entry = [self.command, urllib.parse.urlparse(self.path).path, "Range" in self.headers, None, 0,
+                             "Authorization" in self.headers]
                     proxy.log.append(entry)
                     held = proxy.held if proxy.held and proxy.held[:2] == (entry[0], entry[1]) else None
                     if held:
