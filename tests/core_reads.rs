@@ -588,15 +588,22 @@ fn a_lookup_does_not_wait_for_a_flush_storing_the_metadata() {
     assert_eq!(during.expect("the lookup waited for the metadata store").unwrap(), 66 * 4096);
 }
 
-#[test]
-fn a_text_rewrite_whose_metadata_store_fails_is_served_and_its_metadata_stored_at_the_next_flush() {
-    // Eleven strings in chunks of four, rewritten as fourteen lines: three new chunks' worth of
-    // keys (c/0..c/3), then the metadata, whose store fails once (a full disk).
-    let (_dir, root) = common::copy_store(&common::fixtures().join("vlen.zarr"));
+/// A mount of a copy of the vlen fixture over a counting store, and the inode of
+/// `strings_1d/data` (eleven strings in chunks of four). The directory lives as long as `_dir`.
+fn strings_1d() -> (tempfile::TempDir, std::path::PathBuf, Arc<CountingStore>, ZarrFs, u64) {
+    let (dir, root) = common::copy_store(&common::fixtures().join("vlen.zarr"));
     let store = CountingStore::over(&root);
     let fs = ZarrFs::new(store.clone(), Config::default());
     let array = fs.lookup(1, "strings_1d").unwrap().ino;
     let data = fs.lookup(array, "data").unwrap().ino;
+    (dir, root, store, fs, data)
+}
+
+#[test]
+fn a_text_rewrite_whose_metadata_store_fails_is_served_and_its_metadata_stored_at_the_next_flush() {
+    // Eleven strings in chunks of four, rewritten as fourteen lines: three new chunks' worth of
+    // keys (c/0..c/3), then the metadata, whose store fails once (a full disk).
+    let (_dir, root, store, fs, data) = strings_1d();
     let fh = fs.open(data, true, true, 0).unwrap();
     let text: String = (0..14).map(|i| format!("line {i}\n")).collect();
     fs.write(data, fh, 0, text.as_bytes(), false).unwrap();
@@ -624,11 +631,7 @@ fn a_text_append_whose_chunk_store_fails_leaves_the_old_length() {
     // Eleven strings in chunks of four; six lines appended rewrite the chunk the old end cuts
     // through (c/2) and add c/3 and c/4. The store of c/3 fails (a full disk): the append fails
     // as a whole, and the array keeps its eleven strings, now and after later flushes.
-    let (_dir, root) = common::copy_store(&common::fixtures().join("vlen.zarr"));
-    let store = CountingStore::over(&root);
-    let fs = ZarrFs::new(store.clone(), Config::default());
-    let array = fs.lookup(1, "strings_1d").unwrap().ino;
-    let data = fs.lookup(array, "data").unwrap().ino;
+    let (_dir, root, store, fs, data) = strings_1d();
     let fh = fs.open(data, true, false, 0).unwrap();
     let before = fs.read(data, fh, 0, 1 << 16).unwrap();
     let added: String = (0..6).map(|i| format!("new {i}\n")).collect();
