@@ -241,7 +241,9 @@ fn explain(e: &object_store::Error) -> String {
         return "no such bucket".into();
     }
     if matches!(e, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. })
-        || lower.contains("403")
+        // The status as object_store words it ("status 403 Forbidden"), not any "403" (a key or
+        // a URL in the message may hold one).
+        || lower.contains("403 forbidden")
         || lower.contains("accessdenied")
         || lower.contains("signaturedoesnotmatch")
         || lower.contains("invalidaccesskeyid")
@@ -267,10 +269,8 @@ fn explain(e: &object_store::Error) -> String {
 /// A range request the server refused as past the value's end (416, InvalidRange).
 fn is_unsatisfiable_range(e: &object_store::Error) -> bool {
     let text = e.to_string().to_ascii_lowercase();
-    text.contains("416")
-        || text.contains("range not satisfiable")
-        || text.contains("invalidrange")
-        || text.contains("wanted range starting")
+    // By the status's words, not any "416" (a key or a URL in the message may hold one).
+    text.contains("range not satisfiable") || text.contains("invalidrange") || text.contains("wanted range starting")
 }
 
 fn first_line(s: &str) -> String {
@@ -572,28 +572,40 @@ mod tests {
 
     #[test]
     fn a_request_that_was_not_sent_is_explained_by_its_innermost_cause() {
-        /// An outer error that only says a request failed, over the cause.
+        /// An outer error that only says a request to a URL failed, over the cause.
         #[derive(Debug)]
-        struct NotSent(std::io::Error);
+        struct NotSent(&'static str, std::io::Error);
         impl std::fmt::Display for NotSent {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("HTTP error: error sending request")
+                write!(f, "Error performing HEAD {} - HTTP error: error sending request", self.0)
             }
         }
         impl std::error::Error for NotSent {
             fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
+                Some(&self.1)
             }
         }
-        let not_sent =
-            |cause: &str| object_store::Error::Generic { store: "S3", source: Box::new(NotSent(std::io::Error::other(cause.to_string()))) };
-        let untrusted = explain(&not_sent("invalid peer certificate: UnknownIssuer"));
+        let not_sent = |url: &'static str, cause: &str| object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(NotSent(url, std::io::Error::other(cause.to_string()))),
+        };
+        let untrusted = explain(&not_sent("https://h/b/p/zarr.json", "invalid peer certificate: UnknownIssuer"));
         assert_eq!(
             untrusted,
             "a server's TLS certificate is not trusted (a private CA goes in SSL_CERT_FILE): invalid peer certificate: UnknownIssuer"
         );
-        let refused = explain(&not_sent("Connection refused (os error 111)"));
+        let refused = explain(&not_sent("https://h/b/p/zarr.json", "Connection refused (os error 111)"));
         assert_eq!(refused, "cannot reach the server (check the endpoint): Connection refused (os error 111)");
+        // A "403" in the URL is not a refusal (a CI run's random prefix held one).
+        let in_url = explain(&not_sent("https://127.0.0.1:42333/b/http-486b4038/zarr.json", "invalid peer certificate: UnknownIssuer"));
+        assert!(in_url.starts_with("a server's TLS certificate is not trusted"), "{in_url}");
+        let forbidden = object_store::Error::Generic { store: "HTTP", source: "Client error with status 403 Forbidden: No Body".into() };
+        assert!(explain(&forbidden).starts_with("access denied"), "{}", explain(&forbidden));
+        // Likewise a "416" in the URL is not a range past the end.
+        assert!(!is_unsatisfiable_range(&not_sent("https://h/b/c/416/0", "Connection reset by peer")));
+        let past_end =
+            object_store::Error::Generic { store: "HTTP", source: "Client error with status 416 Range Not Satisfiable: No Body".into() };
+        assert!(is_unsatisfiable_range(&past_end));
     }
 
     #[test]
