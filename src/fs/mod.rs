@@ -129,6 +129,7 @@ impl ZarrFs {
             "arrays_open": self.nodes.open_arrays().len(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
+            "request_us": self.stats.busy_us(),
             "errors": self.stats.errors(),
         });
         if let Some(store) = self.cx.store.requests() {

@@ -1,8 +1,10 @@
-//! Counters for `.zarrfs/stats`: requests and errors by kind (the cache counts its own).
+//! Counters for `.zarrfs/stats`: requests, the time the core spent on them, and errors, by kind
+//! (the cache counts its own).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -13,6 +15,9 @@ pub const REQUESTS: [&str; 11] =
 #[derive(Default)]
 pub struct Stats {
     requests: [AtomicU64; REQUESTS.len()],
+    /// Nanoseconds spent in the core, per kind: with the request count, what a request costs
+    /// the mount itself, apart from the kernel's share (the copies through FUSE).
+    busy_ns: [AtomicU64; REQUESTS.len()],
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -32,11 +37,18 @@ fn errno_name(errno: i32) -> &'static str {
     }
 }
 
+/// `{kind: count / unit}` of per-kind counters.
+fn by_kind(counters: &[AtomicU64; REQUESTS.len()], unit: u64) -> Value {
+    Value::Object(REQUESTS.iter().zip(counters).map(|(n, c)| (n.to_string(), json!(c.load(Ordering::Relaxed) / unit))).collect())
+}
+
 impl Stats {
-    /// Count one request of kind `name` (one of `REQUESTS`), and its error if it failed.
-    pub fn record(&self, name: &str, errno: Option<i32>) {
+    /// Count one request of kind `name` (one of `REQUESTS`) that took the core `took`, and its
+    /// error if it failed.
+    pub fn record(&self, name: &str, took: Duration, errno: Option<i32>) {
         if let Some(i) = REQUESTS.iter().position(|r| *r == name) {
             self.requests[i].fetch_add(1, Ordering::Relaxed);
+            self.busy_ns[i].fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         }
         if let Some(e) = errno {
             *self.errors.lock().unwrap_or_else(|p| p.into_inner()).entry(errno_name(e)).or_default() += 1;
@@ -44,7 +56,12 @@ impl Stats {
     }
 
     pub fn requests(&self) -> Value {
-        Value::Object(REQUESTS.iter().zip(&self.requests).map(|(n, c)| (n.to_string(), json!(c.load(Ordering::Relaxed)))).collect())
+        by_kind(&self.requests, 1)
+    }
+
+    /// Microseconds spent in the core, by kind.
+    pub fn busy_us(&self) -> Value {
+        by_kind(&self.busy_ns, 1000)
     }
 
     pub fn errors(&self) -> Value {

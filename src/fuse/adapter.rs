@@ -40,8 +40,8 @@ impl FuseAdapter {
     fn run<T>(&self, op: &'static str, f: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
         let started = Instant::now();
         let result = crate::error::catch(op, f);
-        self.fs.stats().record(op, result.as_ref().err().map(Error::errno));
         let took = started.elapsed();
+        self.fs.stats().record(op, took, result.as_ref().err().map(Error::errno));
         if took >= SLOW {
             tracing::debug!(op, took_ms = took.as_millis() as u64, "slow request");
         }
