@@ -28,6 +28,10 @@ enum Command {
     Mount(MountArgs),
     /// Unmount a zarrfs mount point; the daemon then exits.
     Unmount { mountpoint: PathBuf },
+    /// The daemon's own helper (`auto_unmount`): once process PID has exited, unmount what is
+    /// still mounted on MOUNTPOINT from device DEV (major:minor).
+    #[command(hide = true)]
+    UnmountWhenGone { pid: i32, dev: String, mountpoint: PathBuf },
     /// Switch an array to the offset chunk key encoding with zero offsets (metadata only).
     Adopt {
         store: OsString,
@@ -310,8 +314,11 @@ fn split_options(list: &str) -> Vec<String> {
 /// `zarrfs mount SOURCE MOUNTPOINT -o …`.
 fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-    let is_command =
-        ["mount", "unmount", "info", "adopt", "prepend", "help"].contains(&first) || first.starts_with('-') || first.is_empty();
+    // clap adds `help` only when it parses.
+    let is_command = first == "help"
+        || <Cli as clap::CommandFactory>::command().find_subcommand(first).is_some()
+        || first.starts_with('-')
+        || first.is_empty();
     if !is_command {
         args.insert(1, OsString::from("mount"));
     }
@@ -387,6 +394,7 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::UnmountWhenGone { pid, dev, mountpoint } => crate::daemon::unmount_when_gone(pid, &dev, &mountpoint),
         Command::Unmount { mountpoint } => match crate::daemon::stop(&mountpoint) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -247,6 +248,8 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         threads: plan.threads,
     };
     let session = Session::mount(fs.clone(), &plan.mountpoint, &options)?;
+    // Dropped on the way out, once the daemon has unmounted itself.
+    let _unmount_when_gone = plan.mountpoint.canonicalize().ok().filter(|_| plan.auto_unmount).and_then(|m| UnmountWhenGone::start(&m));
     tracing::info!(store = %plan.store, mountpoint = %plan.mountpoint.display(), "mounted");
     report("ok");
     // Under systemd (Type=notify): ready now that the mount answers.
@@ -340,21 +343,119 @@ fn is_mount_point(path: &Path) -> bool {
 }
 
 /// The file system type of the mount at `path` (`fuse.zarrfs` for ours), when `path` is
-/// itself mounted on (per /proc/self/mountinfo; the last mount there is the one seen).
+/// itself mounted on.
 fn mount_type(path: &Path) -> Option<String> {
-    let want = path.canonicalize().ok()?.to_string_lossy().into_owned();
+    mount_at(&path.canonicalize().ok()?).map(|m| m.fstype)
+}
+
+/// What /proc/self/mountinfo says of a mount.
+struct MountEntry {
+    /// `major:minor`: a FUSE mount's is its connection's own.
+    dev: String,
+    fstype: String,
+}
+
+/// The mount on `path` (canonical: a dead mount point cannot be resolved any more), the last
+/// one there being the one seen, when `path` is mounted on.
+fn mount_at(path: &Path) -> Option<MountEntry> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines()
-        .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
-        .filter_map(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_string))
+        .filter_map(|line| {
+            // "id parent major:minor root mount-point options ... - type source options"
+            let mut fields = line.split(' ');
+            let dev = fields.nth(2)?;
+            (unescape_octal(fields.nth(1)?) == path.as_os_str().as_bytes()).then_some(())?;
+            let fstype = line.split(" - ").nth(1)?.split(' ').next()?;
+            Some(MountEntry { dev: dev.to_string(), fstype: fstype.to_string() })
+        })
         .next_back()
 }
 
-fn lazy_unmount(mountpoint: &Path) {
-    if let Ok(c) = CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
-        // SAFETY: a valid C string.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+/// A mountinfo path: the kernel writes space, tab, newline and backslash as `\ooo`.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let code = bytes
+            .get(i + 1..i + 4)
+            .filter(|_| bytes[i] == b'\\')
+            .and_then(|d| d.iter().try_fold(0u32, |n, &c| (b'0'..=b'7').contains(&c).then(|| n * 8 + u32::from(c - b'0'))));
+        match code.and_then(|c| u8::try_from(c).ok()) {
+            Some(b) => {
+                out.push(b);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
     }
+    out
+}
+
+/// A killed daemon must not leave a dead mount behind (`auto_unmount`). fusermount3 is meant to
+/// see to it, but can look too early: a dying daemon closes fusermount3's socket before its FUSE
+/// descriptors, and a fusermount3 that looks in between (3.14 does, about one kill in 30 on a
+/// busy machine) finds the mount answering ECONNABORTED, not ENOTCONN, and leaves it mounted. So
+/// a child of the daemon (`zarrfs unmount-when-gone`) waits until the daemon has wholly exited,
+/// its connection with it, and then detaches what is still mounted from this session.
+struct UnmountWhenGone(std::process::Child);
+
+impl UnmountWhenGone {
+    fn start(mountpoint: &Path) -> Option<UnmountWhenGone> {
+        let started = (|| {
+            let dev = mount_at(mountpoint).ok_or("the mount is not in /proc/self/mountinfo")?.dev;
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            std::process::Command::new(exe)
+                .arg("unmount-when-gone")
+                .arg(std::process::id().to_string())
+                .arg(dev)
+                .arg(mountpoint)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                // Out of the terminal's process group: a Ctrl-C stops the daemon, which unmounts.
+                .process_group(0)
+                .spawn()
+                .map_err(|e| e.to_string())
+        })();
+        started.map(UnmountWhenGone).map_err(|e| tracing::warn!("a killed daemon may leave its mount behind: {e}")).ok()
+    }
+}
+
+impl Drop for UnmountWhenGone {
+    /// The daemon unmounts on its own way out: the helper is not needed any more.
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `zarrfs unmount-when-gone`: wait until process `pid` (the parent) has exited, then detach
+/// the mount on `mountpoint` if it is still the dead one from device `dev`.
+pub fn unmount_when_gone(pid: i32, dev: &str, mountpoint: &Path) -> ExitCode {
+    // An orphan's parent has exited already (threads and all); waking once an hour costs nothing.
+    // SAFETY: getppid cannot fail.
+    while unsafe { libc::getppid() } == pid && !wait_for_exit(pid, Duration::from_secs(3600)) {}
+    if mount_at(mountpoint).is_some_and(|m| m.dev == dev) && is_dead(mountpoint) {
+        lazy_unmount(mountpoint);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Whether the FUSE mount on `mountpoint` has lost its daemon. Device numbers are reused, so a
+/// later mount may carry this one's: it answers. statfs always asks the daemon (a stat may be
+/// answered from the kernel's cache, an open need not ask at all).
+fn is_dead(mountpoint: &Path) -> bool {
+    let Ok(c) = CString::new(mountpoint.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a valid C string and a statfs buffer of the right type.
+    let failed = unsafe {
+        let mut buf: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut buf) != 0
+    };
+    failed && matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
 }
 
 /// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
@@ -437,16 +538,66 @@ fn serves(pid: i32, mountpoint: &Path) -> bool {
 
 /// Unmount: the daemon sees the session end and exits.
 fn unmount(mountpoint: &Path) -> Result<(), String> {
+    unmount_with(mountpoint, false)
+}
+
+/// Detach the mount even while files on it are open.
+fn lazy_unmount(mountpoint: &Path) {
+    if let Err(e) = unmount_with(mountpoint, true) {
+        tracing::warn!(mountpoint = %mountpoint.display(), "cannot detach the mount: {e}");
+    }
+}
+
+/// umount2 as root; a user goes through the setuid `fusermount3 -u` (`-z`: lazily).
+fn unmount_with(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     let c = CString::new(mountpoint.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: a valid C string.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+    if unsafe { libc::umount2(c.as_ptr(), if lazy { libc::MNT_DETACH } else { 0 }) } == 0 {
         return Ok(());
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EPERM) {
-        let status =
-            std::process::Command::new("fusermount3").arg("-u").arg(mountpoint).status().map_err(|e| format!("fusermount3: {e}"))?;
+        let mut fusermount = std::process::Command::new("fusermount3");
+        fusermount.arg("-u").args(lazy.then_some("-z")).arg(mountpoint);
+        let status = fusermount.status().map_err(|e| format!("fusermount3: {e}"))?;
         return if status.success() { Ok(()) } else { Err(format!("fusermount3 -u failed ({status})")) };
     }
     Err(err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_octal(r"/tmp/a\040b\011c\012d\134e"), b"/tmp/a b\tc\nd\\e");
+        // Not an escape: kept as it is.
+        assert_eq!(unescape_octal(r"/x\09\1"), br"/x\09\1");
+        assert_eq!(unescape_octal(r"\777"), br"\777");
+    }
+
+    #[test]
+    fn a_mount_point_with_a_space_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let spaced = dir.path().join("a b");
+        std::fs::create_dir(&spaced).unwrap();
+        let spaced = spaced.canonicalize().unwrap();
+        assert!(mount_at(&spaced).is_none());
+        // SAFETY: geteuid cannot fail. Only root may mount a tmpfs.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let c = CString::new(spaced.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid C strings; unmounted below before anything may fail.
+        let mounted = unsafe { libc::mount(c"zarrfs-test".as_ptr(), c.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) } == 0;
+        let why = std::io::Error::last_os_error();
+        let found = mount_at(&spaced).map(|m| (m.fstype, m.dev));
+        // SAFETY: a valid C string.
+        unsafe { libc::umount2(c.as_ptr(), 0) };
+        assert!(mounted, "{why}");
+        let (fstype, dev) = found.expect("the mount on \"a b\"");
+        assert_eq!(fstype, "tmpfs");
+        assert!(dev.contains(':'), "{dev}");
+    }
 }

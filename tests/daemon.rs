@@ -110,6 +110,8 @@ fn systemd_hears_ready_only_once_the_mount_answers_and_stopping_on_sigterm() {
     let f = std::fs::OpenOptions::new().write(true).open(mnt.join("shapes/d1/data")).unwrap();
     std::os::unix::fs::FileExt::write_at(&f, b"zz", 0).unwrap();
     drop(f);
+    let helpers = unmount_helpers_of(child.id());
+    assert_eq!(helpers.len(), 1, "one unmount-when-gone helper");
     // SAFETY: signalling our child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let n = sock.recv(&mut buf).expect("STOPPING=1");
@@ -117,6 +119,8 @@ fn systemd_hears_ready_only_once_the_mount_answers_and_stopping_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!is_mounted(&mnt));
+    // The daemon stopped (and reaped) its helper on the way out: nothing is left behind.
+    assert!(!Path::new(&format!("/proc/{}", helpers[0])).exists());
     let m = Mount::new(&store, &[]);
     assert_eq!(&std::fs::read(m.path("shapes/d1/data")).unwrap()[..2], b"zz");
 }
@@ -152,6 +156,19 @@ fn sigterm_during_a_write_stream_stores_every_acknowledged_write() {
     }
 }
 
+/// The daemon's `zarrfs unmount-when-gone` helpers (its auto_unmount second chance).
+fn unmount_helpers_of(pid: u32) -> Vec<u32> {
+    let procs = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+    procs
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            ppid == Some(pid) && cmdline.split(|&b| b == 0).any(|a| a == b"unmount-when-gone")
+        })
+        .collect()
+}
+
 #[test]
 fn a_killed_daemon_leaves_no_hung_mount_point() {
     let mut m = Mount::new(&fixtures().join("v3.zarr"), &[]);
@@ -160,6 +177,34 @@ fn a_killed_daemon_leaves_no_hung_mount_point() {
     m.kill_only();
     // auto_unmount (on when fusermount3 is installed) unmounts behind the dead daemon.
     wait_until("auto_unmount", Duration::from_secs(10), || !is_mounted(&mnt));
+}
+
+#[test]
+fn a_killed_daemons_mount_goes_even_when_fusermount3_misses_it() {
+    // fusermount3 can look at a killed daemon's mount while the kernel still tears its
+    // connection down; 3.14 then takes it for alive and leaves it. Here it never unmounts at all
+    // (this wrapper mounts without auto_unmount), so only the daemon's own helper can.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("fusermount3");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nfor a; do shift; set -- \"$@\" \"$(printf %s \"$a\" | sed 's/,auto_unmount//')\"; done\nexec fusermount3 \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut m = Mount::with_env(&fixtures().join("v3.zarr"), &[], &[("FUSERMOUNT_PATH", &wrapper)]);
+    assert!(std::fs::read(m.path("shapes/d1/data")).is_ok());
+    assert_eq!(unmount_helpers_of(m.pid()).len(), 1, "one helper per mount");
+    // A helper leaves a mount that answers alone, even one with the device it was given (device
+    // numbers are reused). Process 1 is not its parent, so it looks at once.
+    use std::os::unix::fs::MetadataExt;
+    let mnt = m.mountpoint.canonicalize().unwrap();
+    let dev = std::fs::metadata(&mnt).unwrap().dev();
+    let dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let status = Command::new(bin()).args(["unmount-when-gone", "1", &dev]).arg(&mnt).status().unwrap();
+    assert!(status.success() && is_mounted(&mnt), "{status}");
+    m.kill_only();
+    wait_until("the helper's unmount", Duration::from_secs(10), || !is_mounted(&mnt));
 }
 
 #[test]

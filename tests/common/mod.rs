@@ -123,6 +123,11 @@ pub struct Mount {
 
 impl Mount {
     pub fn new(store: &Path, extra: &[&str]) -> Mount {
+        Mount::with_env(store, extra, &[])
+    }
+
+    /// A daemon started with `env` added to its environment.
+    pub fn with_env(store: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).expect("mount point");
@@ -133,6 +138,7 @@ impl Mount {
             .arg(backend::mount_source(store))
             .arg(&mountpoint)
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
@@ -150,6 +156,10 @@ impl Mount {
         m
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).expect("running")
+    }
+
     /// The daemon's resident memory, in bytes (VmRSS).
     pub fn rss(&self) -> u64 {
         self.memory("VmRSS:")
@@ -161,7 +171,7 @@ impl Mount {
     }
 
     fn memory(&self, field: &str) -> u64 {
-        let pid = self.child.as_ref().map(|c| c.id()).expect("running");
+        let pid = self.pid();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         let kb: u64 = status
             .lines()
