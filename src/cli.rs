@@ -115,7 +115,7 @@ struct MountArgs {
     /// Seconds the shutdown may spend storing changes before it gives up.
     #[arg(long, default_value_t = 30)]
     flush_timeout: u64,
-    /// Do not have fusermount3 unmount a daemon that dies (auto_unmount is on when it exists).
+    /// Leave the mount of a daemon that dies (auto_unmount is on when fusermount3 exists).
     #[arg(long)]
     no_auto_unmount: bool,
     /// Changed chunks held in memory before they are written back, e.g. 256M.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, bin, copy_store, fixtures, is_mounted};
+use common::{Mount, bin, copy_store, fixtures, is_mounted, unmount_helpers_of};
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -154,19 +154,6 @@ fn sigterm_during_a_write_stream_stores_every_acknowledged_write() {
     for i in 0..done {
         assert!(data[17 + i * 1000..17 + (i + 1) * 1000].iter().all(|&b| b == (i % 200) as u8 + 1), "write {i}");
     }
-}
-
-/// The daemon's `zarrfs unmount-when-gone` helpers (its auto_unmount second chance).
-fn unmount_helpers_of(pid: u32) -> Vec<u32> {
-    let procs = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
-    procs
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            ppid == Some(pid) && cmdline.split(|&b| b == 0).any(|a| a == b"unmount-when-gone")
-        })
-        .collect()
 }
 
 #[test]

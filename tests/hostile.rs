@@ -96,6 +96,69 @@ fn sh(script: &str) -> Output {
 }
 
 #[test]
+fn a_user_mounts_without_user_allow_other_and_a_killed_daemons_mount_goes() {
+    if !root() {
+        return;
+    }
+    // A user mounts through the setuid fusermount3, which opens /dev/fuse as the user: 0666 on
+    // a stock system, 0600 in some containers. Opened up for the test, and restored after.
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o7777;
+    std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666)).unwrap();
+    let _restore = OnDrop(move || {
+        let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode));
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
+    assert!(Command::new("cp").arg("-r").arg(common::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
+    std::fs::create_dir(&mnt).unwrap();
+    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
+    let exe = dir.path().join("zarrfs");
+    std::fs::copy(bin(), &exe).unwrap();
+    let mut daemon = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args(["mount", "-f"])
+        .arg(&store)
+        .arg(&mnt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _unmount = OnDrop(|| {
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !common::is_mounted(&mnt) {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut daemon.stderr.take().unwrap(), &mut err);
+            panic!("the user's mount failed ({status}): {err}");
+        }
+        assert!(std::time::Instant::now() < deadline, "the user's mount did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // auto_unmount is on (fusermount3 is installed), but without user_allow_other fusermount3
+    // cannot watch: the mount is the user's alone and the daemon's helper watches it.
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info.lines().find(|l| l.split(' ').nth(4) == mnt.to_str()).unwrap().to_string();
+    let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+    if !conf.lines().any(|l| l.trim() == "user_allow_other") {
+        assert!(!line.contains("allow_other"), "{line}");
+    }
+    assert_eq!(common::unmount_helpers_of(daemon.id()).len(), 1, "{line}");
+    let read = as_nobody(&format!("wc -c < {}", mnt.join("shapes/d1/data").display()));
+    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "17", "{read:?}");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while common::is_mounted(&mnt) {
+        assert!(std::time::Instant::now() < deadline, "the killed daemon's helper did not unmount the user's mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn other_users_may_do_what_the_shown_owner_and_modes_allow_and_no_more() {
     if !root() {
         return;

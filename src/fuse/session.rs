@@ -19,6 +19,7 @@ pub struct SessionOptions {
     pub read_only: bool,
     pub allow_other: bool,
     pub allow_root: bool,
+    /// Unmount behind a daemon that dies: fusermount3 watches where it can (see `mount`).
     pub auto_unmount: bool,
     /// FUSE request threads (8 when not given).
     pub threads: Option<NonZeroUsize>,
@@ -49,10 +50,17 @@ impl Session {
         // 0644 for data, 0200 for prepend): with allow_other, other users may do exactly what
         // those allow.
         mount_options.push(fuser::MountOption::DefaultPermissions);
-        if options.auto_unmount {
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        // fusermount3 looks at a dead daemon's mount as root (it is setuid), which only
+        // allow_other or allow_root let through. A user may have neither (fusermount3 refuses
+        // them unless /etc/fuse.conf says `user_allow_other`): the daemon's own helper then
+        // watches alone, and the mount stays the user's.
+        let fusermount_watches = options.auto_unmount && (root || options.allow_other || options.allow_root || user_allow_other());
+        if fusermount_watches {
             mount_options.push(fuser::MountOption::AutoUnmount);
         }
-        config.acl = if options.allow_other || (options.auto_unmount && !options.allow_root) {
+        config.acl = if options.allow_other || (fusermount_watches && !options.allow_root) {
             fuser::SessionACL::All
         } else if options.allow_root {
             fuser::SessionACL::RootAndOwner
@@ -61,8 +69,8 @@ impl Session {
         };
         config.mount_options = mount_options;
         config.n_threads = Some(options.threads.map_or(8, NonZeroUsize::get));
-        // SAFETY: geteuid cannot fail. As root /dev/fuse is opened directly, so cloned fds work.
-        config.clone_fd = unsafe { libc::geteuid() } == 0;
+        // As root /dev/fuse is opened directly, so cloned fds work.
+        config.clone_fd = root;
         let session = fuser::Session::new(FuseAdapter::new(fs.clone()), mountpoint, &config)
             .map_err(|e| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display()))?;
         fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
@@ -84,6 +92,12 @@ impl Session {
     pub fn ended(&self) -> &crossbeam_channel::Receiver<()> {
         &self.ended
     }
+}
+
+/// Whether /etc/fuse.conf lets users mount with allow_other.
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .is_ok_and(|conf| conf.lines().any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other"))
 }
 
 /// The kernel's read-ahead for the mount, in KiB: as large as one FUSE request may be (256

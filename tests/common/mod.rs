@@ -105,6 +105,19 @@ pub fn is_mounted(path: &Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))).unwrap_or(false)
 }
 
+/// The daemon's `zarrfs unmount-when-gone` helpers (its auto_unmount second chance).
+pub fn unmount_helpers_of(pid: u32) -> Vec<u32> {
+    let procs = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+    procs
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            ppid == Some(pid) && cmdline.split(|&b| b == 0).any(|a| a == b"unmount-when-gone")
+        })
+        .collect()
+}
+
 fn force_unmount(path: &Path) {
     if is_mounted(path) {
         let _ = Command::new("umount").arg("-l").arg(path).status();
