@@ -105,17 +105,28 @@ pub fn is_mounted(path: &Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))).unwrap_or(false)
 }
 
-/// The daemon's `zarrfs unmount-when-gone` helpers (its auto_unmount second chance).
-pub fn unmount_helpers_of(pid: u32) -> Vec<u32> {
-    let procs = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
-    procs
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            ppid == Some(pid) && cmdline.split(|&b| b == 0).any(|a| a == b"unmount-when-gone")
-        })
-        .collect()
+/// The daemon's `zarrfs unmount-when-gone` helper (its auto_unmount second chance): there must
+/// be exactly one. The mount shows before the daemon starts it, so it is waited for (10 s).
+pub fn unmount_helper_of(pid: u32) -> u32 {
+    let helpers = || -> Vec<u32> {
+        let procs = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+        procs
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                ppid == Some(pid) && cmdline.split(|&b| b == 0).any(|a| a == b"unmount-when-gone")
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match helpers()[..] {
+            [helper] => return helper,
+            [] if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            ref found => panic!("daemon {pid} has {} unmount-when-gone helpers", found.len()),
+        }
+    }
 }
 
 fn force_unmount(path: &Path) {
