@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, bin, copy_store, fixtures, is_mounted, unmount_helper_of};
+use common::{Mount, UnmountOnDrop, bin, copy_store, fixtures, is_mounted, unmount_helper_of};
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -102,6 +102,7 @@ fn systemd_hears_ready_only_once_the_mount_answers_and_stopping_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let _unmount = UnmountOnDrop(mnt.clone());
     let mut buf = [0u8; 256];
     let n = sock.recv(&mut buf).expect("READY=1");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));

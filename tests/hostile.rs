@@ -125,9 +125,7 @@ fn a_user_mounts_without_user_allow_other_and_a_killed_daemons_mount_goes() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let _unmount = OnDrop(|| {
-        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
-    });
+    let _unmount = common::UnmountOnDrop(mnt.clone());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !common::is_mounted(&mnt) {
         if let Some(status) = daemon.try_wait().unwrap() {

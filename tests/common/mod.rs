@@ -129,6 +129,16 @@ pub fn unmount_helper_of(pid: u32) -> u32 {
     }
 }
 
+/// Lazily unmounts `path` on drop if it is still mounted: a daemon a test started by hand then
+/// sees its session end and exits, even when an assertion failed first.
+pub struct UnmountOnDrop(pub PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        force_unmount(&self.0);
+    }
+}
+
 fn force_unmount(path: &Path) {
     if is_mounted(path) {
         let _ = Command::new("umount").arg("-l").arg(path).status();
