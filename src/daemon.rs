@@ -486,7 +486,8 @@ pub fn stop(mountpoint: &Path) -> Result<(), String> {
 }
 
 /// Wait until process `pid` has exited (a zombie nobody reaps yet counts), at most `limit`:
-/// woken by the exit itself through a pidfd, else by looking every 20 ms.
+/// woken by the exit itself through a pidfd, else (no pidfd, or its poll fails) by looking every
+/// 20 ms.
 fn wait_for_exit(pid: i32, limit: Duration) -> bool {
     let deadline = std::time::Instant::now() + limit;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
@@ -504,8 +505,13 @@ fn wait_for_exit(pid: i32, limit: Duration) -> bool {
             if n > 0 {
                 return true;
             }
-            if n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            if n == 0 {
                 return false;
+            }
+            // Interrupted: poll again. Any other failure (ENOMEM): look in /proc below instead,
+            // so that a caller waiting in a loop never spins.
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
             }
         }
     }
