@@ -12,6 +12,10 @@
 //!   cargo run --release --example codec-limit -- decode|encode STORE ARRAY_PATH [THREADS]
 //!   cargo run --release --example codec-limit -- store STORE ARRAY_PATH DEST_STORE [THREADS]
 //!
+//! With `CODEC_LIMIT_WAIT` set, it prints `ready` once its input is in memory and starts the clock
+//! on the next line of standard input: a bench can run it beside another contender with the
+//! preparation left out.
+//!
 //! Prints `<mode>-limit <MB/s> <threads> <units> <cpu-seconds>`: decoded bytes per second of wall
 //! time, and the CPU time (user and system, all threads) the timed part took, which is what it
 //! costs the machine's cores whatever their number (the whole run's busy cores would also count
@@ -92,6 +96,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(bytes.len())
     };
+    if std::env::var_os("CODEC_LIMIT_WAIT").is_some() {
+        use std::io::{BufRead, Write};
+        println!("ready");
+        std::io::stdout().flush()?;
+        std::io::stdin().lock().read_line(&mut String::new())?;
+    }
     let (start, cpu_start) = (Instant::now(), process_cpu_seconds());
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)

@@ -32,3 +32,23 @@ def threads(pid):
         kind = "workers" if comm.startswith("zarrfs-worker") else "fuse" if comm.startswith("fuser") else "other"
         out[kind] += ns / 1e9
     return out
+
+
+def beside(limit_cmd, contender):
+    """Seconds until both `limit_cmd` (codec-limit, its input prepared before the clock starts)
+    and `contender()` end, started together: two parts of one job done side by side on the same
+    cores, with nothing joining them."""
+    import subprocess
+    import time
+    tool = subprocess.Popen(limit_cmd, env={**os.environ, "CODEC_LIMIT_WAIT": "1"}, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    if tool.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"{limit_cmd[0]} did not get ready")
+    t = time.perf_counter()
+    tool.stdin.write("\n")
+    tool.stdin.close()
+    contender()
+    tool.stdout.read()
+    if tool.wait():
+        raise RuntimeError(f"{limit_cmd[0]} failed")
+    return time.perf_counter() - t
