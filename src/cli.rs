@@ -115,7 +115,7 @@ struct MountArgs {
     /// Seconds the shutdown may spend storing changes before it gives up.
     #[arg(long, default_value_t = 30)]
     flush_timeout: u64,
-    /// Leave the mount of a daemon that dies (auto_unmount is on when fusermount3 exists).
+    /// Leave the mount of a daemon that dies (by default a helper process unmounts it).
     #[arg(long)]
     no_auto_unmount: bool,
     /// Changed chunks held in memory before they are written back, e.g. 256M.
@@ -145,11 +145,6 @@ struct MountArgs {
     /// More log output (-v debug, -vv trace).
     #[arg(short, action = clap::ArgAction::Count)]
     verbose: u8,
-}
-
-/// fusermount3 on PATH (needed for auto_unmount).
-fn fusermount3() -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join("fusermount3")).find(|p| p.is_file())
 }
 
 /// Options mount(8) and mount.fuse3 pass that mean nothing to us.
@@ -235,7 +230,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         max_chunk_size: args.max_chunk_size,
         metadata_ttl: args.metadata_ttl.map(Duration::from_secs),
         views: args.views.as_deref().map(HeaderFormat::parse_list).transpose()?,
-        auto_unmount: !args.no_auto_unmount && fusermount3().is_some(),
+        auto_unmount: !args.no_auto_unmount,
         ..Default::default()
     };
     for list in &args.options {

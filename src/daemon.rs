@@ -197,7 +197,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
     let store = plan.store.open(&plan.remote)?;
-    let mut config = Config { read_only: plan.read_only, ..Config::default() };
+    let mut config = Config { read_only: plan.read_only, shared: plan.allow_other, ..Config::default() };
     if plan.store.is_remote() {
         // Requests wait on the network: keep many in flight, and read further ahead.
         config.workers = std::num::NonZeroUsize::new(REMOTE_WORKERS).unwrap_or(config.workers);
@@ -244,7 +244,6 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         read_only: plan.read_only,
         allow_other: plan.allow_other,
         allow_root: plan.allow_root,
-        auto_unmount: plan.auto_unmount,
         threads: plan.threads,
     };
     let session = Session::mount(fs.clone(), &plan.mountpoint, &options)?;
@@ -395,12 +394,14 @@ fn unescape_octal(field: &str) -> Vec<u8> {
     out
 }
 
-/// A killed daemon must not leave a dead mount behind (`auto_unmount`). fusermount3 is meant to
-/// see to it, but can look too early: a dying daemon closes fusermount3's socket before its FUSE
-/// descriptors, and a fusermount3 that looks in between (3.14 does, about one kill in 30 on a
-/// busy machine) finds the mount answering ECONNABORTED, not ENOTCONN, and leaves it mounted. So
-/// a child of the daemon (`zarrfs unmount-when-gone`) waits until the daemon has wholly exited,
-/// its connection with it, and then detaches what is still mounted from this session.
+/// A killed daemon must not leave a dead mount behind (`auto_unmount`). fusermount3's own
+/// auto_unmount is not used: it needs allow_other or allow_root (other users would see the mount
+/// only to have it cleaned up), and it can look too early — a dying daemon closes its socket
+/// before its FUSE descriptors, and a fusermount3 that looks in between (3.14 does, about one
+/// kill in 30 on a busy machine) finds the mount answering ECONNABORTED, not ENOTCONN, and leaves
+/// it mounted. So a child of the daemon (`zarrfs unmount-when-gone`) waits until the daemon has
+/// wholly exited, its connection with it, and then detaches what is still mounted from this
+/// session.
 struct UnmountWhenGone(std::process::Child);
 
 impl UnmountWhenGone {

@@ -8,152 +8,156 @@ mod common;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
+use common::probe::{self, BYTES, GZIP, OnDrop, ZSTD, array_doc, as_nobody, root, sh, small_tmpfs, store, within};
 use common::{Mount, bin};
-
-/// A v3 array document.
-fn array_doc(shape: &str, chunks: &str, dtype: &str, codecs: &str) -> String {
-    format!(
-        r#"{{"zarr_format": 3, "node_type": "array", "shape": {shape}, "data_type": "{dtype}",
-  "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": {chunks}}}}},
-  "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
-  "fill_value": 0, "codecs": {codecs}}}"#
-    )
-}
-
-const BYTES: &str = r#"[{"name": "bytes", "configuration": {"endian": "little"}}]"#;
-const ZSTD: &str = r#"[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1}}]"#;
-const GZIP: &str = r#"[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}]"#;
-
-/// A store in a fresh temporary directory (world-traversable, for the other-user tests):
-/// a root group and the given `(path, zarr.json)` nodes.
-fn store(nodes: &[(&str, String)]) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let root = dir.path().join("s.zarr");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#).unwrap();
-    for (path, doc) in nodes {
-        std::fs::create_dir_all(root.join(path)).unwrap();
-        std::fs::write(root.join(path).join("zarr.json"), doc).unwrap();
-    }
-    (dir, root)
-}
-
-/// Run `f` on a thread; fail the test when it takes longer than `limit` (a hang).
-fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}: a hang"))
-}
-
-/// A shell command as the unprivileged user `nobody` (65534), bounded in time.
-fn as_nobody(script: &str) -> Output {
-    let script = script.to_string();
-    within(Duration::from_secs(20), "a command as another user", move || {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", &script])
-            .output()
-            .expect("setpriv (util-linux)")
-    })
-}
-
-/// Tests that mount a tmpfs, bind /dev/log or switch users need root (CI runs as root).
-fn root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("not root: this test is skipped");
-    }
-    root
-}
-
-/// Runs its closure when dropped: cleanup that happens even when an assertion fails.
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
-    }
-}
-
-/// A 1 MiB tmpfs on `path` (created here), unmounted when the guard drops.
-fn small_tmpfs(path: &Path) -> OnDrop<impl FnMut()> {
-    std::fs::create_dir(path).unwrap();
-    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(path).status().unwrap().success());
-    let path = path.to_path_buf();
-    OnDrop(move || {
-        let _ = Command::new("umount").arg("-l").arg(&path).status();
-    })
-}
-
-fn sh(script: &str) -> Output {
-    Command::new("sh").args(["-c", script]).output().unwrap()
-}
 
 #[test]
 fn a_user_mounts_without_user_allow_other_and_a_killed_daemons_mount_goes() {
     if !root() {
         return;
     }
-    // A user mounts through the setuid fusermount3, which opens /dev/fuse as the user: 0666 on
-    // a stock system, 0600 in some containers. Opened up for the test, and restored after.
-    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o7777;
-    std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666)).unwrap();
-    let _restore = OnDrop(move || {
-        let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode));
-    });
+    // A user mounts through the setuid fusermount3, which opens /dev/fuse as the user: 0666 on a
+    // stock system, 0600 in some containers (here). So the test runs in a mount namespace of its
+    // own in which /dev/fuse is a 0666 node of the same device: the machine's is left alone, and
+    // whatever is mounted goes with the namespace.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
     assert!(Command::new("cp").arg("-r").arg(common::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
     std::fs::create_dir(&mnt).unwrap();
     assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
-    let exe = dir.path().join("zarrfs");
-    std::fs::copy(bin(), &exe).unwrap();
-    let mut daemon = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&exe)
-        .args(["mount", "-f"])
-        .arg(&store)
-        .arg(&mnt)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+    let (_bin_dir, exe) = probe::binary_for_others();
+    let script = format!(
+        r#"
+        as_user() {{ setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }}
+        mounted() {{ grep -q " {mnt} " /proc/self/mountinfo; }}
+        wait_for() {{ for i in $(seq 500); do "$@" && return 0; sleep 0.02; done; return 1; }}
+        trap 'kill -9 $daemon 2>/dev/null; umount -l {mnt} 2>/dev/null' EXIT
+        mknod {dir}/fuse c 10 229 && chmod 666 {dir}/fuse && mount --bind {dir}/fuse /dev/fuse
+        setpriv --reuid=65534 --regid=65534 --clear-groups {exe} mount -f {store} {mnt} 2>{dir}/daemon.log &
+        daemon=$!
+        wait_for mounted || {{ echo NOT-MOUNTED; cat {dir}/daemon.log; exit 1; }}
+        echo "MOUNTINFO $(grep " {mnt} " /proc/self/mountinfo)"
+        wait_for pgrep -P $daemon -f unmount-when-gone >/dev/null && echo HELPER
+        echo "READ $(as_user sh -c 'wc -c < {mnt}/shapes/d1/data')"
+        kill -9 $daemon
+        wait_for sh -c '! grep -q " {mnt} " /proc/self/mountinfo' && echo GONE
+        "#,
+        dir = dir.path().display(),
+        mnt = mnt.display(),
+        store = store.display(),
+        exe = exe.display(),
+    );
+    let before = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    let out = within(Duration::from_secs(60), "a user's mount in a namespace", move || {
+        probe::spawn(
+            Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .wait_with_output()
+        .unwrap()
+    });
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(std::fs::metadata("/dev/fuse").unwrap().permissions().mode(), before, "the machine's /dev/fuse was changed");
+    assert!(!common::is_mounted(&mnt), "the user's mount shows outside its namespace");
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("MOUNTINFO"))
+        .unwrap_or_else(|| panic!("the user's mount failed: {said} {}", String::from_utf8_lossy(&out.stderr)));
+    // Without allow_other the mount is the user's alone, whatever /etc/fuse.conf allows, and the
+    // daemon's own helper unmounts it when the daemon is killed.
+    assert!(!line.contains("allow_other"), "{line}");
+    assert!(said.contains("HELPER"), "no unmount-when-gone helper: {said}");
+    assert!(said.contains("READ 17"), "{said}");
+    assert!(said.contains("GONE"), "the killed daemon's helper did not unmount the user's mount: {said}");
+}
+
+#[test]
+fn a_user_who_cannot_mount_is_told_why_and_how() {
+    if !root() {
+        return;
+    }
+    if std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o006 == 0o006 {
+        eprintln!("/dev/fuse is open to every user here: the refusal is not met");
+        return;
+    }
+    let (dir, root) = store(&[]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&root).arg(&mnt).status().unwrap().success());
+    let (_bin_dir, exe) = probe::binary_for_others();
+    // fusermount3 opens /dev/fuse as the user too, and without it there is nothing to fall back to.
+    for fusermount in ["/usr/bin/fusermount3", "/nonexistent/fusermount3"] {
+        let out = probe::spawn(
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&exe)
+                .args(["mount", "-f"])
+                .arg(&root)
+                .arg(&mnt)
+                .env("FUSERMOUNT_PATH", fusermount)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .wait_with_output()
         .unwrap();
-    let _unmount = common::UnmountOnDrop(mnt.clone());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !common::is_mounted(&mnt) {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut err = String::new();
-            let _ = std::io::Read::read_to_string(&mut daemon.stderr.take().unwrap(), &mut err);
-            panic!("the user's mount failed ({status}): {err}");
+        let _unmount = common::UnmountOnDrop(mnt.clone());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("cannot open /dev/fuse (Permission denied") && err.contains("chmod 0666 /dev/fuse"), "{fusermount}: {err}");
+    }
+}
+
+#[test]
+fn a_private_store_is_read_by_no_other_user() {
+    if !root() {
+        return;
+    }
+    // A store only its owner may read (0700, files 0600), and one open to all with one private
+    // group inside.
+    let (_dir, private) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    std::fs::create_dir_all(private.join("a/c")).unwrap();
+    std::fs::write(private.join("a/c/0"), [5u8; 4]).unwrap();
+    assert!(Command::new("chmod").args(["-R", "go-rwx"]).arg(&private).status().unwrap().success());
+    let (_dir2, shared) =
+        store(&[("open", array_doc("[4]", "[4]", "uint8", BYTES)), ("p/hidden", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    std::fs::write(shared.join("p/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    std::fs::set_permissions(shared.join("p"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A document others may not read: its array's files are the owner's.
+    std::fs::set_permissions(shared.join("open/zarr.json"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(shared.join("doc_open")).unwrap();
+    std::fs::write(shared.join("doc_open/zarr.json"), array_doc("[4]", "[4]", "uint8", BYTES)).unwrap();
+    for opts in [&[][..], &["-o", "allow_root"], &["-o", "allow_other"]] {
+        let m = Mount::new(&private, opts);
+        std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let line = probe::mountinfo_line(&m.mountpoint);
+        if opts.is_empty() {
+            assert!(!line.contains("allow_other"), "a mount without allow_other lets others in: {line}");
         }
-        assert!(std::time::Instant::now() < deadline, "the user's mount did not come up");
-        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(std::fs::read(m.path("a/data")).unwrap(), [5u8; 4], "the owner reads");
+        for what in ["a/data", "a/zarr.json", "zarr.json"] {
+            let out = as_nobody(&format!("od -An -tu1 {}", m.path(what).display()));
+            assert!(!out.status.success(), "{opts:?}: another user read {what} of a private store: {out:?}");
+        }
+        let ls = as_nobody(&format!("ls {}", m.mountpoint.display()));
+        assert!(!ls.status.success(), "{opts:?}: another user listed a private store: {ls:?}");
     }
-    // auto_unmount is on (fusermount3 is installed), but without user_allow_other fusermount3
-    // cannot watch: the mount is the user's alone and the daemon's helper watches it.
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = info.lines().find(|l| l.split(' ').nth(4) == mnt.to_str()).unwrap().to_string();
-    let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
-    if !conf.lines().any(|l| l.trim() == "user_allow_other") {
-        assert!(!line.contains("allow_other"), "{line}");
+    let m = Mount::new(&shared, &["-o", "allow_other"]);
+    std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ok = as_nobody(&format!("od -An -tu1 {}", m.path("doc_open/data").display()));
+    assert!(ok.status.success(), "what the store lets everyone read is read through a shared mount: {ok:?}");
+    for what in ["p/hidden/data", "p/zarr.json", "open/data", "open/zarr.json"] {
+        let out = as_nobody(&format!("od -An -tu1 {}", m.path(what).display()));
+        assert!(!out.status.success(), "another user read {what}, which the store keeps from them: {out:?}");
     }
-    common::unmount_helper_of(daemon.id());
-    let read = as_nobody(&format!("wc -c < {}", mnt.join("shapes/d1/data").display()));
-    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "17", "{read:?}");
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while common::is_mounted(&mnt) {
-        assert!(std::time::Instant::now() < deadline, "the killed daemon's helper did not unmount the user's mount");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Nor the daemon's own reports.
+    let stats = as_nobody(&format!("cat {}", m.path(".zarrfs/stats").display()));
+    assert!(!stats.status.success(), "another user read the daemon's stats: {stats:?}");
 }
 
 #[test]

@@ -43,6 +43,8 @@ pub struct Config {
     pub views: Vec<HeaderFormat>,
     /// How long a node's metadata is served before the store is asked whether it changed.
     pub metadata_ttl: std::time::Duration,
+    /// Other users may use the mount (allow_other): they get no more than the store grants them.
+    pub shared: bool,
 }
 
 impl Default for Config {
@@ -58,6 +60,7 @@ impl Default for Config {
             spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
             views: HeaderFormat::ALL.to_vec(),
             metadata_ttl: std::time::Duration::from_secs(5),
+            shared: false,
         }
     }
 }

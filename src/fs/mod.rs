@@ -169,15 +169,25 @@ impl ZarrFs {
             mtime: self.mount_time,
             volatile: false,
         };
-        let data_perm = if self.cx.config.read_only { 0o444 } else { 0o644 };
-        let document_perm = if node.path.ends_with(".zmetadata") { 0o444 } else { data_perm };
+        // The owner's rights, then what others get (`nodes::Grant`).
+        let (owner_dir, owner_file) = if self.cx.config.read_only { (0o500, 0o400) } else { (0o700, 0o600) };
+        let grant = match node.kind {
+            NodeKind::ControlDir | NodeKind::StatsFile => nodes::Grant { dir: 0, file: 0 },
+            NodeKind::MetaFile | NodeKind::Scratch => self.nodes.grant(&self.cx, node.path.rsplit_once('/').map_or("", |(d, _)| d))?,
+            _ => self.nodes.grant(&self.cx, &node.path)?,
+        };
+        let data_perm = owner_file | grant.file;
+        let read_only_perm = 0o400 | grant.file;
         Ok(match node.kind {
-            NodeKind::Dir => dir(if self.cx.config.read_only { 0o555 } else { 0o755 }),
-            NodeKind::ControlDir => dir(0o555),
-            NodeKind::MetaFile => Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, document_perm) },
+            NodeKind::Dir => dir(owner_dir | grant.dir),
+            NodeKind::ControlDir => dir(0o500),
+            NodeKind::MetaFile => {
+                let perm = if node.path.ends_with(".zmetadata") { read_only_perm } else { data_perm };
+                Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, perm) }
+            }
             NodeKind::Scratch => {
                 let scratch = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
-                Attr { volatile: true, ..file(scratch.len(), scratch.perm()) }
+                Attr { volatile: true, ..file(scratch.len(), scratch.perm() & (0o7700 | grant.file)) }
             }
             NodeKind::Data => {
                 let (size, volatile) = self.nodes.data_file(&self.cx, &node.path)?.size(&self.cx)?;
@@ -195,13 +205,27 @@ impl ZarrFs {
                         let (size, volatile) = file_of.size(&self.cx)?;
                         Attr { own_bytes: own, volatile, ..file(own + size, data_perm) }
                     }
-                    false => Attr { volatile: true, ..file(own, 0o444) },
+                    false => Attr { volatile: true, ..file(own, read_only_perm) },
                 }
             }
             NodeKind::Prepend => file(0, 0o200),
-            NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, 0o444),
-            NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o444) },
+            NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
+            // The daemon's pid, its counters and its errors are the owner's business alone.
+            NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o400) },
         })
+    }
+
+    /// The group shown as every file's: the store root's in a shared mount (where its group's
+    /// rights are what the mount grants the group), else the daemon's.
+    pub fn shown_gid(&self) -> u32 {
+        let own = || {
+            // SAFETY: getgid cannot fail.
+            unsafe { libc::getgid() }
+        };
+        match self.cx.config.shared {
+            true => self.cx.store.permissions("").ok().flatten().map_or_else(own, |p| p.gid),
+            false => own(),
+        }
     }
 
     /// Open a file for the process `pid` (`truncate`: O_TRUNC); returns the handle id.

@@ -43,12 +43,53 @@ pub enum DirState {
     Broken(Arc<str>),
 }
 
+/// What users other than the owner may do with a node when the mount is shared (allow_other):
+/// the group and other permission bits of its directory and of its files. No more than the
+/// store grants them: a directory needs search rights on it and every directory above it (its
+/// own group's bits count only where a directory has the store root's group, which the mount
+/// shows), and the files are readable where the node's document is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub dir: u16,
+    pub file: u16,
+}
+
+impl Grant {
+    /// A mount of the owner's alone (the kernel lets no one else in), or a store without
+    /// permissions of its own (object storage, where allow_other shares what the credentials read).
+    pub const OPEN: Grant = Grant { dir: 0o055, file: 0o044 };
+
+    /// The grant of the node at `path` in a shared mount, from the store's own permissions.
+    fn of(cx: &Context, path: &str) -> Result<Grant> {
+        let store = cx.store.as_ref();
+        if !cx.config.shared {
+            return Ok(Grant::OPEN);
+        }
+        let Some(root) = store.permissions("")? else { return Ok(Grant::OPEN) };
+        // (group, other) rwx bits of an entry: the group's count only for the root's group.
+        let classes = |p: store::Permissions| (if p.gid == root.gid { (p.mode >> 3) & 7 } else { p.mode & 7 }, p.mode & 7);
+        let (mut group, mut other) = (7, 7);
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        for depth in 0..=parts.len() {
+            let (g, o) = store.permissions(&parts[..depth].join("/"))?.map_or((0, 0), classes);
+            group &= g;
+            other &= o;
+        }
+        let document = NODE_DOCUMENTS.iter().find_map(|d| store.permissions(&store::join(path, d)).transpose()).transpose()?;
+        let (dg, dother) = document.map_or((0, 0), classes);
+        // A file is read through its directory (x) and as its document is (r).
+        let readable = |dir: u32, doc: u32| if dir & 1 != 0 && doc & 4 != 0 { 4 } else { 0 };
+        Ok(Grant { dir: (((group & 5) << 3) | (other & 5)) as u16, file: ((readable(group, dg) << 3) | readable(other, dother)) as u16 })
+    }
+}
+
 /// A directory as last read, and when: its node document's version and the time it was
-/// checked against the store.
+/// checked against the store; what others may do with it.
 struct Known {
     state: DirState,
     version: Option<Version>,
     checked: Instant,
+    grant: Grant,
 }
 
 /// A metadata document being rewritten through a handle: what it will hold at close.
@@ -103,11 +144,21 @@ impl Nodes {
             Some((state, version, _)) => self.recheck(cx, path, state, version),
             None => {
                 let (state, version) = Self::load(cx, path)?;
+                let grant = Grant::of(cx, path)?;
                 let mut dirs = lock(&self.dirs);
-                let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now() });
+                let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now(), grant });
                 Ok(known.state.clone())
             }
         }
+    }
+
+    /// What others may do with the node at `path` and its files.
+    pub fn grant(&self, cx: &Context, path: &str) -> Result<Grant> {
+        if !cx.config.shared {
+            return Ok(Grant::OPEN);
+        }
+        self.dir_state(cx, path)?;
+        Ok(lock(&self.dirs).get(path).map_or(Grant { dir: 0, file: 0 }, |k| k.grant))
     }
 
     /// Parse the node at `path`; with the version of the document parsed (none for a node that

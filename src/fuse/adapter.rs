@@ -30,8 +30,9 @@ pub struct FuseAdapter {
 
 impl FuseAdapter {
     pub fn new(fs: Arc<ZarrFs>) -> FuseAdapter {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let gid = fs.shown_gid();
         FuseAdapter { fs, uid, gid }
     }
 

@@ -2,6 +2,7 @@
 //! `session` mounts and serves them. Nothing else in the crate imports fuser.
 
 mod adapter;
+mod fusermount;
 mod session;
 
 pub use session::{Session, SessionOptions};

@@ -19,10 +19,21 @@ pub struct SessionOptions {
     pub read_only: bool,
     pub allow_other: bool,
     pub allow_root: bool,
-    /// Unmount behind a daemon that dies: fusermount3 watches where it can (see `mount`).
-    pub auto_unmount: bool,
     /// FUSE request threads (8 when not given).
     pub threads: Option<NonZeroUsize>,
+}
+
+impl SessionOptions {
+    /// Who may use the mount: other users only when the options say so, never as a side effect
+    /// of how a dead daemon's mount is cleaned up (the daemon's own helper does that, whoever may
+    /// use the mount).
+    fn acl(&self) -> fuser::SessionACL {
+        match (self.allow_other, self.allow_root) {
+            (true, _) => fuser::SessionACL::All,
+            (false, true) => fuser::SessionACL::RootAndOwner,
+            (false, false) => fuser::SessionACL::Owner,
+        }
+    }
 }
 
 /// A live mount, served by fuser's threads.
@@ -46,33 +57,28 @@ impl Session {
         if options.read_only {
             mount_options.push(fuser::MountOption::RO);
         }
-        // The kernel checks every access against the owner and mode shown (the daemon's user,
-        // 0644 for data, 0200 for prepend): with allow_other, other users may do exactly what
-        // those allow.
+        // The kernel checks every access against the owner and modes shown (the daemon's user;
+        // with allow_other, no more for others than the store itself grants them).
         mount_options.push(fuser::MountOption::DefaultPermissions);
+        config.acl = options.acl();
+        config.mount_options = mount_options.clone();
+        config.n_threads = Some(options.threads.map_or(8, NonZeroUsize::get));
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
-        // fusermount3 looks at a dead daemon's mount as root (it is setuid), which only
-        // allow_other or allow_root let through. A user may have neither (fusermount3 refuses
-        // them unless /etc/fuse.conf says `user_allow_other`): the daemon's own helper then
-        // watches alone, and the mount stays the user's.
-        let fusermount_watches = options.auto_unmount && (root || options.allow_other || options.allow_root || user_allow_other());
-        if fusermount_watches {
-            mount_options.push(fuser::MountOption::AutoUnmount);
-        }
-        config.acl = if options.allow_other || (fusermount_watches && !options.allow_root) {
-            fuser::SessionACL::All
-        } else if options.allow_root {
-            fuser::SessionACL::RootAndOwner
-        } else {
-            fuser::SessionACL::Owner
-        };
-        config.mount_options = mount_options;
-        config.n_threads = Some(options.threads.map_or(8, NonZeroUsize::get));
         // As root /dev/fuse is opened directly, so cloned fds work.
         config.clone_fd = root;
-        let session = fuser::Session::new(FuseAdapter::new(fs.clone()), mountpoint, &config)
-            .map_err(|e| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display()))?;
+        let adapter = FuseAdapter::new(fs.clone());
+        let failed = |e: std::io::Error| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display());
+        let session = match root || super::fusermount::dev_fuse_opens() {
+            true => fuser::Session::new(adapter, mountpoint, &config).map_err(failed)?,
+            // A user who may not open /dev/fuse mounts through the setuid fusermount3, which hands
+            // back the descriptor (as libfuse falls back to it).
+            false => {
+                let fd = super::fusermount::mount(mountpoint, &mount_options, options.allow_other || options.allow_root)?;
+                let acl = config.acl;
+                fuser::Session::from_fd(adapter, fd, acl, config).map_err(failed)?
+            }
+        };
         fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
         let background = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
         // Whoever waits for the end is woken by it, rather than polling for it.
@@ -92,12 +98,6 @@ impl Session {
     pub fn ended(&self) -> &crossbeam_channel::Receiver<()> {
         &self.ended
     }
-}
-
-/// Whether /etc/fuse.conf lets users mount with allow_other.
-fn user_allow_other() -> bool {
-    std::fs::read_to_string("/etc/fuse.conf")
-        .is_ok_and(|conf| conf.lines().any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other"))
 }
 
 /// The kernel's read-ahead for the mount, in KiB: as large as one FUSE request may be (256

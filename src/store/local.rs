@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Entry, Head, Store, Value, Version, resolve_range};
+use super::{ByteRange, Entry, Head, Permissions, Store, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -210,6 +210,17 @@ impl Store for LocalStore {
             }
         }
         Ok(())
+    }
+
+    fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
+        match self.resolve(key, OFlags::PATH)? {
+            Ok(fd) => {
+                let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+                Ok(Some(Permissions { mode: stat.st_mode & 0o7777, gid: stat.st_gid }))
+            }
+            Err(e) if is_absent(e) => Ok(None),
+            Err(e) => Err(Error::Io(io(e))),
+        }
     }
 
     fn delete_prefix(&self, prefix: &str) -> Result<u64> {

@@ -61,6 +61,14 @@ pub struct Head {
     pub version: Version,
 }
 
+/// Who a store lets at a value or a directory, where it has such a notion (a local directory's
+/// permission bits and group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Permissions {
+    pub mode: u32,
+    pub gid: u32,
+}
+
 /// Keys are `/`-separated paths relative to the store root, never starting with `/`.
 pub trait Store: Send + Sync {
     /// The whole value with its version, or `None` when the key is absent. A value of more
@@ -110,6 +118,12 @@ pub trait Store: Send + Sync {
     fn rename_prefix(&self, from: &str, to: &str) -> Result<()> {
         let _ = (from, to);
         Err(crate::Error::CrossDevice("an object store cannot rename a prefix in one step".into()))
+    }
+    /// The permissions the store itself gives `key` (a value or a directory; `""` is the root),
+    /// or `None` when it is absent or the store has none (object storage).
+    fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
+        let _ = key;
+        Ok(None)
     }
     /// Make the given keys (written or deleted) durable: their data and their directories.
     fn sync(&self, keys: &[String]) -> Result<()>;

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod model;
+pub mod probe;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
