@@ -36,9 +36,8 @@ pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> Ex
     offline(store, array, |a| {
         let f = std::fs::File::open(file)?;
         let len = f.metadata()?.len();
-        let read_at = &mut |offset, buf: &mut [u8]| std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset);
         let started = std::time::Instant::now();
-        match a.prepend(axis, len, read_at, &crate::pool::WorkerPool::per_core())? {
+        match a.prepend(axis, len, Arc::new(f), &crate::pool::WorkerPool::per_core())? {
             Some((next, _)) => {
                 let chunks = started.elapsed();
                 next.store_metadata()?;

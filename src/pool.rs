@@ -9,6 +9,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 pub struct WorkerPool {
     tx: Sender<Job>,
+    threads: usize,
 }
 
 impl WorkerPool {
@@ -28,7 +29,12 @@ impl WorkerPool {
                 tracing::error!("cannot start worker thread {i}: {e}");
             }
         }
-        WorkerPool { tx }
+        WorkerPool { tx, threads: threads.get() }
+    }
+
+    /// How many workers the pool has.
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 
     /// A pool of one worker per core.

@@ -53,6 +53,17 @@ fn run(f: &Fixture, ops: &[Op], dirty_limit: usize) -> Result<(), TestCaseError>
                 prop_assert_eq!(&got[..want.len()], want, "{} read({}, {})", f.name, offset, len);
             }
             Op::Fsync => core.fs.fsync(core.fh).unwrap(),
+            Op::Prepend { chunks, seed } => {
+                let Some(rows) = f.prepend_rows else { continue };
+                let data = payload(f, 0, (chunks * rows * f.row) as usize, seed);
+                let dir = core.fs.lookup(1, f.name).unwrap().ino;
+                let prepend = core.fs.lookup(dir, "prepend").unwrap().ino;
+                let fh = core.fs.open(prepend, true, true, 0).unwrap();
+                core.fs.write(prepend, fh, 0, &data, false).unwrap();
+                core.fs.flush(fh, 0).unwrap();
+                core.fs.release(fh);
+                model.prepend(&data);
+            }
             Op::Reopen => {
                 core.fs.flush(core.fh, 0).unwrap();
                 core.fs.release(core.fh);
@@ -80,7 +91,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn core_matches_the_model(which in 0usize..4, ops in ops(700), small_dirty_limit in any::<bool>()) {
+    fn core_matches_the_model(which in 0usize..5, ops in ops(700), small_dirty_limit in any::<bool>()) {
         // A tiny dirty limit makes writes store chunks in the background and at the limit.
         let fs = fixtures();
         run(&fs[which], &ops, if small_dirty_limit { 1024 } else { 256 << 20 })?;

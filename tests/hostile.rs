@@ -574,3 +574,43 @@ fn a_write_into_a_chunk_another_program_rewrote_keeps_that_programs_bytes() {
     assert_eq!(std::fs::read(root.join("a/c/1/0")).unwrap(), expect(8), "replaced by a rename");
     assert_eq!(std::fs::read(root.join("a/c/2/0")).unwrap(), expect(0), "deleted: fill");
 }
+
+#[test]
+fn memory_that_cannot_be_had_fails_the_request_and_the_daemon_lives() {
+    // A chunk of 1.5 GiB (zeros, a few KiB as zstd) read by a daemon allowed 1 GiB of address
+    // space: the read fails with ENOMEM; nothing aborts.
+    let (dir, root) =
+        store(&[("big", array_doc("[1610612736]", "[1610612736]", "uint8", ZSTD)), ("small", array_doc("[8]", "[8]", "uint8", BYTES))]);
+    std::fs::create_dir_all(root.join("big/c")).unwrap();
+    let mut frame = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    frame.set_pledged_src_size(Some(1610612736)).unwrap();
+    frame.include_contentsize(true).unwrap();
+    for _ in 0..1536 {
+        frame.write_all(&[0u8; 1 << 20]).unwrap();
+    }
+    std::fs::write(root.join("big/c/0"), frame.finish().unwrap()).unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let log = dir.path().join("log");
+    let mut daemon = probe::spawn(
+        Command::new("prlimit")
+            .arg(format!("--as={}", 1u64 << 30))
+            .arg(bin())
+            .args(["mount", "-f"])
+            .arg(&root)
+            .arg(&mnt)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap()),
+    );
+    let _unmount = common::UnmountOnDrop(mnt.clone());
+    probe::wait_mounted(&mnt, &mut daemon);
+    let f = std::fs::File::open(mnt.join("big/data")).unwrap();
+    let err = f.read_at(&mut [0u8; 4096], 0).unwrap_err();
+    assert!(matches!(err.raw_os_error(), Some(libc::ENOMEM)), "{err}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    assert!(daemon.try_wait().unwrap().is_none(), "the daemon died: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    assert_eq!(std::fs::read(mnt.join("small/data")).unwrap(), [0u8; 8]);
+    drop(f);
+    // SAFETY: signalling our child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+}

@@ -57,6 +57,12 @@ fn run_model(which: usize, ops: &[Op], small_dirty_limit: bool) -> Result<(), Te
                 prop_assert_eq!(&buf[..n], model.read(offset, len), "read({}, {})", offset, len);
             }
             Op::Fsync => file.sync_all().unwrap(),
+            Op::Prepend { chunks, seed } => {
+                let Some(rows) = f.prepend_rows else { continue };
+                let data = payload(f, 0, (chunks * rows * f.row) as usize, seed);
+                common::write_and_close(&m.path(f.name).join("prepend"), OpenOptions::new().write(true), &data).unwrap();
+                model.prepend(&data);
+            }
             Op::Reopen => {
                 drop(file);
                 file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
@@ -87,7 +93,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
     #[test]
-    fn mount_matches_the_model(which in 0usize..4, ops in ops(700), small_dirty_limit in any::<bool>()) {
+    fn mount_matches_the_model(which in 0usize..5, ops in ops(700), small_dirty_limit in any::<bool>()) {
         run_model(which, &ops, small_dirty_limit)?;
     }
 }

@@ -262,3 +262,41 @@ fn a_daemon_killed_during_a_large_prepend_leaves_old_or_new() {
     }
     eprintln!("a prepend takes {whole:?} here; killed at 1,3,5,7,9 tenths: {outcomes:?}");
 }
+
+#[test]
+fn a_prepend_to_rows_wider_than_memory_holds_a_few_chunks_and_the_daemon_lives() {
+    if common::backend::local_only("stages and reads 64 GiB (sparse) of rows") {
+        return;
+    }
+    // Rows of 2^36 bytes in chunks of 2^20: one new row is a band of 65 536 chunks, 64 GiB.
+    let wide = json!({"zarr_format": 3, "node_type": "array", "shape": [4, 1u64 << 36], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1 << 20]}},
+        "chunk_key_encoding": {"name": "offset", "configuration": {"offset": [0, 0]}}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}]});
+    let (_dir, store) = store_with(&[("wide", wide), ("other", doc(2, offset_encoding(0, "/"), zstd(), 2))]);
+    let m = Mount::new(&store, &[]);
+    // Another array's write, acknowledged, with its file still open across the prepend.
+    let other = OpenOptions::new().write(true).open(m.path("other/data")).unwrap();
+    other.write_all_at(&rows(40, 2), 0).unwrap();
+    let prepend = OpenOptions::new().write(true).open(m.path("wide/prepend")).unwrap();
+    prepend.write_all_at(&[1], (1 << 36) - 1).unwrap();
+    use std::os::fd::IntoRawFd;
+    // SAFETY: we own the descriptor.
+    let closed = unsafe { libc::close(prepend.into_raw_fd()) };
+    assert_eq!(closed, 0, "the prepend's close: {} {}", std::io::Error::last_os_error(), m.log_text());
+    assert!(Path::new(&format!("/proc/{}", m.pid())).exists(), "the daemon died: {}", m.log_text());
+    assert!(m.peak_rss() < 1 << 30, "a prepend of 64 GiB rows held {} MiB", m.peak_rss() >> 20);
+    let wide = std::fs::File::open(m.path("wide/data")).unwrap();
+    assert_eq!(wide.metadata().unwrap().len(), 5 << 36);
+    let mut last = [9u8; 2];
+    wide.read_exact_at(&mut last, (1 << 36) - 1).unwrap();
+    assert_eq!(last, [1, 0], "the new row's last byte, then the old first row");
+    drop(other);
+    drop(m);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("wide/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["chunk_key_encoding"]["configuration"]["offset"], json!([-1, 0]));
+    // Only the chunk holding the one byte that is not fill was stored.
+    assert!(store.join("wide/c/-1/65535").exists() && !store.join("wide/c/-1/0").exists());
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(m.path("other/data")).unwrap(), rows(40, 2), "the other array's write was stored");
+}

@@ -50,7 +50,7 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     writeback::flush_locked(open, cache, pool)?;
     let array = open.array();
     let len = spool.len();
-    let result = array.prepend(0, len, &mut |offset, buf| spool.read_exact_at(buf, offset), pool).and_then(|next| match next {
+    let result = spool.source().and_then(|source| array.prepend(0, len, source, pool)).and_then(|next| match next {
         Some((next, chunks)) => {
             let metadata = next.store_metadata()?;
             // Made durable by the next fsync, as the chunks of writes are.

@@ -276,7 +276,7 @@ pub(crate) fn read_shared(
         shape: &meta.shape,
         base: range.start,
         item: item as usize,
-        bytes: filled((range.end - range.start) as usize, &meta.fill),
+        bytes: filled((range.end - range.start) as usize, &meta.fill)?,
     };
     let grid = array.unit_grid();
     for batch in batches(grid, &meta.shape, range, READ_BATCH_CELLS) {

@@ -16,7 +16,7 @@ const SPARE_BYTES: usize = 64 << 20;
 static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 /// A buffer of `n` elements of `fill`: a spare one of that length when there is one.
-pub fn chunk_buffer(n: usize, fill: &[u8]) -> Vec<u8> {
+pub fn chunk_buffer(n: usize, fill: &[u8]) -> crate::Result<Vec<u8>> {
     let len = n * fill.len();
     let spare = {
         let mut spare = lock(&SPARE);
@@ -25,7 +25,7 @@ pub fn chunk_buffer(n: usize, fill: &[u8]) -> Vec<u8> {
     match spare {
         Some(mut buf) => {
             fill_pattern(&mut buf, fill);
-            buf
+            Ok(buf)
         }
         None => filled(n, fill),
     }
@@ -52,10 +52,10 @@ mod tests {
     #[test]
     fn a_spare_buffer_comes_back_filled() {
         give_back(vec![7u8; 4096 * 3]);
-        assert_eq!(chunk_buffer(4096, &[1, 2, 0]), [1u8, 2, 0].repeat(4096));
+        assert_eq!(chunk_buffer(4096, &[1, 2, 0]).unwrap(), [1u8, 2, 0].repeat(4096));
         give_back(vec![7u8; 4096 * 3]);
-        assert_eq!(chunk_buffer(4096 * 3, &[0]), vec![0u8; 4096 * 3]);
+        assert_eq!(chunk_buffer(4096 * 3, &[0]).unwrap(), vec![0u8; 4096 * 3]);
         // Another length is made afresh.
-        assert_eq!(chunk_buffer(5, &[9]), vec![9u8; 5]);
+        assert_eq!(chunk_buffer(5, &[9]).unwrap(), vec![9u8; 5]);
     }
 }

@@ -30,9 +30,9 @@ impl Spool {
         self.len
     }
 
-    /// Staged bytes at `offset`, exactly `buf.len()` of them.
-    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.file.read_exact_at(buf, offset)
+    /// The staged bytes, for readers on other threads (the file's offset is never used).
+    pub fn source(&self) -> Result<std::sync::Arc<std::fs::File>> {
+        Ok(std::sync::Arc::new(self.file.try_clone()?))
     }
 
     /// The staged bytes from the start.

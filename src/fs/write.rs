@@ -31,11 +31,14 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
         let now = array.chunk_version(coords).inspect_err(log)?;
         match cached.as_ref() {
             Cached::Chunk { decoded, version: Some(v) } if now == Some(*v) => return Ok(decoded.clone()),
-            Cached::Missing if now.is_none() => return Ok(fill()),
+            Cached::Missing if now.is_none() => return fill(),
             _ => cache.remove(&key),
         }
     }
-    Ok(array.retrieve_chunk(coords).inspect_err(log)?.map_or_else(fill, |(decoded, _)| decoded))
+    match array.retrieve_chunk(coords).inspect_err(log)? {
+        Some((decoded, _)) => Ok(decoded),
+        None => fill(),
+    }
 }
 
 /// Elements of the chunk at `coords` inside the array (its padding excluded).
@@ -63,7 +66,7 @@ fn edit_chunk(
         let edits = lock(&open.edits);
         match edits.chunks.get(coords) {
             Some(_) => None,
-            None if from_fill => Some(fresh()),
+            None if from_fill => Some(fresh()?),
             None => {
                 drop(edits);
                 Some(stored_chunk(open, array, cache, coords)?)
@@ -76,7 +79,7 @@ fn edit_chunk(
         Entry::Occupied(o) => {
             let slot = o.into_mut();
             let restart = match slot {
-                ChunkEdit::Deleted => Some(fresh()),
+                ChunkEdit::Deleted => Some(fresh()?),
                 // Being stored: change a copy; the store under way finishes with the old one.
                 ChunkEdit::Storing(c) => Some(c.to_vec()),
                 ChunkEdit::Dirty(_) => None,
@@ -89,7 +92,10 @@ fn edit_chunk(
             slot
         }
         Entry::Vacant(v) => {
-            let c = ChunkEdit::Dirty(loaded.unwrap_or_else(fresh));
+            let c = ChunkEdit::Dirty(match loaded {
+                Some(c) => c,
+                None => fresh()?,
+            });
             added += c.cost() as isize;
             v.insert(c)
         }
@@ -146,7 +152,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     }
     // Partly written elements at either end: their other bytes come from the file.
     let base = range.start * item;
-    let mut whole = vec![0u8; ((range.end - range.start) * item) as usize];
+    let mut whole = crate::zarr::limits::zeroed(((range.end - range.start) * item) as usize)?;
     let head = read_shared(open, &array, cache, pool, base, item)?;
     let n = whole.len();
     let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;

@@ -137,7 +137,8 @@ impl Store for LocalStore {
         if len > max {
             return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
         }
-        let mut out = Vec::with_capacity(len as usize);
+        let mut out = Vec::new();
+        out.try_reserve_exact(len as usize).map_err(|_| crate::zarr::limits::out_of_memory())?;
         // The file may grow while it is read: never past the bound.
         file.take(max + 1).read_to_end(&mut out)?;
         if out.len() as u64 > max {
@@ -153,7 +154,7 @@ impl Store for LocalStore {
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
         let Some((file, head)) = self.open_object(key)? else { return Ok(None) };
         let (start, end) = resolve_range(key, range, head.len)?;
-        let mut buf = vec![0u8; (end - start) as usize];
+        let mut buf = crate::zarr::limits::zeroed((end - start) as usize)?;
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
         Ok(Some(buf))
     }

@@ -245,6 +245,35 @@ impl Array {
     }
 }
 
+/// Where the bytes of a prepend come from: positioned reads of the new region (C order), from
+/// any worker.
+pub trait PrependSource: Send + Sync {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    /// Whether `len` bytes from `offset` are surely zeros never written (a hole of a sparse
+    /// file): they need not be read.
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        let _ = (offset, len);
+        false
+    }
+}
+
+impl PrependSource for std::fs::File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        use std::os::fd::AsRawFd;
+        let Ok(at) = i64::try_from(offset) else { return false };
+        // SAFETY: lseek on a descriptor this file owns; the file's own offset is not used by
+        // positioned reads.
+        let data = unsafe { libc::lseek(self.as_raw_fd(), at, libc::SEEK_DATA) };
+        // ENXIO: no data from `offset` to the end.
+        (data < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO))
+            || (data >= 0 && data as u64 >= offset.saturating_add(len))
+    }
+}
+
 /// The keys an array write touched.
 #[derive(Debug, Default)]
 pub struct Touched {
@@ -338,16 +367,19 @@ impl Array {
         Ok(self.derived(self.meta.adopted_offset()?))
     }
 
-    /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read through
-    /// `read_at`, with every dimension as the array's but `axis`, which must be a whole number of
+    /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read from
+    /// `source`, with every dimension as the array's but `axis`, which must be a whole number of
     /// chunks. The new chunks are stored (their keys lie outside the old grid, so no reader sees
     /// them); the returned array's metadata is not: storing it is the commit. With it, the keys
-    /// written. `None` for no bytes.
+    /// written. `None` for no bytes. On an error the chunks stored so far are deleted again.
+    ///
+    /// Each chunk is read from the source by itself (strided reads of its rows) and encoded on a
+    /// worker, a few at a time: memory holds a few chunks whatever the width of a row.
     pub fn prepend(
         &self,
         axis: usize,
         len: u64,
-        read_at: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+        source: Arc<dyn PrependSource>,
         pool: &crate::pool::WorkerPool,
     ) -> Result<Option<(Arc<Array>, Touched)>> {
         let meta = &self.meta;
@@ -367,56 +399,112 @@ impl Array {
         }
         let (next_meta, new_chunks) = meta.prepended(axis, len / slab)?;
         let next = Arc::new(self.derived(next_meta));
-        let grid = &next.meta.grid;
-        // The new region: the new chunks along `axis`, everything along the other axes. It is
-        // read in bands of one chunk along axis 0 (contiguous in C order).
+        // The new region: the new chunks along `axis`, everything along the other axes; in the
+        // new grid it is the chunks from 0 on along `axis`.
         let mut region = meta.shape.clone();
         region[axis] = len / slab;
-        let item = meta.item_size();
-        let row = region[1..].iter().product::<u64>() * item as u64;
+        let grid = &next.meta.grid;
         let cells: Vec<u64> =
             region.iter().enumerate().map(|(a, &n)| if a == axis { new_chunks } else { grid.axes[a].chunks_for(n) }).collect();
-        let mut band_start = 0;
-        let mut keys = Vec::new();
-        while band_start < region[0] {
-            let b = grid.chunk_of(0, band_start).0;
-            let rows = grid.chunk_len(0, b).min(region[0] - band_start);
-            let mut band = vec![0u8; (rows * row) as usize];
-            read_at(band_start * row, &mut band)?;
-            let mut band_shape = region.clone();
-            band_shape[0] = rows;
-            let band_cells = IndexBox::band(&cells, b, b + 1).indices();
-            // Encode and store the band's chunks on the workers.
-            let band = Arc::new(band);
-            let n = band_cells.len();
-            let results = pool.run_all(band_cells.into_iter().map(|coords| {
-                let (next, band, band_shape, fill) = (next.clone(), band.clone(), band_shape.clone(), meta.fill.clone());
-                move || {
-                    crate::error::catch("prepend", || {
-                        let grid = &next.meta.grid;
-                        let chunk_shape = grid.chunk_shape(&coords);
-                        let mut data = super::region::filled(chunk_shape.iter().product::<u64>() as usize, &fill);
-                        let origin: Vec<u64> =
-                            coords.iter().enumerate().map(|(a, &c)| if a == 0 { 0 } else { grid.chunk_start(a, c) }).collect();
-                        let extent: Vec<u64> = (0..band_shape.len()).map(|a| chunk_shape[a].min(band_shape[a] - origin[a])).collect();
-                        let src = super::region::Strided::of(&band_shape, &origin, 0);
-                        let dst = super::region::Strided::of(&chunk_shape, &vec![0; chunk_shape.len()], 0);
-                        super::region::copy_box(&band, &src, &mut data, &dst, &extent, item);
-                        next.store_chunk(&coords, &data).map(|stored| stored.key)
-                    })
+        let region: Arc<[u64]> = region.into();
+        let (tx, rx) = crossbeam_channel::unbounded::<Result<String>>();
+        let most_in_flight = 2 * pool.threads();
+        let (mut in_flight, mut keys, mut failed) = (0usize, Vec::new(), None);
+        fn take(result: Result<String>, keys: &mut Vec<String>, failed: &mut Option<Error>) {
+            match result {
+                Ok(key) => keys.push(key),
+                Err(e) => {
+                    failed.get_or_insert(e);
                 }
-            }));
-            let mut done = 0;
-            for result in results.iter() {
-                keys.push(result?);
-                done += 1;
             }
-            if done != n {
-                return Err(Error::Internal("a worker storing prepended chunks stopped".into()));
+        }
+        let _ = IndexBox::whole(&cells).try_for_each(|coords| {
+            while in_flight >= most_in_flight {
+                match rx.recv() {
+                    Ok(r) => take(r, &mut keys, &mut failed),
+                    Err(_) => failed = Some(Error::Internal("a worker storing prepended chunks stopped".into())),
+                }
+                in_flight -= 1;
             }
-            band_start += rows;
+            if failed.is_some() {
+                return std::ops::ControlFlow::Break(());
+            }
+            let (next, region, source, tx, coords) = (next.clone(), region.clone(), source.clone(), tx.clone(), coords.to_vec());
+            pool.submit(move || {
+                let stored = crate::error::catch("prepend", || {
+                    let chunk = next.chunk_from(source.as_ref(), &region, &coords)?;
+                    next.store_chunk(&coords, &chunk).map(|stored| stored.key)
+                });
+                let _ = tx.send(stored);
+            });
+            in_flight += 1;
+            std::ops::ControlFlow::Continue(())
+        });
+        drop(tx);
+        for _ in 0..in_flight {
+            match rx.recv() {
+                Ok(r) => take(r, &mut keys, &mut failed),
+                Err(_) => failed = Some(Error::Internal("a worker storing prepended chunks stopped".into())),
+            }
+        }
+        if let Some(e) = failed {
+            // Nothing of a failed prepend stays behind: its chunks lie where the next one goes.
+            for key in &keys {
+                if let Err(d) = self.store.delete(key) {
+                    tracing::warn!(key, "a chunk of a failed prepend stays behind: {d}");
+                }
+            }
+            return Err(e);
         }
         Ok(Some((next, Touched { keys })))
+    }
+
+    /// The decoded chunk at `coords` (of this, the prepended array's grid) of the new `region`,
+    /// read from `source` (the region's bytes, C order): one read per run of contiguous bytes,
+    /// fill where the chunk reaches past the region.
+    fn chunk_from(&self, source: &dyn PrependSource, region: &[u64], coords: &[u64]) -> Result<Vec<u8>> {
+        let grid = &self.meta.grid;
+        let item = self.meta.item_size();
+        let chunk_shape = grid.chunk_shape(coords);
+        let origin: Vec<u64> = coords.iter().enumerate().map(|(a, &c)| grid.chunk_start(a, c)).collect();
+        let extent: Vec<u64> = (0..region.len()).map(|a| chunk_shape[a].min(region[a] - origin[a])).collect();
+        // Axes `inner..` form one run: every axis inside `inner` is whole in the region.
+        let mut inner = region.len() - 1;
+        while inner > 0 && extent[inner] == region[inner] {
+            inner -= 1;
+        }
+        let strides = super::region::c_strides(region);
+        let run = extent[inner..].iter().product::<u64>() as usize * item;
+        let first: u64 = (0..region.len()).map(|a| origin[a] * strides[a]).sum();
+        let last: u64 = (0..region.len()).map(|a| (origin[a] + extent[a] - 1) * strides[a]).sum();
+        let chunk_len = chunk_shape.iter().product::<u64>() as usize;
+        // A chunk whose bytes all lie in a hole of the source is fill, unread.
+        if source.is_hole(first * item as u64, (last + 1 - first) * item as u64) && self.meta.fill.iter().all(|&b| b == 0) {
+            return super::region::filled(chunk_len, &self.meta.fill);
+        }
+        let mut boxed = super::limits::zeroed(extent.iter().product::<u64>() as usize * item)?;
+        let mut runs = boxed.chunks_exact_mut(run.max(1));
+        let mut failed = None;
+        IndexBox::whole(&extent[..inner]).for_each(|outer| {
+            let Some(dst) = runs.next() else { return };
+            let at: u64 = (0..region.len()).map(|a| (origin[a] + outer.get(a).copied().unwrap_or(0)) * strides[a]).sum();
+            if failed.is_none()
+                && let Err(e) = source.read_exact_at(dst, at * item as u64)
+            {
+                failed = Some(e);
+            }
+        });
+        if let Some(e) = failed {
+            return Err(Error::Io(e));
+        }
+        if extent == chunk_shape {
+            return Ok(boxed);
+        }
+        let mut chunk = super::region::filled(chunk_len, &self.meta.fill)?;
+        let zeros = vec![0; chunk_shape.len()];
+        let (src, dst) = (super::region::Strided::of(&extent, &zeros, 0), super::region::Strided::of(&chunk_shape, &zeros, 0));
+        super::region::copy_box(&boxed, &src, &mut chunk, &dst, &extent, item);
+        Ok(chunk)
     }
 
     /// Write the metadata document, and the consolidated metadata of every ancestor group that

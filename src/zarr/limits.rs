@@ -29,3 +29,36 @@ pub fn set_max_chunk_bytes(n: u64) {
 pub fn compressed_bound(decoded: u64) -> u64 {
     decoded.saturating_add(decoded / 64).saturating_add(64 << 10)
 }
+
+/// The error of an allocation that cannot be made: it fails the request that needed it, never
+/// the daemon.
+pub fn out_of_memory() -> crate::Error {
+    crate::Error::Io(std::io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+/// `len` zeroed bytes, or ENOMEM (rather than the abort of an infallible allocation) when the
+/// memory cannot be had. Zeroed pages come from the allocator as they are (calloc), unwritten.
+pub fn zeroed(len: usize) -> crate::Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| out_of_memory())?;
+    // SAFETY: the layout's size is not zero.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(out_of_memory());
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with this layout (align 1, `len`
+    // bytes), all of them initialised (zero); the Vec owns it from here.
+    Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_allocation_that_cannot_be_made_is_an_error() {
+        assert_eq!(super::zeroed(5).unwrap(), [0; 5]);
+        assert_eq!(super::zeroed(usize::MAX / 2).unwrap_err().errno(), libc::ENOMEM);
+        assert_eq!(super::zeroed(1 << 46).unwrap_err().errno(), libc::ENOMEM);
+    }
+}

@@ -242,19 +242,20 @@ pub fn fill_pattern(dst: &mut [u8], fill: &[u8]) {
 /// Whether `bytes` is `fill` repeated, byte for byte (compared in wide blocks, not element by
 /// element).
 pub fn is_filled(bytes: &[u8], fill: &[u8]) -> bool {
-    let block = filled(512usize.div_ceil(fill.len().max(1)), fill);
+    let block = fill.repeat(512usize.div_ceil(fill.len().max(1)));
     let mut blocks = bytes.chunks_exact(block.len());
     blocks.all(|b| b == block.as_slice()) && blocks.remainder() == &block[..blocks.remainder().len()]
 }
 
-/// A buffer of `n` elements of fill.
-pub fn filled(n: usize, fill: &[u8]) -> Vec<u8> {
-    let mut v = vec![0u8; n * fill.len()];
+/// A buffer of `n` elements of fill; ENOMEM when the memory cannot be had.
+pub fn filled(n: usize, fill: &[u8]) -> crate::Result<Vec<u8>> {
+    let len = n.checked_mul(fill.len()).ok_or_else(super::limits::out_of_memory)?;
+    let mut v = super::limits::zeroed(len)?;
     // Zeroed memory comes from the allocator as is: no second pass.
     if fill.iter().any(|&b| b != 0) {
         fill_pattern(&mut v, fill);
     }
-    v
+    Ok(v)
 }
 
 #[cfg(test)]

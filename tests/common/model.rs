@@ -7,11 +7,25 @@ use proptest::prelude::*;
 /// An operation on `data`.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Write { offset: u64, len: usize, seed: u64 },
-    Truncate { rows: u64 },
-    Read { offset: u64, len: usize },
+    Write {
+        offset: u64,
+        len: usize,
+        seed: u64,
+    },
+    Truncate {
+        rows: u64,
+    },
+    Read {
+        offset: u64,
+        len: usize,
+    },
     Fsync,
     Reopen,
+    /// New rows in front (`prepend`), a whole number of chunk rows: `chunks` of them.
+    Prepend {
+        chunks: u64,
+        seed: u64,
+    },
 }
 
 pub fn ops(max_bytes: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -21,6 +35,7 @@ pub fn ops(max_bytes: u64) -> impl Strategy<Value = Vec<Op>> {
         2 => (0..max_bytes, 1usize..400).prop_map(|(offset, len)| Op::Read { offset, len }),
         1 => Just(Op::Fsync),
         1 => Just(Op::Reopen),
+        1 => (1u64..3, any::<u64>()).prop_map(|(chunks, seed)| Op::Prepend { chunks, seed }),
     ];
     proptest::collection::vec(op, 1..24)
 }
@@ -36,6 +51,8 @@ pub struct Fixture {
     /// Float arrays: keep written bytes clear of NaN patterns (an all-NaN chunk is "fill" and
     /// reads back as the canonical NaN).
     pub float_item: Option<usize>,
+    /// Rows per chunk of arrays with the offset chunk key encoding, which take prepends.
+    pub prepend_rows: Option<u64>,
 }
 
 pub fn fixtures() -> Vec<Fixture> {
@@ -51,6 +68,7 @@ pub fn fixtures() -> Vec<Fixture> {
             fill: (-1i16).to_le_bytes().to_vec(),
             row: 10,
             float_item: None,
+            prepend_rows: None,
         },
         Fixture {
             name: "sharded",
@@ -65,6 +83,7 @@ pub fn fixtures() -> Vec<Fixture> {
             fill: vec![0],
             row: 6,
             float_item: None,
+            prepend_rows: None,
         },
         Fixture {
             name: "transposed_big_endian",
@@ -78,6 +97,7 @@ pub fn fixtures() -> Vec<Fixture> {
             fill: f32::NAN.to_le_bytes().to_vec(),
             row: 48,
             float_item: Some(4),
+            prepend_rows: None,
         },
         Fixture {
             name: "v2_fortran_delta",
@@ -88,6 +108,22 @@ pub fn fixtures() -> Vec<Fixture> {
             fill: 7i32.to_le_bytes().to_vec(),
             row: 16,
             float_item: None,
+            prepend_rows: None,
+        },
+        // Chunks narrower than a row and cut at both edges: a prepend reads each chunk's rows
+        // from the staged bytes with strided reads.
+        Fixture {
+            name: "offset",
+            doc_name: "zarr.json",
+            doc: r#"{"zarr_format":3,"node_type":"array","shape":[5,7],"data_type":"uint16",
+                "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2,3]}},
+                "chunk_key_encoding":{"name":"offset","configuration":{"offset":[0,0]}},"fill_value":3,
+                "codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}]}"#
+                .into(),
+            fill: 3u16.to_le_bytes().to_vec(),
+            row: 14,
+            float_item: None,
+            prepend_rows: Some(2),
         },
     ]
 }
@@ -151,6 +187,10 @@ impl Model {
 
     pub fn truncate(&mut self, rows: u64) {
         self.resize(rows * self.row);
+    }
+
+    pub fn prepend(&mut self, rows: &[u8]) {
+        self.bytes.splice(0..0, rows.iter().copied());
     }
 
     pub fn read(&self, offset: u64, len: usize) -> &[u8] {

@@ -83,7 +83,7 @@ impl BytesToBytesCodec for BloscCodec {
         if nbytes > max {
             return Err(super::too_large("blosc", max));
         }
-        let mut out: Vec<u8> = Vec::with_capacity(nbytes);
+        let mut out = super::with_room(nbytes)?;
         // SAFETY: the frame was validated against its length; `out` has room for `nbytes`.
         let n = unsafe { blosc_src::blosc_decompress_ctx(bytes.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, nbytes, 1) };
         if n < 0 || n as usize != nbytes {
@@ -97,7 +97,7 @@ impl BytesToBytesCodec for BloscCodec {
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         let cname = CString::new(self.cname.as_str()).map_err(|_| Error::Invalid("blosc cname".into()))?;
         let cap = bytes.len() + BLOSC_MAX_OVERHEAD;
-        let mut out: Vec<u8> = Vec::with_capacity(cap);
+        let mut out = super::with_room(cap)?;
         // SAFETY: `out` has room for `cap` bytes, the most blosc writes for this input.
         let n = unsafe {
             blosc_src::blosc_compress_ctx(

@@ -35,7 +35,12 @@ impl BytesToBytesCodec for Lz4Codec {
         if n > max {
             return Err(too_large("lz4", max));
         }
-        lz4_flex::block::decompress(&bytes[4..], n).map_err(|e| corrupt(format!("lz4: {e}")))
+        let mut out = crate::zarr::limits::zeroed(n)?;
+        match lz4_flex::block::decompress_into(&bytes[4..], &mut out) {
+            Ok(got) if got == n => Ok(out),
+            Ok(got) => Err(corrupt(format!("lz4: {got} bytes where the size prefix says {n}"))),
+            Err(e) => Err(corrupt(format!("lz4: {e}"))),
+        }
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {

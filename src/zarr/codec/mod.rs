@@ -112,13 +112,37 @@ pub(crate) fn too_large(codec: &str, max: usize) -> Error {
     corrupt(format!("{codec}: decodes to more than the {max} bytes the chunk can hold"))
 }
 
-/// Read a decoder to its end, but never past `max` bytes.
-pub(crate) fn read_bounded(codec: &str, reader: impl std::io::Read, max: usize) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(reader, max as u64 + 1), &mut out).map_err(|e| corrupt(format!("{codec}: {e}")))?;
-    if out.len() > max {
-        return Err(too_large(codec, max));
+/// Read a decoder to its end, but never past `max` bytes; memory that cannot be had is ENOMEM.
+pub(crate) fn read_bounded(codec: &str, mut reader: impl std::io::Read, max: usize) -> Result<Vec<u8>> {
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        if out.len() == out.capacity() {
+            // Doubling, as read_to_end grows, but fallibly; one byte past `max` tells a bomb.
+            let more = out.len().max(64 << 10).min(max + 1 - out.len().min(max));
+            out.try_reserve(more.max(1)).map_err(|_| super::limits::out_of_memory())?;
+        }
+        let start = out.len();
+        let room = (out.capacity() - start).min(max + 1 - start);
+        out.resize(start + room, 0);
+        match reader.read(&mut out[start..]) {
+            Ok(0) => {
+                out.truncate(start);
+                return Ok(out);
+            }
+            Ok(n) => out.truncate(start + n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => out.truncate(start),
+            Err(e) => return Err(corrupt(format!("{codec}: {e}"))),
+        }
+        if out.len() > max {
+            return Err(too_large(codec, max));
+        }
     }
+}
+
+/// An empty buffer with room for `n` bytes, or ENOMEM.
+pub(crate) fn with_room(n: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| super::limits::out_of_memory())?;
     Ok(out)
 }
 

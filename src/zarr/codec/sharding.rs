@@ -171,7 +171,7 @@ impl ArrayToBytesCodec for ShardingCodec {
         let index = self.decode_index(index_bytes, &repr.shape)?;
         let per_shard = self.per_shard(&repr.shape);
         let item = repr.dtype.size().unwrap_or(1);
-        let mut out = filled(repr.num_elements() as usize, repr.fill);
+        let mut out = filled(repr.num_elements() as usize, repr.fill)?;
         let inner_view = Strided::of(&self.inner_shape, &vec![0; self.inner_shape.len()], 0);
         for i in 0..index.entries.len() {
             let Some((off, n)) = index.range(i) else {

@@ -34,7 +34,7 @@ impl TransposeCodec {
     }
 
     /// Move elements between the decoded C-order layout and the encoded (permuted) one.
-    fn permute(&self, data: &[u8], decoded_shape: &[u64], item: usize, encode: bool) -> Vec<u8> {
+    fn permute(&self, data: &[u8], decoded_shape: &[u64], item: usize, encode: bool) -> Result<Vec<u8>> {
         let enc_shape = self.encoded_shape(decoded_shape);
         let enc_strides = c_strides(&enc_shape);
         // Stride in the encoded buffer of each decoded axis: decoded axis order[i] is encoded axis i.
@@ -42,7 +42,7 @@ impl TransposeCodec {
         for (i, &a) in self.order.iter().enumerate() {
             dec_axis_stride[a] = enc_strides[i];
         }
-        let mut out = vec![0u8; data.len()];
+        let mut out = crate::zarr::limits::zeroed(data.len())?;
         // Walk the decoded shape in C order; one side is the C-order decoded buffer, the other
         // the encoded buffer seen through permuted strides. Runs are one element long unless the
         // last decoded axis is also last in the encoding.
@@ -50,7 +50,7 @@ impl TransposeCodec {
         let enc_view = Strided { offset: 0, strides: dec_axis_stride };
         let (src_view, dst_view) = if encode { (&dec_view, &enc_view) } else { (&enc_view, &dec_view) };
         copy_elements(data, src_view, &mut out, dst_view, decoded_shape, item);
-        out
+        Ok(out)
     }
 }
 
@@ -103,12 +103,12 @@ impl ArrayToArrayCodec for TransposeCodec {
             return Err(corrupt(format!("transpose got {} bytes, expected {}", encoded.len(), decoded.byte_len())));
         }
         let item = decoded.dtype.size().unwrap_or(1);
-        Ok(self.permute(&encoded, &decoded.shape, item, false))
+        self.permute(&encoded, &decoded.shape, item, false)
     }
 
     fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         let item = repr.dtype.size().unwrap_or(1);
-        Ok(self.permute(&decoded, &repr.shape, item, true))
+        self.permute(&decoded, &repr.shape, item, true)
     }
 }
 

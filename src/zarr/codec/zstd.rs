@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{BytesToBytesCodec, CodecTraits, corrupt, read_bounded, too_large};
+use super::{BytesToBytesCodec, CodecTraits, corrupt, read_bounded, too_large, with_room};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,14 +46,15 @@ impl BytesToBytesCodec for ZstdCodec {
             if n > max as u64 {
                 return Err(too_large("zstd", max));
             }
+            let mut out = with_room(n as usize)?;
             let one_shot = DECOMPRESSOR.with(|cell| {
                 let mut cell = cell.borrow_mut();
                 if cell.is_none() {
                     *cell = zstd::bulk::Decompressor::new().ok();
                 }
-                cell.as_mut().and_then(|d| d.decompress(&bytes, n as usize).ok())
+                cell.as_mut().and_then(|d| d.decompress_to_buffer(&bytes, &mut out).ok())
             });
-            if let Some(out) = one_shot.filter(|o| o.len() as u64 == n) {
+            if one_shot == Some(n as usize) {
                 return Ok(out);
             }
         }
@@ -77,7 +78,11 @@ impl BytesToBytesCodec for ZstdCodec {
                 *cell = Some((setting, c));
             }
             match cell.as_mut() {
-                Some((_, c)) => Ok(c.compress(&bytes)?),
+                Some((_, c)) => {
+                    let mut out = with_room(zstd::zstd_safe::compress_bound(bytes.len()))?;
+                    c.compress_to_buffer(&bytes, &mut out)?;
+                    Ok(out)
+                }
                 None => Err(corrupt("zstd: no compressor")),
             }
         })
