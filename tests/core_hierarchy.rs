@@ -161,7 +161,7 @@ fn apply(fs: &ZarrFs, model: &mut BTreeMap<String, Node>, op: &Op) {
             let (from, to) = (&all[p], join(&all[d], NAMES[c]));
             let (from_dir, from_name) = split(from);
             let (Some(a), Some(b)) = (ino(fs, from_dir), ino(fs, &all[d])) else { return };
-            let done = fs.rename((a, from_name), (b, NAMES[c]), false);
+            let done = fs.rename((a, from_name), (b, NAMES[c]), false, 0);
             let expect = model.contains_key(from) && is_group(model, &all[d]) && !model.contains_key(&to) && !beneath(&to, from);
             if !model.contains_key(from) || from == &to {
                 return;

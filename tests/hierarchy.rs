@@ -340,3 +340,70 @@ fn a_killed_daemon_leaves_the_old_or_the_new_node_and_leftovers_never_resurface(
         }
     }
 }
+
+/// Append `rows` rows (of 3 int16) to `data` as another program would, and fsync them.
+fn append_rows(data: &Path, rows: usize, value: i16) {
+    let bytes: Vec<u8> = std::iter::repeat_n(value, rows * 3).flat_map(i16::to_le_bytes).collect();
+    let mut child = Command::new("dd")
+        .arg(format!("of={}", data.display()))
+        .args(["oflag=append", "conv=notrunc,fsync", "status=none"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &bytes).unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_document_saved_from_a_stale_read_never_undoes_rows_another_writer_stored() {
+    let (_dir, root) = store();
+    std::fs::create_dir_all(root.join("v2")).unwrap();
+    std::fs::write(root.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    let v2 = json!({"zarr_format": 2, "shape": [2, 3], "chunks": [2, 3], "dtype": "<i2", "fill_value": 7, "order": "C",
+        "filters": null, "compressor": null});
+    std::fs::write(root.join("v2/.zarray"), serde_json::to_vec_pretty(&v2).unwrap()).unwrap();
+    let m = Mount::new(&root, &[]);
+    for (array, doc_name) in [("a", "zarr.json"), ("v2", ".zarray")] {
+        let (doc, data) = (m.path(&format!("{array}/{doc_name}")), m.path(&format!("{array}/data")));
+        let rows = |m: &Path| std::fs::metadata(m).unwrap().len() / 6;
+        let before = rows(&data);
+        // Load (this process reads the document), edit, save, while another program appends.
+        let read = String::from_utf8(std::fs::read(&doc).unwrap()).unwrap();
+        append_rows(&data, 3, 11);
+        let mut edited: Value = serde_json::from_str(&read).unwrap();
+        if doc_name == "zarr.json" {
+            edited["attributes"]["edited"] = json!(1);
+        }
+        let edited = serde_json::to_vec_pretty(&edited).unwrap();
+        std::fs::write(&doc, &edited).unwrap_or_else(|e| panic!("{array}: the load-edit-save: {e}"));
+        assert_eq!(rows(&data), before + 3, "{array}: a save of the document read before the append undid it");
+        assert!(int16s(&std::fs::read(&data).unwrap()).ends_with(&[11; 9]), "{array}: the appended rows");
+        // `sed -i` reads and renames in one process too.
+        append_rows(&data, 2, 12);
+        ok(sh(&format!("sed -i 's/\"fill_value\": 7/\"fill_value\": 7 /' {}", doc.display())), "sed -i");
+        assert_eq!(rows(&data), before + 5, "{array}: sed -i undid an append");
+        // A copy saved by a process that did not read it, of a shape the array had before: refused.
+        let stale = dirname(&doc).join("stale.json");
+        std::fs::write(&stale, &read).unwrap();
+        let out = sh(&format!("cp {} {}", stale.display(), doc.display()));
+        assert!(!out.status.success(), "{array}: a stale copy was taken");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{array}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(rows(&data), before + 5);
+        assert!(std::fs::read_to_string(m.path(&format!("{array}/error"))).unwrap().contains("stale copy"));
+        let _ = std::fs::remove_file(m.path(&format!("{array}/error")));
+        // A shrink its writer asked for, from what it read, is a shrink.
+        let now: Value = serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+        let mut shrunk = now.clone();
+        shrunk["shape"][0] = json!(before + 1);
+        std::fs::write(&doc, serde_json::to_vec_pretty(&shrunk).unwrap()).unwrap();
+        assert_eq!(rows(&data), before + 1, "{array}: a shrink from the document its writer read");
+    }
+    drop(m);
+    let doc = read_json(&root.join("a/zarr.json"));
+    assert_eq!((doc["shape"].clone(), doc["attributes"]["edited"].clone()), (json!([5, 3]), json!(1)));
+}
+
+fn dirname(p: &Path) -> PathBuf {
+    p.parent().unwrap().parent().unwrap().to_path_buf()
+}

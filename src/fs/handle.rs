@@ -46,11 +46,13 @@ pub enum OnClose<'a> {
     Prepend(&'a Arc<OpenArray>, &'a Mutex<Spool>),
     /// Store the array's changes and report their errors.
     Flush(&'a Arc<OpenArray>),
-    /// Store the rewritten document `key` (when it was written to); `last`: the handle goes.
+    /// Store the rewritten document `key` (when it was written to) as `writer`'s; `last`: the
+    /// handle goes.
     Document {
         key: &'a str,
         edit: &'a Arc<Mutex<DocumentEdit>>,
         last: bool,
+        writer: u32,
     },
 }
 
@@ -69,7 +71,7 @@ impl Handle {
                 None => OnClose::Nothing,
             },
             Opened::Prepend { array, spool } if opener => OnClose::Prepend(array, spool),
-            Opened::Edit { key, edit } if opener => OnClose::Document { key, edit, last: false },
+            Opened::Edit { key, edit } if opener => OnClose::Document { key, edit, last: false, writer: self.opener },
             Opened::Prepend { .. } | Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) => OnClose::Nothing,
         }
     }
@@ -84,7 +86,7 @@ impl Handle {
                 None => OnClose::Nothing,
             },
             Opened::Prepend { array, spool } => OnClose::Prepend(array, spool),
-            Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true },
+            Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true, writer: self.opener },
             Opened::Document(_) | Opened::Scratch(_) => OnClose::Nothing,
         }
     }

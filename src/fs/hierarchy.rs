@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::context::{CONTROL_DIR, DATA, ERROR, PREPEND};
 use super::handle::{Handle, Opened};
 use super::nodes::DirState;
+use super::open::layout_of;
 use super::tree::{self, NodeKind};
 use super::view::DataFile;
 use super::{Attr, ZarrFs, write};
@@ -226,7 +227,7 @@ impl ZarrFs {
     /// as that document (an editor's save); a document moved away leaves a copy (an editor's
     /// backup) and stays; a node moves within the store (object stores: EXDEV, so that `mv`
     /// copies through the mount instead).
-    pub fn rename(&self, from: (u64, &str), to: (u64, &str), no_replace: bool) -> Result<()> {
+    pub fn rename(&self, from: (u64, &str), to: (u64, &str), no_replace: bool, pid: u32) -> Result<()> {
         let _permit = self.change_permit()?;
         let _hierarchy = crate::error::lock(&self.hierarchy);
         let (parent, name) = from;
@@ -250,7 +251,7 @@ impl ZarrFs {
             NodeKind::Scratch if METADATA_DOCUMENTS.contains(&new_name) => {
                 let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
                 let bytes = crate::error::lock(&file.bytes).clone();
-                self.store_document(&new_key, &bytes)?;
+                self.store_document(&new_key, &bytes, pid)?;
                 self.nodes.scratch.remove(&node.path);
                 self.nodes.attach(&target_dir.path, new_name);
                 self.cx.tree.rename(from, to, NodeKind::MetaFile, new_key);
@@ -325,35 +326,36 @@ impl ZarrFs {
     /// reader's parser takes it and the change is one an edit can make. Refusals are EINVAL
     /// with the reason, which the log and the directory's `error` file show; nothing is stored
     /// then.
-    pub(super) fn commit_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
+    pub(super) fn commit_document(&self, key: &str, bytes: &[u8], writer: u32) -> Result<()> {
         let _hierarchy = crate::error::lock(&self.hierarchy);
-        self.store_document(key, bytes)
+        self.store_document(key, bytes, writer)
     }
 
     /// `e` as the reason the document `key` was refused: logged, shown as its directory's
     /// `error`, and EINVAL for the writer's close().
     fn refused(&self, key: &str, e: Error) -> Error {
+        let busy = matches!(e, Error::Busy(_));
         let why = match e {
-            Error::Invalid(m) | Error::Metadata(m) => m,
+            Error::Invalid(m) | Error::Metadata(m) | Error::Busy(m) => m,
             other => other.to_string(),
         };
         tracing::warn!(document = %display_path(key), "document refused: {why}");
         let why = format!("{}: {why}", display_path(key));
         let dir = key.rsplit_once('/').map_or("", |(d, _)| d);
         self.nodes.set_refusal(dir, Some(&why));
-        Error::Invalid(why)
+        if busy { Error::Busy(why) } else { Error::Invalid(why) }
     }
 
     /// `commit_document`, with the hierarchy lock held.
-    fn store_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
-        let stored = self.check_and_store_document(key, bytes);
+    fn store_document(&self, key: &str, bytes: &[u8], writer: u32) -> Result<()> {
+        let stored = self.check_and_store_document(key, bytes, writer);
         if stored.is_ok() {
             self.nodes.set_refusal(key.rsplit_once('/').map_or("", |(d, _)| d), None);
         }
         stored
     }
 
-    fn check_and_store_document(&self, key: &str, bytes: &[u8]) -> Result<()> {
+    fn check_and_store_document(&self, key: &str, bytes: &[u8], writer: u32) -> Result<()> {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
         let doc = metadata::parse_json(bytes, name).map_err(|e| self.refused(key, e))?;
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
@@ -376,10 +378,12 @@ impl ZarrFs {
         }
         .map_err(|e| self.refused(key, e))?;
         match (self.nodes.dir_state(&self.cx, dir)?, parsed) {
-            (DirState::Array(file), NodeMetadata::Array(meta)) => self.edit_array(&file, *meta).map_err(|e| match e {
-                Error::Invalid(_) | Error::Metadata(_) => self.refused(key, e),
-                other => other,
-            }),
+            (DirState::Array(file), NodeMetadata::Array(meta)) => {
+                self.edit_array(&file, *meta, self.nodes.read_by(writer, key)).map_err(|e| match e {
+                    Error::Invalid(_) | Error::Metadata(_) | Error::Busy(_) => self.refused(key, e),
+                    other => other,
+                })
+            }
             (DirState::Array(_), NodeMetadata::Group) => {
                 Err(self
                     .refused(key, Error::Invalid("an array does not become a group: remove it (rm -r) and make a group (mkdir)".into())))
@@ -446,15 +450,23 @@ impl ZarrFs {
     }
 
     /// A rewritten array document: attributes are taken as they are; a new `shape[0]` resizes
-    /// the array as `ftruncate` of `data` does; anything else would need every chunk rewritten.
-    fn edit_array(&self, file: &DataFile, meta: ArrayMetadata) -> Result<()> {
+    /// the array as `ftruncate` of `data` does — when its writer changed the shape it read
+    /// (`layout_edit`); anything else would need every chunk rewritten.
+    fn edit_array(&self, file: &DataFile, meta: ArrayMetadata, read: Option<Value>) -> Result<()> {
         let current = file.array.array();
         let old = &current.meta;
+        let (proposed, now) = (layout_of(&meta.document), layout_of(&old.document));
+        let resize = match layout_edit(&proposed, &now, read.as_ref(), |l| file.array.had_layout(l)) {
+            LayoutEdit::Keep => false,
+            LayoutEdit::Resize => true,
+            LayoutEdit::Refuse(why) => return Err(Error::Busy(why)),
+        };
+        // Kept, the layout is the array's whatever the document says; changed, only shape[0] may.
+        let ignored: &[&str] = if resize { &["attributes", "shape"] } else { &["attributes", "shape", "chunk_grid", "chunk_key_encoding"] };
         let without = |doc: &Value| {
             let mut doc = doc.clone();
             if let Some(obj) = doc.as_object_mut() {
-                obj.remove("attributes");
-                obj.remove("shape");
+                obj.retain(|k, _| !ignored.contains(&k.as_str()));
             }
             doc
         };
@@ -468,7 +480,7 @@ impl ZarrFs {
                 changed.join(", ")
             )));
         }
-        if meta.shape != old.shape {
+        if resize {
             if meta.shape.len() != old.shape.len() || meta.shape[1..] != old.shape[1..] {
                 return Err(Error::Invalid("only shape[0] changes in place (as ftruncate of data does)".into()));
             }
@@ -486,6 +498,45 @@ impl ZarrFs {
         let stored = self.cx.flush_array(&file.array);
         self.cx.invalidate_data(&file.array);
         stored
+    }
+}
+
+/// What a rewritten array document's layout (shape, rectilinear edges, chunk key offset:
+/// `layout_of`) asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum LayoutEdit {
+    /// Nothing: the document's layout is the current one, or the one its writer read while the
+    /// array has changed since (a load-edit-save of the attributes racing an appender).
+    Keep,
+    /// The layout its writer set.
+    Resize,
+    /// Neither can be told from the other: why.
+    Refuse(String),
+}
+
+/// What a document with layout `proposed` does to an array whose layout is `current`: its
+/// writer last read the document with layout `read` (when known), and `had` tells layouts the
+/// array had before. A layout is changed only where its writer changed it; rows another writer
+/// added or removed since are never silently undone.
+fn layout_edit(proposed: &Value, current: &Value, read: Option<&Value>, had: impl Fn(&Value) -> bool) -> LayoutEdit {
+    let shape = |l: &Value| l[0].to_string();
+    match read {
+        _ if proposed == current => LayoutEdit::Keep,
+        Some(read) if read == proposed => LayoutEdit::Keep,
+        Some(read) if read == current => LayoutEdit::Resize,
+        Some(read) => LayoutEdit::Refuse(format!(
+            "the array changed (shape {} to {}) since this document was read, and the document sets shape {}: read it again",
+            shape(read),
+            shape(current),
+            shape(proposed)
+        )),
+        None if had(proposed) => LayoutEdit::Refuse(format!(
+            "the document sets shape {}, which the array had before it became {}: a stale copy? Read the document again (or resize \
+             with truncate on data)",
+            shape(proposed),
+            shape(current)
+        )),
+        None => LayoutEdit::Resize,
     }
 }
 
@@ -525,4 +576,26 @@ fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'sta
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_resizes_only_where_its_writer_changed_the_shape() {
+        let l = |rows: u64| json!([[rows, 3], null, null]);
+        let never = |_: &Value| false;
+        // Read at 10 rows, the array grew to 20 meanwhile, written back at 10: the rows stay.
+        assert_eq!(layout_edit(&l(10), &l(20), Some(&l(10)), never), LayoutEdit::Keep);
+        // Read at 20, set to 12 by its writer: a resize.
+        assert_eq!(layout_edit(&l(12), &l(20), Some(&l(20)), never), LayoutEdit::Resize);
+        // Read at 10, set to 12, and the array is now 20: both changed.
+        assert!(matches!(layout_edit(&l(12), &l(20), Some(&l(10)), never), LayoutEdit::Refuse(m) if m.contains("[20,3]")));
+        // No known read: a layout the array had before is a stale copy; any other is the writer's.
+        let had_10 = |x: &Value| *x == l(10);
+        assert!(matches!(layout_edit(&l(10), &l(20), None, had_10), LayoutEdit::Refuse(_)));
+        assert_eq!(layout_edit(&l(30), &l(20), None, had_10), LayoutEdit::Resize);
+        assert_eq!(layout_edit(&l(20), &l(20), None, had_10), LayoutEdit::Keep);
+    }
 }

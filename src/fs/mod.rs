@@ -264,7 +264,11 @@ impl ZarrFs {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 Opened::Document(Arc::from(file.layout(&self.cx, format).map_err(|_| Error::NotFound)?.header))
             }
-            (NodeKind::MetaFile, false) => Opened::Document(Arc::from(self.nodes.document(&self.cx, &node.path)?)),
+            (NodeKind::MetaFile, false) => {
+                let bytes = self.nodes.document(&self.cx, &node.path)?;
+                self.nodes.note_read(pid, &node.path, &bytes);
+                Opened::Document(Arc::from(bytes))
+            }
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
             (NodeKind::StatsFile, false) => Opened::Document(Arc::from(self.stats_json())),
             (NodeKind::Prepend, true) => {
@@ -415,13 +419,13 @@ impl ZarrFs {
     fn close(&self, what: OnClose<'_>) -> Result<()> {
         match what {
             OnClose::Nothing => Ok(()),
-            OnClose::Document { key, edit, last } => {
+            OnClose::Document { key, edit, last, writer } => {
                 let written = {
                     let mut edit = crate::error::lock(edit);
                     std::mem::take(&mut edit.dirty).then(|| edit.bytes.clone())
                 };
                 let stored = match written {
-                    Some(bytes) => self.change_permit().and_then(|_permit| self.commit_document(key, &bytes)),
+                    Some(bytes) => self.change_permit().and_then(|_permit| self.commit_document(key, &bytes, writer)),
                     None => Ok(()),
                 };
                 if last {
@@ -455,7 +459,7 @@ impl ZarrFs {
     pub fn fsync(&self, fh: u64) -> Result<()> {
         let Some(handle) = self.handles.get(fh) else { return Ok(()) };
         if let Opened::Edit { key, edit } = &handle.opened {
-            self.close(OnClose::Document { key, edit, last: false })?;
+            self.close(OnClose::Document { key, edit, last: false, writer: handle.opener })?;
             return self.cx.store.sync(std::slice::from_ref(key));
         }
         let Some(array) = handle.array() else { return Ok(()) };

@@ -115,7 +115,13 @@ pub struct Nodes {
     /// Why the last document written into a directory was refused, shown as its `error` until
     /// a document there is stored (or `error` is removed).
     refusals: Mutex<HashMap<String, Arc<str>>>,
+    /// The layout (`layout_of`) each process last read in an array's document, by (pid, key):
+    /// what a rewrite of the document by that process changes is told from it (`layout_edit`).
+    reads: Mutex<Option<lru::LruCache<(u32, String), serde_json::Value>>>,
 }
+
+/// How many (process, document) reads are remembered.
+const READS_REMEMBERED: std::num::NonZeroUsize = std::num::NonZeroUsize::new(4096).unwrap();
 
 /// The version of the node document at `path` (the first of `NODE_DOCUMENTS` there).
 fn node_version(cx: &Context, path: &str) -> Result<Option<Version>> {
@@ -436,6 +442,25 @@ impl Nodes {
             }
             _ => None,
         }
+    }
+
+    /// Process `pid` read `bytes` as the document `key`: of an array's, remember the layout.
+    pub fn note_read(&self, pid: u32, key: &str, bytes: &[u8]) {
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        if !crate::zarr::metadata::DOCUMENT_NAMES.contains(&name)
+            || !matches!(lock(&self.dirs).get(dir).map(|k| &k.state), Some(DirState::Array(_)))
+        {
+            return;
+        }
+        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) {
+            let layout = super::open::layout_of(&doc);
+            lock(&self.reads).get_or_insert_with(|| lru::LruCache::new(READS_REMEMBERED)).put((pid, key.to_string()), layout);
+        }
+    }
+
+    /// The layout process `pid` last read in the document `key`, if it read one.
+    pub fn read_by(&self, pid: u32, key: &str) -> Option<serde_json::Value> {
+        lock(&self.reads).as_mut()?.get(&(pid, key.to_string())).cloned()
     }
 
     fn is_edited(&self, key: &str) -> bool {

@@ -169,11 +169,24 @@ pub struct OpenArray {
     /// Writes and size changes of this array run one at a time, so that overlapping writes
     /// end as some serial order would leave them, chunk by chunk alike.
     write_lock: Mutex<()>,
+    /// The layouts (`layout_of`) the array has had while served, oldest first (a few): a
+    /// metadata document written with one of them but the current one is likely a stale copy.
+    layouts: Mutex<Vec<serde_json::Value>>,
+}
+
+/// How many earlier layouts an array remembers.
+const LAYOUTS_REMEMBERED: usize = 64;
+
+/// The fields of an array document that its data's growth, shrinking and prepends change (the
+/// shape, rectilinear edges, the chunk key offset), as one value.
+pub fn layout_of(document: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!([document.get("shape"), document.get("chunk_grid"), document.get("chunk_key_encoding")])
 }
 
 impl OpenArray {
     pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>) -> OpenArray {
         OpenArray {
+            layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
             edits: Mutex::new(Edits::new(budget)),
@@ -203,8 +216,27 @@ impl OpenArray {
     /// Serve `array` from now on (its metadata is stored); grid indices may have moved, so
     /// cached chunks are left behind under the old cache id.
     pub(crate) fn replace(&self, array: Arc<Array>, cache_id: u64) {
+        self.note_layout(&array.meta.document);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = array;
         self.cache_id.store(cache_id, Ordering::Relaxed);
+    }
+
+    fn note_layout(&self, document: &serde_json::Value) {
+        let layout = layout_of(document);
+        let mut layouts = lock(&self.layouts);
+        if layouts.last() == Some(&layout) {
+            return;
+        }
+        layouts.retain(|l| *l != layout);
+        layouts.push(layout);
+        if layouts.len() > LAYOUTS_REMEMBERED {
+            layouts.remove(0);
+        }
+    }
+
+    /// Whether the array had `layout` before (not counting the one it has now).
+    pub(crate) fn had_layout(&self, layout: &serde_json::Value) -> bool {
+        lock(&self.layouts).iter().rev().skip(1).any(|l| l == layout)
     }
 
     /// The array with another shape, not yet served.
@@ -219,6 +251,7 @@ impl OpenArray {
 
     /// Serve `next` (a `reshaped` array) from now on; the metadata is stored at the next flush.
     pub(crate) fn set_reshaped(&self, edits: &mut Edits, next: Arc<Array>) {
+        self.note_layout(&next.meta.document);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
         edits.metadata_dirty = true;
     }

@@ -273,7 +273,7 @@ impl Filesystem for FuseAdapter {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -288,7 +288,7 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        self.run_empty("rename", reply, || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace));
+        self.run_empty("rename", reply, || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace, req.pid()));
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
