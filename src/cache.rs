@@ -185,6 +185,19 @@ impl ChunkCache {
         }
     }
 
+    /// Drop every entry of the array with cache id `array` (it is laid out anew, or no longer
+    /// served): they would only take room until the LRU reached them.
+    pub fn retire(&self, array: u64) {
+        let mut s = lock(&self.state);
+        let keys: Vec<CacheKey> = s.lru.iter().filter(|(k, _)| k.array == array).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            s.changed(&key);
+            if let Some(old) = s.lru.pop(&key) {
+                s.bytes -= old.cost();
+            }
+        }
+    }
+
     /// A mark to pass to `insert_missing`.
     pub fn changes(&self) -> u64 {
         lock(&self.state).changes
@@ -348,6 +361,17 @@ mod tests {
             assert!(matches!(t.join().unwrap().as_ref(), Cached::Chunk { decoded: v, .. } if v == &vec![1; 10]));
         }
         assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_retired_array_leaves_nothing_cached() {
+        let cache = ChunkCache::new(1 << 20);
+        let other = CacheKey { array: 2, kind: KeyKind::Unit, coords: vec![0].into() };
+        cache.insert(key(1), Cached::chunk(Some(vec![1; 100])));
+        cache.insert(other.clone(), Cached::chunk(Some(vec![2; 100])));
+        cache.retire(1);
+        assert!(cache.peek(&key(1)).is_none() && cache.peek(&other).is_some());
+        assert_eq!(cache.bytes(), 260);
     }
 
     #[test]

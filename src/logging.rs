@@ -1,13 +1,19 @@
 //! Where the daemon's log lines go: a file (`--log-file`), stderr (`-f`), or — for a daemon
 //! in the background — syslog, so that the EIO causes and failed write-backs it reports reach
-//! the journal instead of vanishing (as mountpoint-s3 does).
+//! the journal instead of vanishing (as mountpoint-s3 does). Wherever they go, the recent
+//! warnings and errors are also kept in memory, for `.zarrfs/errors` and `zarrfs status`: an
+//! error only in a log nobody reads is no report.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
+use std::sync::Mutex;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The local syslog socket (journald and rsyslog both listen there).
 const SYSLOG_SOCKET: &str = "/dev/log";
@@ -33,20 +39,104 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let registry = tracing_subscriber::registry().with(filter).with(Recent);
+    let fmt = tracing_subscriber::fmt::layer().with_target(false);
     let result = match target {
         LogTarget::File(p) => {
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("log file {}: {e}", p.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init()
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(p)
+                .map_err(|e| format!("log file {}: {e}", p.display()))?;
+            registry.with(fmt.with_ansi(false).with_writer(std::sync::Mutex::new(f))).try_init()
         }
         LogTarget::Syslog if let Some(syslog) = syslog => {
-            builder.with_ansi(false).without_time().with_level(false).with_writer(syslog).try_init()
+            registry.with(fmt.with_ansi(false).without_time().with_level(false).with_writer(syslog)).try_init()
         }
         LogTarget::Syslog | LogTarget::Stderr => {
-            builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).try_init()
+            registry.with(fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr)).try_init()
         }
     };
     result.map_err(|e| e.to_string())
+}
+
+/// Whether a syslog daemon listens on this machine.
+pub fn syslog_listens() -> bool {
+    Syslog::connect().is_some()
+}
+
+/// How many warnings and errors are kept.
+const RECENT_LINES: usize = 200;
+
+static RECENT: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+
+/// The warnings and errors logged lately, oldest first, one per line (time, level, message).
+pub fn recent_errors() -> Vec<u8> {
+    let recent = crate::error::lock(&RECENT);
+    let mut out = Vec::new();
+    for line in recent.iter() {
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Keeps warnings and errors in `RECENT`.
+struct Recent;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recent {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let level = *event.metadata().level();
+        if level > tracing::Level::WARN {
+            return;
+        }
+        let mut line = Line(format!("{} {level:>5} ", utc_now()));
+        event.record(&mut line);
+        let mut recent = crate::error::lock(&RECENT);
+        if recent.len() == RECENT_LINES {
+            recent.pop_front();
+        }
+        recent.push_back(line.0);
+    }
+}
+
+/// An event's fields as text: `key=value` for each, then the message.
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = match field.name() {
+            "message" => write!(self.0, "{value:?}"),
+            name => write!(self.0, "{name}={value:?} "),
+        };
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.0.push_str(value),
+            name => self.0.push_str(&format!("{name}={value} ")),
+        }
+    }
+}
+
+/// The time now as RFC 3339, UTC, to the second.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
 /// Sends each log line as one datagram in the BSD syslog form, facility `daemon`.
@@ -107,5 +197,15 @@ impl<'a> MakeWriter<'a> for Syslog {
             _ => 7,
         };
         SyslogLine { socket: &self.socket, priority: 3 * 8 + severity, line: Vec::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_time_is_rfc_3339() {
+        let t = super::utc_now();
+        assert_eq!((t.len(), &t[4..5], &t[10..11], &t[19..]), (20, "-", "T", "Z"), "{t}");
+        assert!(t.as_str() > "2024-01-01");
     }
 }

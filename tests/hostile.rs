@@ -614,3 +614,94 @@ fn memory_that_cannot_be_had_fails_the_request_and_the_daemon_lives() {
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
 }
+
+/// The daemon's `.zarrfs/stats`.
+fn stats(m: &Mount) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(m.path(".zarrfs/stats")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_listing_read_in_many_requests_shows_every_child_nobody_touched() {
+    // 20 000 groups: a listing takes many readdir requests; half of what was read so far is
+    // removed (and new ones made) between them.
+    let (_dir, root) = store(&[]);
+    let names: Vec<String> = (0..20_000).map(|i| format!("g{i:05}")).collect();
+    for n in &names {
+        std::fs::create_dir(root.join(n)).unwrap();
+        std::fs::write(root.join(n).join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    }
+    let m = Mount::new(&root, &[]);
+    let mut listing = std::fs::read_dir(&m.mountpoint).unwrap();
+    let mut seen: std::collections::HashSet<String> =
+        listing.by_ref().take(3000).map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let removed: Vec<&String> = names.iter().filter(|n| seen.contains(*n)).step_by(2).take(1000).collect();
+    for n in &removed {
+        std::fs::remove_dir_all(m.path(n)).unwrap();
+    }
+    for i in 0..100 {
+        std::fs::create_dir(m.path(&format!("new{i}"))).unwrap();
+    }
+    seen.extend(listing.map(|e| e.unwrap().file_name().into_string().unwrap()));
+    let missing: Vec<&String> = names.iter().filter(|n| !removed.contains(n) && !seen.contains(*n)).collect();
+    assert!(missing.is_empty(), "{} children nobody touched were not listed, {:?}…", missing.len(), &missing[..missing.len().min(5)]);
+}
+
+/// Drop the kernel's unused dentries and inodes: it forgets them, and the daemon hears.
+fn drop_kernel_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+#[test]
+fn the_inode_table_shrinks_when_the_kernel_forgets() {
+    if !root() {
+        return;
+    }
+    let (_dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    for i in 0..200 {
+        std::fs::create_dir(root.join(format!("g{i}"))).unwrap();
+        std::fs::write(root.join(format!("g{i}/zarr.json")), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    }
+    let m = Mount::new(&root, &[]);
+    let inodes = |m: &Mount| stats(m)["inodes"].as_u64().unwrap();
+    drop_kernel_caches();
+    let start = inodes(&m);
+    // Files made and removed, groups made and removed, a walk over every node.
+    for i in 0..300 {
+        std::fs::write(m.path(&format!("a/tmp{i}")), b"x").unwrap();
+        std::fs::remove_file(m.path(&format!("a/tmp{i}"))).unwrap();
+        std::fs::create_dir(m.path(&format!("n{i}"))).unwrap();
+        std::fs::remove_dir(m.path(&format!("n{i}"))).unwrap();
+    }
+    let walked = Command::new("ls").arg("-lR").arg(&m.mountpoint).output().unwrap();
+    assert!(walked.status.success());
+    let grown = inodes(&m);
+    assert!(grown > start + 400, "the walk held no inodes: {start} then {grown}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        drop_kernel_caches();
+        let now = inodes(&m);
+        if now <= start + 10 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the inode table held {now} inodes after the kernel forgot them ({start} before)");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn prepends_leave_no_chunks_of_old_layouts_in_the_cache() {
+    let doc = array_doc("[4, 65536]", "[1, 65536]", "uint8", BYTES).replace(
+        r#""chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}"#,
+        r#""chunk_key_encoding": {"name": "offset", "configuration": {"offset": [0, 0]}}"#,
+    );
+    let (_dir, root) = store(&[("a", doc)]);
+    let m = Mount::new(&root, &[]);
+    let row = vec![3u8; 65536];
+    for _ in 0..20 {
+        common::write_and_close(&m.path("a/prepend"), std::fs::OpenOptions::new().write(true), &row).unwrap();
+        // A read of everything caches every chunk, under the new layout.
+        std::fs::read(m.path("a/data")).unwrap();
+    }
+    let bytes = stats(&m)["cache"]["bytes"].as_u64().unwrap();
+    assert!(bytes < 3 * 24 * 65536, "the cache holds {bytes} bytes for an array of {}", 24 * 65536);
+}

@@ -125,6 +125,7 @@ fn tree_is_exactly_the_contract() {
     let mut want = BTreeSet::from([
         ".zarrfs/".to_string(),
         ".zarrfs/stats".into(),
+        ".zarrfs/errors".into(),
         "zarr.json".into(),
         "g1/".into(),
         "g1/zarr.json".into(),

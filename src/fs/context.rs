@@ -23,6 +23,7 @@ pub const PREPEND: &str = "prepend";
 pub const ERROR: &str = "error";
 pub const CONTROL_DIR: &str = ".zarrfs";
 pub const STATS: &str = "stats";
+pub const ERRORS: &str = "errors";
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -111,7 +111,9 @@ impl ZarrFs {
                 // A document starts empty: the new one is written whole.
                 None => self.open(ino, true, truncate || node.kind == NodeKind::MetaFile, pid)?,
             };
-            return Ok((self.getattr(ino)?, fh));
+            let attr = self.getattr(ino)?;
+            self.cx.tree.remember(ino);
+            return Ok((attr, fh));
         }
         if self.nodes.lookup(&self.cx, parent, name).is_ok() {
             return Err(Error::Exists);
@@ -133,7 +135,9 @@ impl ZarrFs {
         };
         let ino = self.cx.tree.child(parent, name, kind, key);
         let fh = self.insert_handle(pid, opened);
-        Ok((self.getattr(ino)?, fh))
+        let attr = self.getattr(ino)?;
+        self.cx.tree.remember(ino);
+        Ok((attr, fh))
     }
 
     /// chmod (and touch) of a scratch file: its mode is kept, times are not. Returns whether
@@ -150,7 +154,7 @@ impl ZarrFs {
         Ok(true)
     }
 
-    fn insert_handle(&self, pid: u32, opened: Opened) -> u64 {
+    pub(super) fn insert_handle(&self, pid: u32, opened: Opened) -> u64 {
         let fh = self.cx.next_id();
         self.handles.insert(fh, Handle { opener: pid, opened });
         fh
@@ -166,14 +170,14 @@ impl ZarrFs {
         match node.kind {
             NodeKind::Scratch => drop(self.nodes.scratch.remove(&node.path)),
             NodeKind::Dir | NodeKind::ControlDir => return Err(Error::IsADirectory),
-            NodeKind::StatsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
+            NodeKind::StatsFile | NodeKind::ErrorsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
             // A refusal's report is gone once read and removed.
             NodeKind::ErrorFile if self.nodes.set_refusal(&dir.path, None) => {}
             NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile => {
                 self.nodes.detach(&dir.path, name)
             }
         }
-        self.cx.tree.forget(parent, name);
+        self.cx.tree.unlink(parent, name);
         Ok(())
     }
 
@@ -195,7 +199,7 @@ impl ZarrFs {
         // A group that holds nothing but its own documents is empty (`mkdir g; rmdir g`); an
         // array's files are its data, which `rm -r` unlinks first.
         let is_group = matches!(state, DirState::Group);
-        if self.readdir(ino)?.iter().any(|e| !(is_group && METADATA_DOCUMENTS.contains(&e.name.as_str()))) {
+        if self.nodes.readdir(&self.cx, ino)?.iter().any(|e| !(is_group && METADATA_DOCUMENTS.contains(&e.name.as_str()))) {
             return Err(Error::NotEmpty);
         }
         let store = self.cx.store.as_ref();
@@ -218,7 +222,7 @@ impl ZarrFs {
             _ => store.delete_prefix(&path)?,
         };
         self.nodes.forget(&path);
-        self.cx.tree.forget(parent, name);
+        self.cx.tree.unlink(parent, name);
         tracing::info!(node = %display_path(&path), chunks = removed, "node removed");
         Ok(())
     }

@@ -127,6 +127,7 @@ impl ZarrFs {
             },
             "dirty_bytes": self.cx.budget.held(),
             "arrays_open": self.nodes.open_arrays().len(),
+            "inodes": self.cx.tree.len(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
             "request_us": self.stats.busy_us(),
@@ -148,13 +149,73 @@ impl ZarrFs {
         self.handles.get(fh).ok_or(Error::Invalid("unknown file handle".into()))
     }
 
+    /// The entry of `name` in `parent`, which the kernel then holds until it forgets it.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
-        self.getattr(self.nodes.lookup(&self.cx, parent, name)?)
+        // A node no one held may leave the table between being found and being remembered (a
+        // listing released meanwhile): it is found again.
+        for _ in 0..8 {
+            let attr = self.getattr(self.nodes.lookup(&self.cx, parent, name)?)?;
+            if self.cx.tree.remember(attr.ino) {
+                return Ok(attr);
+            }
+        }
+        Err(Error::NotFound)
     }
 
-    /// The entries of a directory (without `.` and `..`).
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        self.nodes.readdir(&self.cx, ino)
+    /// The kernel forgot `n` lookups of `ino`: a node it holds no more leaves the table.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let removed = self.cx.tree.forget(ino, n);
+        self.nodes_left(removed);
+    }
+
+    /// Nodes that left the inode table: what was kept for them goes too (a directory's node,
+    /// unless it holds changes or open files).
+    fn nodes_left(&self, removed: Vec<(u64, Arc<tree::Node>)>) {
+        for (ino, node) in removed {
+            self.cx.take_stale(ino);
+            if node.kind == NodeKind::Dir {
+                self.nodes.release_dir(&node.path, |array| self.handles.holds(array));
+            }
+        }
+    }
+
+    /// Open a directory for listing; returns the handle id.
+    pub fn opendir(&self, ino: u64) -> Result<u64> {
+        match self.node(ino)?.kind {
+            NodeKind::Dir | NodeKind::ControlDir => Ok(self.insert_handle(0, Opened::Listing(Mutex::new(None)))),
+            _ => Err(Error::NotADirectory),
+        }
+    }
+
+    /// The entries of a directory (without `.` and `..`) as the listing of handle `fh` holds
+    /// them: taken at its first read (`offset` 0, also after a rewind), so that a listing read
+    /// in many requests is one listing whatever changes meanwhile.
+    pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> Result<Arc<[DirEntry]>> {
+        let handle = self.handles.get(fh);
+        let Some(Opened::Listing(listing)) = handle.as_ref().map(|h| &h.opened) else {
+            return Ok(Arc::from(self.nodes.readdir(&self.cx, ino)?));
+        };
+        let mut listing = crate::error::lock(listing);
+        match listing.as_ref() {
+            Some(entries) if offset > 0 => Ok(entries.clone()),
+            _ => {
+                let entries: Arc<[DirEntry]> = Arc::from(self.nodes.readdir(&self.cx, ino)?);
+                *listing = Some(entries.clone());
+                Ok(entries)
+            }
+        }
+    }
+
+    /// The listing of handle `fh` is done: the entries the kernel was never given leave the
+    /// inode table.
+    pub fn releasedir(&self, fh: u64) {
+        let Some(handle) = self.handles.remove(fh) else { return };
+        if let Opened::Listing(listing) = &handle.opened
+            && let Some(entries) = crate::error::lock(listing).take()
+        {
+            let removed = self.cx.tree.release_unheld(entries.iter().map(|e| e.ino));
+            self.nodes_left(removed);
+        }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
@@ -172,7 +233,7 @@ impl ZarrFs {
         // The owner's rights, then what others get (`nodes::Grant`).
         let (owner_dir, owner_file) = if self.cx.config.read_only { (0o500, 0o400) } else { (0o700, 0o600) };
         let grant = match node.kind {
-            NodeKind::ControlDir | NodeKind::StatsFile => nodes::Grant { dir: 0, file: 0 },
+            NodeKind::ControlDir | NodeKind::StatsFile | NodeKind::ErrorsFile => nodes::Grant { dir: 0, file: 0 },
             NodeKind::MetaFile | NodeKind::Scratch => self.nodes.grant(&self.cx, node.path.rsplit_once('/').map_or("", |(d, _)| d))?,
             _ => self.nodes.grant(&self.cx, &node.path)?,
         };
@@ -212,6 +273,7 @@ impl ZarrFs {
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
             // The daemon's pid, its counters and its errors are the owner's business alone.
             NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o400) },
+            NodeKind::ErrorsFile => Attr { volatile: true, ..file(crate::logging::recent_errors().len() as u64, 0o400) },
         })
     }
 
@@ -250,7 +312,7 @@ impl ZarrFs {
                 }
                 Opened::Scratch(file)
             }
-            (NodeKind::ErrorFile | NodeKind::StatsFile, true) => {
+            (NodeKind::ErrorFile | NodeKind::StatsFile | NodeKind::ErrorsFile, true) => {
                 return Err(Error::NotPermitted("the mount's own reports are read-only".into()));
             }
             (NodeKind::View(format), writable) if format.carries_data() => Opened::Data {
@@ -271,6 +333,7 @@ impl ZarrFs {
             }
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
             (NodeKind::StatsFile, false) => Opened::Document(Arc::from(self.stats_json())),
+            (NodeKind::ErrorsFile, false) => Opened::Document(Arc::from(crate::logging::recent_errors())),
             (NodeKind::Prepend, true) => {
                 let array = self.nodes.data_file(&self.cx, &node.path)?.array;
                 prepend::check_or_adopt(&array, self.cx.config.adopt_offset)?;
@@ -325,7 +388,9 @@ impl ZarrFs {
             (NodeKind::MetaFile, _) => Ok(slice(&self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, _) => Ok(slice(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
             (NodeKind::StatsFile, _) => Ok(slice(&self.stats_json())),
+            (NodeKind::ErrorsFile, _) => Ok(slice(&crate::logging::recent_errors())),
             (NodeKind::Prepend, _) => Err(Error::Invalid("prepend is write-only".into())),
+            (NodeKind::Dir | NodeKind::ControlDir, Some(Opened::Listing(_))) => Err(Error::IsADirectory),
             (NodeKind::Dir | NodeKind::ControlDir, _) => Err(Error::IsADirectory),
         }
     }

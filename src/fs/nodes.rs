@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::context::{CONTROL_DIR, Context, DATA, ERROR, PREPEND, STATS};
+use super::context::{CONTROL_DIR, Context, DATA, ERROR, ERRORS, PREPEND, STATS};
 use super::open::OpenArray;
 use super::scratch::ScratchFiles;
 use super::tree::{self, Node, NodeKind};
@@ -175,7 +175,7 @@ impl Nodes {
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
                 array.set_stored_version(Some(version));
-                (DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone()))), Some(version))
+                (DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone(), cx.cache.clone()))), Some(version))
             }
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Io(e)) => return Err(Error::Io(e)),
@@ -273,6 +273,7 @@ impl Nodes {
         let dir = Self::dir_node(cx, parent)?;
         match (dir.kind, name) {
             (NodeKind::ControlDir, STATS) => return Ok(cx.tree.child(parent, name, NodeKind::StatsFile, String::new())),
+            (NodeKind::ControlDir, ERRORS) => return Ok(cx.tree.child(parent, name, NodeKind::ErrorsFile, String::new())),
             (NodeKind::ControlDir, _) => return Err(Error::NotFound),
             (_, CONTROL_DIR) if parent == tree::ROOT => return Ok(cx.tree.child(parent, name, NodeKind::ControlDir, String::new())),
             _ => {}
@@ -331,8 +332,12 @@ impl Nodes {
     pub fn readdir(&self, cx: &Context, ino: u64) -> Result<Vec<DirEntry>> {
         let dir = Self::dir_node(cx, ino)?;
         if dir.kind == NodeKind::ControlDir {
-            let stats = cx.tree.child(ino, STATS, NodeKind::StatsFile, String::new());
-            return Ok(vec![DirEntry { ino: stats, kind: FileKind::RegularFile, name: STATS.into() }]);
+            let file = |name: &str, kind| DirEntry {
+                ino: cx.tree.child(ino, name, kind, String::new()),
+                kind: FileKind::RegularFile,
+                name: name.into(),
+            };
+            return Ok(vec![file(STATS, NodeKind::StatsFile), file(ERRORS, NodeKind::ErrorsFile)]);
         }
         let state = self.dir_state(cx, &dir.path)?;
         let mut out = Vec::new();
@@ -511,6 +516,19 @@ impl Nodes {
         lock(&self.detached).retain(|p, _| !beneath(p));
         lock(&self.refusals).retain(|p, _| !beneath(p));
         self.scratch.remove_beneath(path);
+    }
+
+    /// The directory at `path` left the inode table: forget it, unless it is an array with
+    /// changes not yet stored or files `held` open (its `OpenArray` must stay the one served).
+    pub fn release_dir(&self, path: &str, held: impl Fn(&Arc<OpenArray>) -> bool) {
+        let mut dirs = lock(&self.dirs);
+        let keep = match dirs.get(path).map(|k| &k.state) {
+            Some(DirState::Array(file)) => file.array.is_dirty() || held(&file.array),
+            _ => false,
+        };
+        if !keep {
+            dirs.remove(path);
+        }
     }
 
     /// The arrays opened at or beneath `path`.

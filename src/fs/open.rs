@@ -157,6 +157,8 @@ impl TextIndex {
 pub struct OpenArray {
     /// Unique per mount and per grid layout, for cache keys (a prepend shifts every grid index).
     cache_id: AtomicU64,
+    /// Where its decoded chunks are cached: those under an id it no longer uses are dropped.
+    cache: Arc<crate::cache::ChunkCache>,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// Signalled when a background store finishes.
@@ -184,8 +186,9 @@ pub fn layout_of(document: &serde_json::Value) -> serde_json::Value {
 }
 
 impl OpenArray {
-    pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>) -> OpenArray {
+    pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>, cache: Arc<crate::cache::ChunkCache>) -> OpenArray {
         OpenArray {
+            cache,
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
@@ -218,7 +221,11 @@ impl OpenArray {
     pub(crate) fn replace(&self, array: Arc<Array>, cache_id: u64) {
         self.note_layout(&array.meta.document);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = array;
-        self.cache_id.store(cache_id, Ordering::Relaxed);
+        let old = self.cache_id.swap(cache_id, Ordering::Relaxed);
+        if old != cache_id {
+            // Chunks cached under the old layout are never asked for again.
+            self.cache.retire(old);
+        }
     }
 
     fn note_layout(&self, document: &serde_json::Value) {
@@ -322,5 +329,12 @@ impl OpenArray {
 
     pub fn metadata_dirty(&self) -> bool {
         lock(&self.edits).metadata_dirty
+    }
+}
+
+impl Drop for OpenArray {
+    /// An array no longer served leaves nothing in the cache.
+    fn drop(&mut self) {
+        self.cache.retire(self.cache_id());
     }
 }

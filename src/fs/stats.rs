@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 /// The requests counted, by name.
-pub const REQUESTS: [&str; 11] =
-    ["lookup", "getattr", "setattr", "readdir", "open", "read", "write", "flush", "fsync", "release", "statfs"];
+pub const REQUESTS: [&str; 13] =
+    ["lookup", "forget", "getattr", "setattr", "opendir", "readdir", "open", "read", "write", "flush", "fsync", "release", "statfs"];
 
 #[derive(Default)]
 pub struct Stats {

@@ -1,4 +1,5 @@
-//! The inode table: inode numbers for the nodes the kernel has seen, found lazily.
+//! The inode table: inode numbers for the nodes the kernel has seen, found lazily, and held
+//! while the kernel holds them (its lookup count); forgotten nodes leave the table.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -28,21 +29,54 @@ pub enum NodeKind {
     ControlDir,
     /// `.zarrfs/stats`: what the daemon is doing, as JSON.
     StatsFile,
+    /// `.zarrfs/errors`: the daemon's recent warnings and errors, as text.
+    ErrorsFile,
 }
 
 #[derive(Debug)]
 pub struct Node {
     pub kind: NodeKind,
     /// The node's store path: the directory's prefix, or the directory a file belongs to
-    /// (for `MetaFile`, the store key itself).
+    /// (for `MetaFile` and `Scratch`, the store key itself).
     pub path: String,
     pub parent: u64,
+    /// Its name in `parent`.
+    pub name: Box<str>,
 }
 
 #[derive(Default)]
 struct Maps {
     nodes: HashMap<u64, Arc<Node>>,
-    by_name: HashMap<(u64, String), u64>,
+    /// Per directory inode, its children by name.
+    names: HashMap<u64, HashMap<Box<str>, u64>>,
+    /// The kernel's lookup count of each inode that has one.
+    lookups: HashMap<u64, u64>,
+    /// The next inode number: numbers are never reused while the daemon runs.
+    next: u64,
+}
+
+impl Maps {
+    /// Take `ino` out of the table (and its children the kernel holds none of), adding the
+    /// nodes removed to `removed`.
+    fn remove(&mut self, ino: u64, removed: &mut Vec<(u64, Arc<Node>)>) {
+        if ino == ROOT {
+            return;
+        }
+        self.lookups.remove(&ino);
+        let Some(node) = self.nodes.remove(&ino) else { return };
+        if let Some(siblings) = self.names.get_mut(&node.parent)
+            && siblings.get(&node.name) == Some(&ino)
+        {
+            siblings.remove(&node.name);
+        }
+        if let Some(children) = self.names.remove(&ino) {
+            let unheld: Vec<u64> = children.into_values().filter(|c| !self.lookups.contains_key(c)).collect();
+            for child in unheld {
+                self.remove(child, removed);
+            }
+        }
+        removed.push((ino, node));
+    }
 }
 
 pub struct Tree {
@@ -51,18 +85,31 @@ pub struct Tree {
 
 impl Tree {
     pub fn new() -> Tree {
-        let mut maps = Maps::default();
-        maps.nodes.insert(ROOT, Arc::new(Node { kind: NodeKind::Dir, path: String::new(), parent: ROOT }));
+        let mut maps = Maps { next: ROOT + 1, ..Maps::default() };
+        maps.nodes.insert(ROOT, Arc::new(Node { kind: NodeKind::Dir, path: String::new(), parent: ROOT, name: "".into() }));
         Tree { maps: RwLock::new(maps) }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
+        self.maps.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Maps> {
+        self.maps.write().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.maps.read().unwrap_or_else(|p| p.into_inner()).nodes.get(&ino).cloned()
+        self.read().nodes.get(&ino).cloned()
+    }
+
+    /// How many inodes the table holds.
+    pub fn len(&self) -> usize {
+        self.read().nodes.len()
     }
 
     /// The inode of `name` under `parent`, if the kernel has seen it.
     pub fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        self.maps.read().unwrap_or_else(|p| p.into_inner()).by_name.get(&(parent, name.to_string())).copied()
+        self.read().names.get(&parent)?.get(name).copied()
     }
 
     /// The inode of the directory at store path `path`, if the kernel has seen it.
@@ -70,9 +117,10 @@ impl Tree {
         if path.is_empty() {
             return Some(ROOT);
         }
+        let maps = self.read();
         let mut ino = ROOT;
         for part in path.split('/') {
-            ino = self.find(ino, part)?;
+            ino = *maps.names.get(&ino)?.get(part)?;
         }
         Some(ino)
     }
@@ -81,34 +129,76 @@ impl Tree {
     /// for something else (a document replaced by a scratch file, a node moved here) gets a
     /// new inode.
     pub fn child(&self, parent: u64, name: &str, kind: NodeKind, path: String) -> u64 {
-        let key = (parent, name.to_string());
         let same = |maps: &Maps| {
-            maps.by_name.get(&key).copied().filter(|ino| maps.nodes.get(ino).is_some_and(|n| n.kind == kind && n.path == path))
+            let ino = *maps.names.get(&parent)?.get(name)?;
+            maps.nodes.get(&ino).is_some_and(|n| n.kind == kind && n.path == path).then_some(ino)
         };
-        if let Some(ino) = same(&self.maps.read().unwrap_or_else(|p| p.into_inner())) {
+        if let Some(ino) = same(&self.read()) {
             return ino;
         }
-        let mut maps = self.maps.write().unwrap_or_else(|p| p.into_inner());
+        let mut maps = self.write();
         if let Some(ino) = same(&maps) {
             return ino;
         }
-        let ino = maps.nodes.len() as u64 + 1;
-        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent }));
-        maps.by_name.insert(key, ino);
+        let ino = maps.next;
+        maps.next += 1;
+        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent, name: name.into() }));
+        maps.names.entry(parent).or_default().insert(name.into(), ino);
         ino
     }
 
-    /// `name` under `parent` is gone.
-    pub fn forget(&self, parent: u64, name: &str) {
-        self.maps.write().unwrap_or_else(|p| p.into_inner()).by_name.remove(&(parent, name.to_string()));
+    /// The kernel was given `ino` (a lookup, a create): it holds it until it forgets it.
+    /// `false` when the node left the table meanwhile (the caller looks it up again).
+    pub fn remember(&self, ino: u64) -> bool {
+        let mut maps = self.write();
+        if !maps.nodes.contains_key(&ino) {
+            return false;
+        }
+        *maps.lookups.entry(ino).or_default() += 1;
+        true
+    }
+
+    /// The kernel forgot `n` lookups of `ino`: once it holds none, the node leaves the table.
+    /// Returns the nodes removed.
+    pub fn forget(&self, ino: u64, n: u64) -> Vec<(u64, Arc<Node>)> {
+        let mut maps = self.write();
+        let mut removed = Vec::new();
+        let left = maps.lookups.get(&ino).map_or(0, |c| c.saturating_sub(n));
+        if left > 0 {
+            maps.lookups.insert(ino, left);
+        } else {
+            maps.remove(ino, &mut removed);
+        }
+        removed
+    }
+
+    /// Listings are done with `inos`: those the kernel holds none of leave the table.
+    pub fn release_unheld(&self, inos: impl IntoIterator<Item = u64>) -> Vec<(u64, Arc<Node>)> {
+        let mut maps = self.write();
+        let mut removed = Vec::new();
+        for ino in inos {
+            if !maps.lookups.contains_key(&ino) {
+                maps.remove(ino, &mut removed);
+            }
+        }
+        removed
+    }
+
+    /// `name` under `parent` is gone (its inode stays while the kernel holds it).
+    pub fn unlink(&self, parent: u64, name: &str) {
+        let mut maps = self.write();
+        let unheld = maps.names.get_mut(&parent).and_then(|names| names.remove(name)).filter(|ino| !maps.lookups.contains_key(ino));
+        if let Some(ino) = unheld {
+            maps.remove(ino, &mut Vec::new());
+        }
     }
 
     /// The inode at `parent`/`name` now stands at `new_parent`/`new_name` as `kind` at `path`
     /// (the kernel keeps the inode of a renamed file). A directory's files and subdirectories
     /// follow it: their store paths move with it.
     pub fn rename(&self, (parent, name): (u64, &str), (new_parent, new_name): (u64, &str), kind: NodeKind, path: String) {
-        let mut maps = self.maps.write().unwrap_or_else(|p| p.into_inner());
-        let Some(ino) = maps.by_name.remove(&(parent, name.to_string())) else { return };
+        let mut maps = self.write();
+        let Some(ino) = maps.names.get_mut(&parent).and_then(|names| names.remove(name)) else { return };
         let Some(old) = maps.nodes.get(&ino).cloned() else { return };
         if old.kind == NodeKind::Dir {
             let lead = format!("{}/", old.path);
@@ -121,17 +211,52 @@ impl Tree {
                 .nodes
                 .iter()
                 .filter(|(i, _)| **i != ino)
-                .filter_map(|(i, n)| moved(&n.path).map(|p| (*i, Arc::new(Node { kind: n.kind, path: p, parent: n.parent }))))
+                .filter_map(|(i, n)| {
+                    moved(&n.path).map(|p| (*i, Arc::new(Node { kind: n.kind, path: p, parent: n.parent, name: n.name.clone() })))
+                })
                 .collect();
             maps.nodes.extend(repathed);
         }
-        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent: new_parent }));
-        maps.by_name.insert((new_parent, new_name.to_string()), ino);
+        // A node the name stood for before is replaced (its inode stays while held).
+        if let Some(replaced) = maps.names.entry(new_parent).or_default().insert(new_name.into(), ino)
+            && replaced != ino
+            && !maps.lookups.contains_key(&replaced)
+        {
+            maps.remove(replaced, &mut Vec::new());
+        }
+        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent: new_parent, name: new_name.into() }));
     }
 }
 
 impl Default for Tree {
     fn default() -> Self {
         Tree::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_the_kernel_forgets_leave_the_table_with_their_unheld_children() {
+        let tree = Tree::new();
+        let dir = tree.child(ROOT, "g", NodeKind::Dir, "g".into());
+        assert!(tree.remember(dir));
+        let file = tree.child(dir, "zarr.json", NodeKind::MetaFile, "g/zarr.json".into());
+        let held = tree.child(dir, "a", NodeKind::Dir, "g/a".into());
+        assert!(tree.remember(held) && tree.remember(held));
+        assert_eq!(tree.len(), 4);
+        assert!(tree.forget(held, 1).is_empty(), "still held once");
+        assert_eq!(tree.forget(held, 1).len(), 1);
+        assert_eq!(tree.find(dir, "a"), None);
+        // The directory goes with the child the kernel never held.
+        assert_eq!(tree.forget(dir, 1).len(), 2);
+        assert!(tree.get(file).is_none() && tree.len() == 1);
+        // A listing's unheld entries go when it is done; numbers are not reused.
+        let listed = tree.child(ROOT, "x", NodeKind::Dir, "x".into());
+        assert!(listed > held);
+        assert_eq!(tree.release_unheld([listed]).len(), 1);
+        assert!(!tree.remember(listed), "a node that left the table is looked up again");
     }
 }

@@ -302,8 +302,31 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.run("readdir", || self.fs.readdir(ino.0)) {
+    // (batch_forget's default calls this for each inode: fuser keeps its type private.)
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _ = self.run("forget", || {
+            self.fs.forget(ino.0, nlookup);
+            Ok(())
+        });
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.run("opendir", || self.fs.opendir(ino.0)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _ = self.run("release", || {
+            self.fs.releasedir(fh.0);
+            Ok(())
+        });
+        reply.ok();
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.run("readdir", || self.fs.readdir(ino.0, fh.0, offset)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };
