@@ -127,7 +127,7 @@ impl ZarrFs {
             },
             "dirty_bytes": self.cx.budget.held(),
             "arrays_open": self.nodes.open_arrays().len(),
-            "inodes": self.cx.tree.len(),
+            "inodes": self.cx.tree.inodes(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
             "request_us": self.stats.busy_us(),

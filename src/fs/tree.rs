@@ -103,7 +103,7 @@ impl Tree {
     }
 
     /// How many inodes the table holds.
-    pub fn len(&self) -> usize {
+    pub fn inodes(&self) -> usize {
         self.read().nodes.len()
     }
 
@@ -246,13 +246,13 @@ mod tests {
         let file = tree.child(dir, "zarr.json", NodeKind::MetaFile, "g/zarr.json".into());
         let held = tree.child(dir, "a", NodeKind::Dir, "g/a".into());
         assert!(tree.remember(held) && tree.remember(held));
-        assert_eq!(tree.len(), 4);
+        assert_eq!(tree.inodes(), 4);
         assert!(tree.forget(held, 1).is_empty(), "still held once");
         assert_eq!(tree.forget(held, 1).len(), 1);
         assert_eq!(tree.find(dir, "a"), None);
         // The directory goes with the child the kernel never held.
         assert_eq!(tree.forget(dir, 1).len(), 2);
-        assert!(tree.get(file).is_none() && tree.len() == 1);
+        assert!(tree.get(file).is_none() && tree.inodes() == 1);
         // A listing's unheld entries go when it is done; numbers are not reused.
         let listed = tree.child(ROOT, "x", NodeKind::Dir, "x".into());
         assert!(listed > held);
