@@ -26,8 +26,16 @@ struct Cli {
 enum Command {
     /// Mount STORE on MOUNTPOINT; returns once the mount is live (the daemon keeps running).
     Mount(MountArgs),
-    /// Unmount a zarrfs mount point; the daemon then exits.
-    Unmount { mountpoint: PathBuf },
+    /// Unmount a zarrfs mount point: the daemon stores every change, unmounts and exits; what it
+    /// could not store is said, and the exit status is not 0.
+    Unmount {
+        mountpoint: PathBuf,
+        /// Detach the mount even while files on it are open (their later changes are refused).
+        #[arg(short, long)]
+        lazy: bool,
+    },
+    /// What a mount's daemon holds, what it failed to store, and its recent warnings and errors.
+    Status { mountpoint: PathBuf },
     /// The daemon's own helper (`auto_unmount`): once process PID has exited, unmount what is
     /// still mounted on MOUNTPOINT from device DEV (major:minor).
     #[command(hide = true)]
@@ -389,8 +397,16 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Status { mountpoint } => match crate::daemon::status(&mountpoint) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("zarrfs: {}: {e}", mountpoint.display());
+                ExitCode::from(2)
+            }
+        },
         Command::UnmountWhenGone { pid, dev, mountpoint } => crate::daemon::unmount_when_gone(pid, &dev, &mountpoint),
-        Command::Unmount { mountpoint } => match crate::daemon::stop(&mountpoint) {
+        Command::Unmount { mountpoint, lazy } => match crate::daemon::stop(&mountpoint, lazy) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("zarrfs: cannot unmount {}: {e}", mountpoint.display());

@@ -107,6 +107,19 @@ pub fn run(plan: MountPlan) -> ExitCode {
         Some(fd) => std::fs::File::from(fd).write_all(msg.as_bytes()).is_ok(),
         None => false,
     };
+    // A background daemon logs to syslog; where none listens, to a file of the user's, named to
+    // them at mount time: errors must be somewhere someone can read them.
+    let mut plan = plan;
+    let mut note = String::new();
+    if background && plan.log_file.is_none() && !crate::logging::syslog_listens() {
+        match default_log_file(&plan.mountpoint) {
+            Ok(path) => {
+                note = format!("no syslog listens here: the daemon logs to {} (--log-file names another)", path.display());
+                plan.log_file = Some(path);
+            }
+            Err(e) => note = format!("no syslog listens here and no log file could be made ({e}): give one with --log-file"),
+        }
+    }
     let target = match (&plan.log_file, background) {
         (Some(f), _) => crate::logging::LogTarget::File(f),
         (None, true) => crate::logging::LogTarget::Syslog,
@@ -118,7 +131,8 @@ pub fn run(plan: MountPlan) -> ExitCode {
         }
         return ExitCode::FAILURE;
     }
-    match run_mount(&plan, |m| report(m), background) {
+    let ready = if note.is_empty() { "ok".to_string() } else { format!("ok\n{note}") };
+    match run_mount(&plan, |m| report(if m == "ok" { &ready } else { m }), background) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Said once where it is read: by the waiting parent, else in the log (and a log
@@ -129,6 +143,22 @@ pub fn run(plan: MountPlan) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The log file of a background daemon where no syslog listens: `$XDG_STATE_HOME/zarrfs/`
+/// (else `~/.local/state/zarrfs/`), named after the mount point.
+fn default_log_file(mountpoint: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local/state")))
+        .ok_or("neither XDG_STATE_HOME nor HOME is set")?;
+    let dir = state.join("zarrfs");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let absolute = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let name: String = absolute.to_string_lossy().trim_matches('/').chars().map(|c| if c == '/' { '-' } else { c }).collect();
+    Ok(dir.join(format!("{}.log", if name.is_empty() { "root" } else { &name })))
 }
 
 /// Fork. The parent waits for the child to report (empty = mounted, text = the error) and
@@ -157,6 +187,11 @@ fn daemonize() -> std::io::Result<OwnedFd> {
             let got = f.read_to_string(&mut msg);
             match (got, msg.as_str()) {
                 (Ok(_), "ok") => std::process::exit(0),
+                // Mounted, with something to tell.
+                (Ok(_), m) if m.starts_with("ok\n") => {
+                    eprintln!("zarrfs: {}", &m[3..]);
+                    std::process::exit(0)
+                }
                 (Ok(_), "") => {
                     eprintln!("zarrfs: the daemon exited before the mount was live");
                     std::process::exit(1)
@@ -197,7 +232,13 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
     let store = plan.store.open(&plan.remote)?;
-    let mut config = Config { read_only: plan.read_only, shared: plan.allow_other, ..Config::default() };
+    let mut config = Config {
+        read_only: plan.read_only,
+        shared: plan.allow_other,
+        source: plan.store.to_string(),
+        log: plan.log_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        ..Config::default()
+    };
     if plan.store.is_remote() {
         // Requests wait on the network: keep many in flight, and read further ahead.
         config.workers = std::num::NonZeroUsize::new(REMOTE_WORKERS).unwrap_or(config.workers);
@@ -257,23 +298,35 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     }
     if background {
-        detach_stdio(plan.log_file.is_some());
+        detach_stdio(plan.log_file.as_deref());
     }
 
-    // Wait for a signal, or for the session to end (an external umount), whichever comes first.
+    // `zarrfs unmount` asks here, and hears what the last flush stored.
+    let stop_requests = crate::control::listen().inspect_err(|e| tracing::warn!("{e}: zarrfs unmount will signal instead")).ok();
+    let never = crossbeam_channel::never();
+    // Wait for a signal, a stop request or the session to end (an external umount).
+    let mut asked = None;
     crossbeam_channel::select! {
         recv(session.ended()) -> _ => {
             tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted from outside");
-            return flush_within(&fs, plan.flush_timeout);
+            return flush_within(&fs, plan.flush_timeout, |_| {});
         }
         recv(signalled) -> sig => tracing::info!(signal = sig.unwrap_or(0), "shutting down"),
+        recv(stop_requests.as_ref().unwrap_or(&never)) -> request => {
+            tracing::info!("shutting down: asked by zarrfs unmount");
+            asked = request.ok();
+        }
     }
     // Stop taking changes, store what was acknowledged, then unmount.
     fs.stop_changes();
     if notify {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     }
-    let flushed = flush_within(&fs, plan.flush_timeout);
+    let flushed = flush_within(&fs, plan.flush_timeout, |left| {
+        if let Some(asked) = asked.as_mut() {
+            asked.progress(left);
+        }
+    });
     match unmount(&plan.mountpoint) {
         // Nothing is left to serve: changes were stopped and stored before, and no file is open
         // (else the unmount fails). What may still run is the kernel's read-ahead, which nobody
@@ -285,6 +338,9 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         }
     }
     tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted");
+    if let Some(asked) = asked {
+        asked.finish(&flushed);
+    }
     flushed
 }
 
@@ -306,33 +362,45 @@ fn wait_for_signals(signals: libc::sigset_t) -> Result<crossbeam_channel::Receiv
     Ok(rx)
 }
 
-/// Flush everything, giving up after `timeout` (the daemon must stop in bounded time).
-fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration) -> Result<(), String> {
+/// Flush everything, giving up after `timeout` (the daemon must stop in bounded time);
+/// `progress` hears the bytes still to be stored every second meanwhile.
+fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration, mut progress: impl FnMut(u64)) -> Result<(), String> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let fs2 = fs.clone();
     std::thread::spawn(move || {
         let _ = tx.send(fs2.flush_all());
     });
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("some changes could not be stored: {e}")),
-        Err(_) => Err(format!("flushing took longer than {}s; unstored changes are lost", timeout.as_secs())),
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+            Ok(report) if report.is_ok() => return Ok(()),
+            Ok(report) => return Err(report.to_string()),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !left.is_zero() => progress(fs.dirty_bytes()),
+            Err(_) => {
+                return Err(format!(
+                    "storing the changes took longer than {}s (--flush-timeout); {} bytes of them are lost",
+                    timeout.as_secs(),
+                    fs.dirty_bytes()
+                ));
+            }
+        }
     }
 }
 
 /// A background daemon must not hold the caller's terminal or pipes open.
-fn detach_stdio(keep_stderr: bool) {
+/// Whatever still writes to stderr (a panic's message) goes to the log file, if there is one.
+fn detach_stdio(log_file: Option<&Path>) {
     let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else {
         return;
     };
+    let log = log_file.and_then(|p| std::fs::OpenOptions::new().append(true).open(p).ok());
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 onto the standard descriptors.
     unsafe {
         libc::dup2(null.as_raw_fd(), 0);
         libc::dup2(null.as_raw_fd(), 1);
-        if !keep_stderr {
-            libc::dup2(null.as_raw_fd(), 2);
-        }
+        libc::dup2(log.as_ref().map_or(null.as_raw_fd(), |f| f.as_raw_fd()), 2);
     }
 }
 
@@ -460,9 +528,11 @@ fn is_dead(mountpoint: &Path) -> bool {
 }
 
 /// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
-/// unmounts) and wait for it to exit. Only zarrfs mounts are touched: anything else at that
-/// path (another file system, a directory holding a `.zarrfs/stats` of its own) is refused.
-pub fn stop(mountpoint: &Path) -> Result<(), String> {
+/// unmounts), wait for it to exit, and say what it could not store. A mount in use is refused,
+/// naming who uses it, unless `lazy` (the mount is then detached under them). Only zarrfs
+/// mounts are touched: anything else at that path (another file system, a directory holding a
+/// `.zarrfs/stats` of its own) is refused.
+pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     // Mounted as root without fusermount3 the type is plain `fuse`; through it, `fuse.zarrfs`.
     let fstype = mount_type(mountpoint).ok_or("nothing is mounted there")?;
     if fstype != "fuse" && fstype != "fuse.zarrfs" {
@@ -476,14 +546,173 @@ pub fn stop(mountpoint: &Path) -> Result<(), String> {
             _ => Err("it is a FUSE mount no zarrfs daemon serves".into()),
         };
     };
-    // SAFETY: a signal to the daemon that reported this pid.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-        return unmount(mountpoint);
+    if !lazy {
+        let users = users_of(mountpoint, pid);
+        if !users.is_empty() {
+            return Err(format!("it is busy: {}; close them, or unmount with --lazy", users.join(", ")));
+        }
     }
+    let progress = Progress::new("storing the changes");
+    let said = crate::control::stop(pid as u32, |left| progress.left(left));
+    progress.done();
+    let outcome = match said {
+        Some(Ok(crate::control::Stopped::Stored)) => Ok(()),
+        Some(Ok(crate::control::Stopped::Failed(why))) => Err(why),
+        Some(Err(e)) => Err(e),
+        // A daemon without a control socket: signalled, it stops all the same, but its word on
+        // what it stored reaches only its log.
+        None => {
+            // SAFETY: a signal to the daemon that reported this pid.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+                return unmount(mountpoint);
+            }
+            Ok(())
+        }
+    };
     if !wait_for_exit(pid, Duration::from_secs(120)) {
         return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
     }
-    if is_mount_point(mountpoint) { unmount(mountpoint) } else { Ok(()) }
+    if is_mount_point(mountpoint) {
+        unmount(mountpoint)?;
+    }
+    outcome
+}
+
+/// `zarrfs status`: what the daemon serving `mountpoint` holds and has failed to store, and its
+/// recent warnings and errors. Exit status 1 when changes it failed to store are still held.
+pub fn status(mountpoint: &Path) -> Result<bool, String> {
+    match mount_type(mountpoint).as_deref() {
+        Some("fuse" | "fuse.zarrfs") => {}
+        Some(other) => return Err(format!("it is a {other} mount, not a zarrfs one")),
+        None => return Err("nothing is mounted there".into()),
+    }
+    let control = mountpoint.join(crate::fs::CONTROL_DIR);
+    let stats: serde_json::Value = std::fs::read(control.join(crate::fs::STATS))
+        .map_err(|e| format!("cannot read its stats: {e}"))
+        .and_then(|s| serde_json::from_slice(&s).map_err(|e| format!("its stats are not JSON: {e}")))?;
+    let errors = std::fs::read_to_string(control.join(crate::fs::ERRORS)).unwrap_or_default();
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    println!(
+        "{}: store {} (zarrfs {}, pid {})",
+        mountpoint.display(),
+        stats["store"].as_str().unwrap_or("?"),
+        stats["version"].as_str().unwrap_or("?"),
+        n(&stats["pid"])
+    );
+    println!("  changes held, not yet stored: {}", human_bytes(n(&stats["dirty_bytes"])));
+    let mut at_risk = false;
+    for a in stats["arrays_changed"].as_array().into_iter().flatten() {
+        let (held, failed) = (n(&a["dirty_bytes"]), n(&a["failed_stores"]));
+        at_risk |= held > 0 && failed > 0;
+        println!("    {}: {} held, {failed} failed store(s)", a["array"].as_str().unwrap_or("?"), human_bytes(held));
+    }
+    println!("  failed stores: {}", n(&stats["failed_stores"]));
+    if let Some(log) = stats["log"].as_str() {
+        println!("  log: {log}");
+    }
+    let lines: Vec<&str> = errors.lines().collect();
+    match lines.len() {
+        0 => println!("  no warnings or errors"),
+        k => {
+            println!("  recent warnings and errors ({k}, newest last):");
+            for line in &lines[k.saturating_sub(20)..] {
+                println!("    {line}");
+            }
+        }
+    }
+    Ok(!at_risk)
+}
+
+/// The processes (other than the daemon `daemon` and its children) that hold a file, a working
+/// directory or a mapping beneath `mountpoint`, as "pid (name) what": what umount(8) would call
+/// busy. Only the processes this user may look at are seen.
+fn users_of(mountpoint: &Path, daemon: i32) -> Vec<String> {
+    let Ok(mount) = mountpoint.canonicalize() else { return Vec::new() };
+    let beneath = |p: &Path| p.starts_with(&mount);
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for pid in procs.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if pid == me || pid == daemon || parent == Some(daemon) {
+            continue;
+        }
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
+        let mut uses = Vec::new();
+        for (link, what) in [("cwd", "its working directory"), ("root", "its root")] {
+            if std::fs::read_link(format!("/proc/{pid}/{link}")).is_ok_and(|p| beneath(&p)) {
+                uses.push(what.to_string());
+            }
+        }
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+            if let Ok(p) = std::fs::read_link(fd.path())
+                && beneath(&p)
+            {
+                uses.push(format!("{} open", p.display()));
+            }
+        }
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)).map(Path::new).filter(|p| beneath(p)) {
+            let mapped = format!("{} mapped", path.display());
+            if !uses.contains(&mapped) {
+                uses.push(mapped);
+            }
+        }
+        if !uses.is_empty() {
+            out.push(format!("{pid} ({name}) has {}", uses.join(" and ")));
+        }
+    }
+    out
+}
+
+/// A progress line on the terminal for long work: bytes left and the rate. Silent when stderr
+/// is not a terminal.
+pub struct Progress {
+    what: &'static str,
+    terminal: bool,
+    started: std::time::Instant,
+    first: std::cell::Cell<Option<u64>>,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Progress {
+    pub fn new(what: &'static str) -> Progress {
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Progress { what, terminal, started: std::time::Instant::now(), first: Default::default(), shown: Default::default() }
+    }
+
+    /// `left` bytes are left.
+    pub fn left(&self, left: u64) {
+        if !self.terminal {
+            return;
+        }
+        let first = self.first.get().unwrap_or(left);
+        self.first.set(Some(first));
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let rate = first.saturating_sub(left) as f64 / secs;
+        eprint!("\rzarrfs: {}: {} left, {}/s   ", self.what, human_bytes(left), human_bytes(rate as u64));
+        self.shown.set(true);
+    }
+
+    /// The work is over: the line is cleared.
+    pub fn done(&self) {
+        if self.shown.get() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// A size for people: `512 B`, `1.5 KiB`, `2.0 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 /// Wait until process `pid` has exited (a zombie nobody reaps yet counts), at most `limit`:

@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod cli;
 pub mod commands;
+pub mod control;
 pub mod daemon;
 pub mod error;
 pub mod fs;

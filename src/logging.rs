@@ -92,32 +92,37 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recent {
         if level > tracing::Level::WARN {
             return;
         }
-        let mut line = Line(format!("{} {level:>5} ", utc_now()));
+        let mut line = Line::default();
         event.record(&mut line);
+        let text = format!("{} {level:>5} {}{}", utc_now(), line.fields, line.message);
         let mut recent = crate::error::lock(&RECENT);
         if recent.len() == RECENT_LINES {
             recent.pop_front();
         }
-        recent.push_back(line.0);
+        recent.push_back(text);
     }
 }
 
-/// An event's fields as text: `key=value` for each, then the message.
-struct Line(String);
+/// An event as text: `key=value` for each field, then the message.
+#[derive(Default)]
+struct Line {
+    fields: String,
+    message: String,
+}
 
 impl tracing::field::Visit for Line {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         use std::fmt::Write;
         let _ = match field.name() {
-            "message" => write!(self.0, "{value:?}"),
-            name => write!(self.0, "{name}={value:?} "),
+            "message" => write!(self.message, "{value:?}"),
+            name => write!(self.fields, "{name}={value:?} "),
         };
     }
 
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
         match field.name() {
-            "message" => self.0.push_str(value),
-            name => self.0.push_str(&format!("{name}={value} ")),
+            "message" => self.message.push_str(value),
+            name => self.fields.push_str(&format!("{name}={value} ")),
         }
     }
 }

@@ -224,3 +224,114 @@ fn a_mount_reads_ahead_one_fuse_request() {
     let kb = std::fs::read_to_string(format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev))).unwrap();
     assert_eq!(kb.trim(), "1024");
 }
+
+/// A store on a 1 MiB tmpfs holding one uint8 array `a` of 32 rows of 64 KiB (chunks of a row):
+/// 2 MiB of noise cannot be stored there.
+fn full_disk_store(dir: &Path) -> (common::probe::OnDrop<impl FnMut() + use<>>, PathBuf) {
+    let root = dir.join("s.zarr");
+    let mounted = common::probe::small_tmpfs(&root);
+    std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    std::fs::create_dir(root.join("a")).unwrap();
+    let doc = common::probe::array_doc("[32, 65536]", "[1, 65536]", "uint8", common::probe::BYTES);
+    std::fs::write(root.join("a/zarr.json"), doc).unwrap();
+    (mounted, root)
+}
+
+fn noise(n: usize) -> Vec<u8> {
+    let mut rng = common::Lcg(3);
+    (0..n).map(|_| rng.next() as u8).collect()
+}
+
+fn unmount_cmd(args: &[&str], mnt: &Path) -> std::process::Output {
+    Command::new(bin()).arg("unmount").args(args).arg(mnt).output().unwrap()
+}
+
+#[test]
+fn an_unmount_that_cannot_store_everything_says_what_and_fails() {
+    // SAFETY: geteuid cannot fail. Only root may mount a tmpfs.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_tmpfs, root) = full_disk_store(dir.path());
+    let mut m = Mount::new(&root, &[]);
+    let writer = std::fs::OpenOptions::new().write(true).open(m.path("a/data")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&writer, &noise(2 << 20), 0).unwrap();
+    // A mount in use is refused, naming who uses it.
+    let out = unmount_cmd(&[], &m.mountpoint);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a busy mount was unmounted: {said}");
+    assert!(said.contains("busy") && said.contains(&format!("{} (", std::process::id())) && said.contains("a/data open"), "{said}");
+    assert!(is_mounted(&m.mountpoint));
+    // What is held, from the daemon itself (the forks above flushed the writer's file when their
+    // copies of its descriptor closed: its stores failed).
+    let status = Command::new(bin()).arg("status").arg(&m.mountpoint).output().unwrap();
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("/a: ") && shown.contains("MiB held") && shown.contains("No space left on device"), "{shown}");
+    assert_eq!(status.status.code(), Some(1), "changes that failed to store are held: {shown}");
+    // Detached under the writer: the last flush fails, and the unmount says so.
+    let out = unmount_cmd(&["--lazy"], &m.mountpoint);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an unmount that lost changes exited 0: {said}");
+    assert!(said.contains("/a (") && said.contains("bytes)") && said.contains("No space left on device"), "{said}");
+    assert!(!is_mounted(&m.mountpoint));
+    let status = m.stop().expect("the daemon exited");
+    assert!(!status.success(), "the daemon exited 0 with changes unstored");
+    use std::os::fd::IntoRawFd;
+    // SAFETY: we own the descriptor.
+    assert_ne!(unsafe { libc::close(writer.into_raw_fd()) }, 0, "the writer's close said its changes were stored");
+}
+
+#[test]
+fn sigterm_of_a_daemon_whose_last_flush_fails_exits_non_zero() {
+    // SAFETY: geteuid cannot fail. Only root may mount a tmpfs.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_tmpfs, root) = full_disk_store(dir.path());
+    let mut m = Mount::new(&root, &[]);
+    let path = m.path("a/data");
+    let (written, wrote) = std::sync::mpsc::channel();
+    let done = std::thread::spawn(move || {
+        let writer = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&writer, &noise(2 << 20), 0).unwrap();
+        written.send(()).unwrap();
+        // Held open until the daemon is gone: the last flush is the daemon's.
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    wrote.recv_timeout(Duration::from_secs(20)).expect("the writes");
+    let status = m.stop().expect("the daemon exits");
+    assert!(!status.success(), "exit 0 with changes unstored: {}", m.log_text());
+    assert!(m.log_text().contains("No space left on device"), "{}", m.log_text());
+    done.join().unwrap();
+}
+
+#[test]
+fn a_background_daemon_without_syslog_logs_to_a_file_it_names() {
+    if Path::new("/dev/log").exists() {
+        eprintln!("a syslog listens on this machine: the log file is not used");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (_s, store) = copy_store(&fixtures().join("damaged.zarr"));
+    let (_d, mnt) = mountpoint();
+    let out =
+        Command::new(bin()).arg("mount").arg(&store).arg(&mnt).env("HOME", home.path()).env_remove("XDG_STATE_HOME").output().unwrap();
+    let _unmount = UnmountOnDrop(mnt.clone());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let log = home.path().join(".local/state/zarrfs").join(format!("{}.log", mnt.to_string_lossy().trim_matches('/').replace('/', "-")));
+    assert!(said.contains(&log.display().to_string()), "the mount did not say where the log is: {said}");
+    // A corrupt chunk's error reaches the file, .zarrfs/errors and zarrfs status.
+    let _ = std::fs::read(mnt.join("corrupt/data"));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("corrupt"), "{logged}");
+    let errors = std::fs::read_to_string(mnt.join(".zarrfs/errors")).unwrap();
+    assert!(errors.contains("corrupt") && errors.contains("ERROR"), "{errors}");
+    let status = Command::new(bin()).arg("status").arg(&mnt).output().unwrap();
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("corrupt") && shown.contains(&log.display().to_string()), "{shown}");
+    let out = unmount_cmd(&[], &mnt);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

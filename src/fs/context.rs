@@ -46,6 +46,10 @@ pub struct Config {
     pub metadata_ttl: std::time::Duration,
     /// Other users may use the mount (allow_other): they get no more than the store grants them.
     pub shared: bool,
+    /// Where the store is, as given (for `.zarrfs/stats`).
+    pub source: String,
+    /// Where the daemon logs, when to a file (for `.zarrfs/stats`).
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -62,6 +66,8 @@ impl Default for Config {
             views: HeaderFormat::ALL.to_vec(),
             metadata_ttl: std::time::Duration::from_secs(5),
             shared: false,
+            source: String::new(),
+            log: None,
         }
     }
 }

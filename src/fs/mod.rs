@@ -19,7 +19,7 @@ mod view;
 mod write;
 mod writeback;
 
-pub use context::{CONTROL_DIR, Config, DATA, ERROR, KernelCache, PREPEND, STATS};
+pub use context::{CONTROL_DIR, Config, DATA, ERROR, ERRORS, KernelCache, PREPEND, STATS};
 pub use nodes::{DirEntry, FileKind};
 pub use open::{DirtyBudget, OpenArray};
 pub use spool::prepare_spool_dir;
@@ -36,6 +36,34 @@ use context::Context;
 use handle::{Handle, Handles, OnClose, Opened};
 use nodes::Nodes;
 use tree::NodeKind;
+
+/// What a flush of everything could not store.
+#[derive(Debug, Default)]
+pub struct FlushReport {
+    pub unstored: Vec<Unstored>,
+}
+
+/// An array whose changes could not be stored.
+#[derive(Debug, Clone)]
+pub struct Unstored {
+    pub array: String,
+    /// Changed bytes still held in memory (and lost when the daemon exits).
+    pub bytes: u64,
+    pub error: String,
+}
+
+impl FlushReport {
+    pub fn is_ok(&self) -> bool {
+        self.unstored.is_empty()
+    }
+}
+
+impl std::fmt::Display for FlushReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list: Vec<String> = self.unstored.iter().map(|u| format!("{} ({} bytes): {}", u.array, u.bytes, u.error)).collect();
+        write!(f, "changes of {} array(s) could not be stored: {}", list.len(), list.join("; "))
+    }
+}
 
 /// Attributes of a node, for stat.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +112,11 @@ impl ZarrFs {
     /// no node.
     pub fn load_root(&self) -> Result<()> {
         self.nodes.dir_state(&self.cx, "").map(drop)
+    }
+
+    /// Changed bytes held in memory, not yet stored.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.cx.budget.held()
     }
 
     pub fn stats(&self) -> &stats::Stats {
@@ -136,6 +169,23 @@ impl ZarrFs {
         if let Some(store) = self.cx.store.requests() {
             doc["store_requests"] = store;
         }
+        // Arrays holding changes, and those whose stores failed (their changes wait, in memory).
+        let arrays: Vec<serde_json::Value> = self
+            .nodes
+            .open_arrays()
+            .iter()
+            .filter_map(|a| {
+                let dirty = crate::error::lock(&a.edits).dirty_bytes();
+                let failed = a.failed_stores.load(Ordering::Relaxed);
+                (dirty > 0 || failed > 0)
+                    .then(|| serde_json::json!({"array": display_path(&a.array().path), "dirty_bytes": dirty, "failed_stores": failed}))
+            })
+            .collect();
+        doc["failed_stores"] = serde_json::json!(arrays.iter().filter_map(|a| a["failed_stores"].as_u64()).sum::<u64>());
+        doc["arrays_changed"] = serde_json::Value::Array(arrays);
+        doc["store"] = serde_json::json!(self.cx.config.source);
+        doc["log"] = serde_json::json!(self.cx.config.log.as_ref().map(|p| p.display().to_string()));
+        doc["version"] = serde_json::json!(env!("CARGO_PKG_VERSION"));
         let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         out.push(b'\n');
         out
@@ -532,18 +582,17 @@ impl ZarrFs {
         writeback::sync(array, self.cx.store.as_ref())
     }
 
-    /// Store everything still dirty (unmount).
-    pub fn flush_all(&self) -> Result<()> {
-        let mut first = Ok(());
+    /// Store everything still dirty (unmount): what could not be stored, array by array.
+    pub fn flush_all(&self) -> FlushReport {
+        let mut unstored = Vec::new();
         for a in &self.nodes.open_arrays() {
             if let Err(e) = self.cx.flush_array(a).and_then(|_| writeback::sync(a, self.cx.store.as_ref())) {
-                tracing::error!(array = %display_path(&a.array().path), "flush at unmount failed: {e}");
-                if first.is_ok() {
-                    first = Err(e);
-                }
+                let path = display_path(&a.array().path);
+                tracing::error!(array = %path, "flush at unmount failed: {e}");
+                unstored.push(Unstored { array: path, bytes: crate::error::lock(&a.edits).dirty_bytes() as u64, error: e.to_string() });
             }
         }
-        first
+        FlushReport { unstored }
     }
 
     /// Whether an open of `ino` that just succeeded may keep the kernel's cached pages: not for

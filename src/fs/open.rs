@@ -159,6 +159,8 @@ pub struct OpenArray {
     cache_id: AtomicU64,
     /// Where its decoded chunks are cached: those under an id it no longer uses are dropped.
     cache: Arc<crate::cache::ChunkCache>,
+    /// Stores of its chunks or metadata that failed (their changes are kept, to be tried again).
+    pub failed_stores: AtomicU64,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// Signalled when a background store finishes.
@@ -189,6 +191,7 @@ impl OpenArray {
     pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>, cache: Arc<crate::cache::ChunkCache>) -> OpenArray {
         OpenArray {
             cache,
+            failed_stores: AtomicU64::new(0),
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),

@@ -56,6 +56,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
+                open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
                 let mut edits = lock(&open.edits);
                 let edit = match edit {
@@ -83,6 +84,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 edits.metadata_dirty = false;
             }
             Some(Err(e)) => {
+                open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::error!(array = %display_path(&array.path), "metadata write failed: {e}");
                 first_error = Some(e);
             }
@@ -153,6 +155,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                     }
                 }
                 Err(e) => {
+                    open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
                     if current && let Some(buf) = &buf {
                         edits.set(coords, ChunkEdit::Dirty(buf.to_vec()));

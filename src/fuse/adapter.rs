@@ -104,8 +104,9 @@ impl Filesystem for FuseAdapter {
     }
 
     fn destroy(&mut self) {
-        if let Err(e) = self.fs.flush_all() {
-            tracing::error!("unmount: some changes could not be stored: {e}");
+        let report = self.fs.flush_all();
+        if !report.is_ok() {
+            tracing::error!("unmount: {report}");
         }
     }
 

@@ -76,7 +76,7 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 }
 
 /// A 1 MiB tmpfs on `path` (created here), unmounted when the guard drops.
-pub fn small_tmpfs(path: &Path) -> OnDrop<impl FnMut()> {
+pub fn small_tmpfs(path: &Path) -> OnDrop<impl FnMut() + use<>> {
     std::fs::create_dir(path).unwrap();
     assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(path).status().unwrap().success());
     let path = path.to_path_buf();
