@@ -291,6 +291,17 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // Dropped on the way out, once the daemon has unmounted itself.
     let _unmount_when_gone = plan.mountpoint.canonicalize().ok().filter(|_| plan.auto_unmount).and_then(|m| UnmountWhenGone::start(&m));
     tracing::info!(store = %plan.store, mountpoint = %plan.mountpoint.display(), "mounted");
+    // Consolidated metadata a change could not keep current (a full disk) is rebuilt from the
+    // nodes, out of the way of the first requests. Local stores only: on object storage the walk
+    // would take a request per node at every mount.
+    if !plan.read_only && !plan.store.is_remote() {
+        let store = store.clone();
+        let _ = std::thread::Builder::new().name("zarrfs-repair".into()).spawn(move || {
+            if let Err(e) = crate::zarr::consolidated::repair(store.as_ref(), "") {
+                tracing::warn!("consolidated metadata could not be checked: {e}");
+            }
+        });
+    }
     report("ok");
     // Under systemd (Type=notify): ready now that the mount answers.
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();

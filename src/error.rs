@@ -35,6 +35,8 @@ pub enum Error {
     /// A store object refused without being read whole: a link that leads out of the store,
     /// something that is not a regular file, or more bytes than the object can hold.
     Refused { key: String, why: String },
+    /// A file whose node was removed or replaced while it was open.
+    Stale(String),
     /// A bug met while serving a request (a panic, caught): the request fails, the mount lives.
     Internal(String),
     /// A store or system error.
@@ -55,6 +57,7 @@ impl Error {
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::CrossDevice(_) => libc::EXDEV,
             Error::Busy(_) => libc::EBUSY,
+            Error::Stale(_) => libc::ESTALE,
             Error::Metadata(_) | Error::Corrupt { .. } | Error::Refused { .. } | Error::Internal(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -95,6 +98,7 @@ impl fmt::Display for Error {
             Error::NotEmpty => write!(f, "directory not empty"),
             Error::CrossDevice(m) => write!(f, "cannot rename in place: {m}"),
             Error::Busy(m) => write!(f, "busy: {m}"),
+            Error::Stale(m) => write!(f, "stale: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),
             Error::Corrupt { key, cause } => write!(f, "chunk {key}: {cause}"),
             Error::Refused { key, why } => write!(f, "{key}: {why}"),

@@ -58,6 +58,10 @@ fn consolidated(root: &Path) -> Vec<String> {
 
 /// Every file under `dir`, relative.
 fn files(dir: &Path) -> Vec<String> {
+    backend::pull(dir);
+    if !dir.exists() {
+        return Vec::new();
+    }
     let mut out: Vec<String> =
         common::snapshot(dir).into_keys().map(|k| k.strip_prefix(&format!("{}/", dir.display())).unwrap_or(&k).to_string()).collect();
     out.sort();
@@ -234,14 +238,20 @@ fn rm_r_removes_nodes_and_nothing_else_changes_the_store() {
     assert!(m.path("a/data").exists());
     // `prepend` reads as empty (a copy of the directory copies nothing from it).
     assert!(std::fs::read(m.path("a/prepend")).unwrap().is_empty());
-    // An array whose data is open is not removed under its user.
-    let open = std::fs::File::open(m.path("a/data")).unwrap();
+    // An array open for writing is not removed under its writer; a reader does not keep it:
+    // its next read says the file is stale, rather than showing fill.
+    let writer = std::fs::OpenOptions::new().write(true).open(m.path("a/data")).unwrap();
     for e in std::fs::read_dir(m.path("a")).unwrap() {
         std::fs::remove_file(e.unwrap().path()).unwrap();
     }
     assert_eq!(std::fs::remove_dir(m.path("a")).unwrap_err().raw_os_error(), Some(libc::EBUSY));
-    drop(open);
+    assert!(m.path("a/data").exists(), "a refused removal shows the node's files again");
+    drop(writer);
+    let reader = std::fs::File::open(m.path("a/data")).unwrap();
     ok(sh(&format!("rm -r {} {}", m.path("a").display(), m.path("g").display())), "rm -r");
+    let stale = std::os::unix::fs::FileExt::read_at(&reader, &mut [0u8; 4], 0).unwrap_err();
+    assert_eq!(stale.raw_os_error(), Some(libc::ESTALE));
+    drop(reader);
     assert!(!m.path("a").exists() && !m.path("g").exists());
     m.stop();
     assert_eq!(files(&root), ["zarr.json"]);
@@ -319,26 +329,28 @@ fn a_killed_daemon_leaves_the_old_or_the_new_node_and_leftovers_never_resurface(
     m.kill();
     let _ = editor.join();
     drop(rm);
-    // The document is whole (old or new) and either still there with every chunk, or gone.
+    // The document is whole (old or new), and it goes last: either the node is still there
+    // (with every chunk, or those the removal had not reached) and `rm -r` finishes the job, or
+    // it is gone with every chunk. Nothing is ever left where the mount cannot reach it.
     let left = files(&root.join("a"));
-    match root.join("a/zarr.json").exists() {
-        true => {
-            eprintln!("killed before the removal began");
-            let d = read_json(&root.join("a/zarr.json"));
-            assert_eq!(d["shape"], json!([4000, 3]));
-            assert_eq!(left.len(), 4001, "a node still shown keeps every chunk");
-        }
-        false => {
-            // Gone: the mount does not show it, and a new array made there starts all fill.
-            eprintln!("killed during or after the removal: {} keys left", left.len());
-            let m = Mount::new(&root, &[]);
-            assert!(!m.path("a").exists());
-            std::fs::create_dir(m.path("a")).unwrap();
-            std::fs::write(m.path("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
-            let data = std::fs::read(m.path("a/data")).unwrap();
-            assert!(int16s(&data).iter().all(|&v| v == 7), "chunks of the removed array resurfaced");
-        }
+    if root.join("a/zarr.json").exists() {
+        eprintln!("killed before the removal finished: {} keys left", left.len());
+        let d = read_json(&root.join("a/zarr.json"));
+        assert_eq!(d["shape"], json!([4000, 3]));
+        let m = Mount::new(&root, &[]);
+        ok(sh(&format!("rm -r {}", m.path("a").display())), "rm -r again");
+    } else {
+        eprintln!("killed after the removal");
     }
+    assert!(files(&root.join("a")).is_empty(), "a removed array left {:?}", &files(&root.join("a"))[..]);
+    let m = Mount::new(&root, &[]);
+    assert!(!m.path("a").exists());
+    assert!(consolidated(&root).is_empty(), "{:?}", consolidated(&root));
+    // A new array made there starts all fill.
+    std::fs::create_dir(m.path("a")).unwrap();
+    std::fs::write(m.path("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    let data = std::fs::read(m.path("a/data")).unwrap();
+    assert!(int16s(&data).iter().all(|&v| v == 7), "chunks of the removed array resurfaced");
 }
 
 /// Append `rows` rows (of 3 int16) to `data` as another program would, and fsync them.
@@ -406,4 +418,65 @@ fn a_document_saved_from_a_stale_read_never_undoes_rows_another_writer_stored() 
 
 fn dirname(p: &Path) -> PathBuf {
     p.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn rm_r_deletes_an_arrays_chunks_and_documents_and_nothing_the_mount_never_showed() {
+    let (_dir, root) = store();
+    // In the array's directory: a nested node, a README and a stray directory, none shown.
+    std::fs::create_dir_all(root.join("a/nested")).unwrap();
+    std::fs::write(root.join("a/nested/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    std::fs::write(root.join("a/README"), "notes").unwrap();
+    std::fs::create_dir_all(root.join("a/other")).unwrap();
+    std::fs::write(root.join("a/other/x"), "x").unwrap();
+    let m = Mount::new(&root, &[]);
+    std::fs::write(m.path("a/data"), vec![1u8; 24]).unwrap();
+    ok(sh(&format!("rm -r {}", m.path("a").display())), "rm -r");
+    assert!(!m.path("a").exists());
+    drop(m);
+    assert_eq!(files(&root.join("a")), ["README", "nested/zarr.json", "other/x"], "only the array's own keys go");
+    assert!(consolidated(&root).is_empty());
+}
+
+#[test]
+fn a_new_node_clears_what_an_interrupted_removal_left_and_never_hides_it() {
+    let (_dir, root) = store();
+    // What a removal killed long ago left: chunks, a temporary name, an empty chunk directory.
+    for leftover in ["x/c/0/0", "x/c/1/0", "x/.zarr.json.zarrfs-1-2.tmp", "y/0.0"] {
+        std::fs::create_dir_all(root.join(leftover).parent().unwrap()).unwrap();
+        std::fs::write(root.join(leftover), "old").unwrap();
+    }
+    std::fs::create_dir_all(root.join("x/c/2")).unwrap();
+    std::fs::write(root.join("y/README"), "kept").unwrap();
+    let m = Mount::new(&root, &[]);
+    std::fs::create_dir(m.path("x")).unwrap();
+    std::fs::create_dir(m.path("y")).unwrap();
+    // A group made there removes them; an array made there starts all fill.
+    std::fs::write(m.path("x/zarr.json"), serde_json::to_vec(&array_doc(4, json!({}))).unwrap()).unwrap();
+    assert!(int16s(&std::fs::read(m.path("x/data")).unwrap()).iter().all(|&v| v == 7));
+    drop(m);
+    assert_eq!(files(&root.join("x")), ["zarr.json"]);
+    assert_eq!(files(&root.join("y")), ["README", "zarr.json"], "what is not a leftover chunk stays");
+    assert_eq!(consolidated(&root), ["a", "x", "y"]);
+}
+
+#[test]
+fn a_node_moves_under_its_readers_and_they_read_on() {
+    if backend::is_s3() {
+        eprintln!("an object store moves nodes by copying them through the mount: nothing is open across it");
+        return;
+    }
+    let (_dir, root) = store();
+    let m = Mount::new(&root, &[]);
+    std::fs::write(m.path("a/data"), (0..12i16).flat_map(i16::to_le_bytes).collect::<Vec<u8>>()).unwrap();
+    let reader = std::fs::File::open(m.path("a/data")).unwrap();
+    ok(sh(&format!("mv {} {}", m.path("a").display(), m.path("b").display())), "mv with a reader");
+    let mut buf = [0u8; 24];
+    std::os::unix::fs::FileExt::read_exact_at(&reader, &mut buf, 0).unwrap();
+    assert_eq!(int16s(&buf), (0..12).collect::<Vec<i16>>(), "the reader reads the moved array");
+    assert_eq!(std::fs::read(m.path("b/data")).unwrap(), buf);
+    // A writer holds it where it is.
+    let writer = std::fs::OpenOptions::new().write(true).open(m.path("b/data")).unwrap();
+    assert!(!sh(&format!("mv {} {}", m.path("b").display(), m.path("c").display())).status.success());
+    drop(writer);
 }

@@ -705,3 +705,74 @@ fn prepends_leave_no_chunks_of_old_layouts_in_the_cache() {
     let bytes = stats(&m)["cache"]["bytes"].as_u64().unwrap();
     assert!(bytes < 3 * 24 * 65536, "the cache holds {bytes} bytes for an array of {}", 24 * 65536);
 }
+
+#[test]
+fn a_change_on_a_full_disk_happens_with_its_consolidated_metadata_or_not_at_all() {
+    if !root() {
+        return;
+    }
+    // A store on a 1 MiB tmpfs whose root consolidates 20 arrays with 8 KiB of attributes each (a
+    // document of 160 KiB), filled up so that a small document still fits but the consolidated
+    // one does not.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s.zarr");
+    let _mounted = small_tmpfs(&root);
+    let mut doc: serde_json::Value = serde_json::from_str(&array_doc("[4]", "[4]", "uint8", BYTES)).unwrap();
+    doc["attributes"] = serde_json::json!({"notes": "n".repeat(8000)});
+    let mut entries = serde_json::Map::new();
+    for i in 0..20 {
+        std::fs::create_dir(root.join(format!("a{i}"))).unwrap();
+        std::fs::write(root.join(format!("a{i}/zarr.json")), doc.to_string()).unwrap();
+        entries.insert(format!("a{i}"), doc.clone());
+    }
+    let group = serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": {},
+        "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": entries}});
+    std::fs::write(root.join("zarr.json"), serde_json::to_vec_pretty(&group).unwrap()).unwrap();
+    let filler = root.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    while f.write_all(&[0u8; 4096]).is_ok() {}
+    drop(f);
+    let full = std::fs::metadata(&filler).unwrap().len();
+    std::fs::File::options().write(true).open(&filler).unwrap().set_len(full - 64 * 1024).unwrap();
+    let m = Mount::new(&root, &[]);
+    let before = common::snapshot(&root);
+    let enospc = |what: &str, out: std::process::Output| {
+        assert!(!out.status.success(), "{what} succeeded on a full disk");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("No space left"), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    enospc("mkdir", sh(&format!("mkdir {}", m.path("g").display())));
+    enospc("rm -r", sh(&format!("rm -r {}", m.path("a0").display())));
+    enospc("mv", sh(&format!("mv {} {}", m.path("a1").display(), m.path("b1").display())));
+    let mut edited = doc.clone();
+    edited["attributes"]["k"] = serde_json::json!(1);
+    // (A shell does not report a failed close: the edit is checked here.)
+    let opts = std::fs::OpenOptions::new().write(true).truncate(true).clone();
+    let edit = common::write_and_close(&m.path("a2/zarr.json"), &opts, edited.to_string().as_bytes());
+    assert_eq!(edit.map_err(|e| e.raw_os_error()), Err(Some(libc::ENOSPC)), "an attribute edit on a full disk");
+    assert!(m.path("a0/data").exists() && m.path("a1/data").exists() && !m.path("g").exists());
+    assert_eq!(common::snapshot(&root), before, "a change that failed left the store changed");
+    // With room again, the same changes go through, consolidated metadata with them.
+    std::fs::remove_file(&filler).unwrap();
+    assert!(sh(&format!("rm -r {}", m.path("a0").display())).status.success());
+    assert!(sh(&format!("mkdir {}", m.path("g").display())).status.success());
+    drop(m);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("zarr.json")).unwrap()).unwrap();
+    let listed = doc["consolidated_metadata"]["metadata"].as_object().unwrap();
+    assert!(!listed.contains_key("a0") && listed.contains_key("g") && listed.len() == 20);
+    // A stale consolidation (left by another tool, or a crash) is rebuilt at the next mount.
+    let mut stale = doc.clone();
+    stale["consolidated_metadata"]["metadata"].as_object_mut().unwrap().remove("a5");
+    stale["consolidated_metadata"]["metadata"]["gone"] = serde_json::json!({"zarr_format": 3, "node_type": "group"});
+    std::fs::write(root.join("zarr.json"), serde_json::to_vec_pretty(&stale).unwrap()).unwrap();
+    let m = Mount::new(&root, &[]);
+    let repaired = || {
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("zarr.json")).unwrap()).unwrap();
+        let listed = doc["consolidated_metadata"]["metadata"].as_object().unwrap().clone();
+        listed.contains_key("a5") && !listed.contains_key("gone")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !repaired() {
+        assert!(std::time::Instant::now() < deadline, "stale consolidated metadata was not rebuilt at mount: {}", m.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

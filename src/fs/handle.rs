@@ -129,4 +129,14 @@ impl Handles {
     pub fn holds(&self, array: &Arc<OpenArray>) -> bool {
         lock(&self.map).values().any(|h| h.array().is_some_and(|a| Arc::ptr_eq(a, array)))
     }
+
+    /// Whether some handle may change `array` (open for writing, or a prepend): readers do not
+    /// keep an array from being removed or moved.
+    pub fn holds_for_writing(&self, array: &Arc<OpenArray>) -> bool {
+        lock(&self.map).values().any(|h| match &h.opened {
+            Opened::Data { file, writable, .. } => *writable && Arc::ptr_eq(&file.array, array),
+            Opened::Prepend { array: a, .. } => Arc::ptr_eq(a, array),
+            _ => false,
+        })
+    }
 }

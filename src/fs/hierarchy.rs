@@ -19,7 +19,6 @@ use super::{Attr, ZarrFs, write};
 use crate::headers::HeaderFormat;
 use crate::store::{self, Store};
 use crate::zarr::consolidated::{self, Change};
-use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node};
 use crate::{Error, Result};
@@ -71,13 +70,16 @@ impl ZarrFs {
             return Err(Error::Exists);
         }
         let path = store::join(&dir.path, name);
-        let (doc_name, doc) = match node_format(self.cx.store.as_ref(), &dir.path)?.unwrap_or(ZarrFormat::V3) {
+        let store = self.cx.store.as_ref();
+        let (doc_name, doc) = match node_format(store, &dir.path)?.unwrap_or(ZarrFormat::V3) {
             ZarrFormat::V3 => ("zarr.json", json!({"zarr_format": 3, "node_type": "group", "attributes": {}})),
             ZarrFormat::V2 => (".zgroup", json!({"zarr_format": 2})),
         };
+        // What a removal interrupted long ago left there would hide under the new group.
+        let cleared = self.clear_leftovers(&path, false)?;
         self.store_node_document(&path, doc_name, &render_like(None, &doc), &doc)?;
         self.nodes.forget(&path);
-        tracing::info!(node = %display_path(&path), "group created");
+        tracing::info!(node = %display_path(&path), cleared, "group created");
         self.lookup(parent, name)
     }
 
@@ -182,11 +184,14 @@ impl ZarrFs {
     }
 
     /// `rmdir`: remove a group that holds no nodes, or a node whose files were all unlinked
-    /// (as `rm -r` does): its documents first, so that a crash never leaves a half-visible
-    /// node, then consolidated metadata, then an array's chunks.
+    /// (as `rm -r` does). Everything to delete is listed first (a listing that fails changes
+    /// nothing), consolidated metadata is updated, then an array's chunks are deleted and the
+    /// node's documents last: until they go, the node is there to be removed again, so no chunk
+    /// is ever left where nothing can reach it. A failure shows the node's files again.
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
         let _hierarchy = crate::error::lock(&self.hierarchy);
+        consolidated::repair_stale(self.cx.store.as_ref());
         let ino = self.nodes.lookup(&self.cx, parent, name)?;
         let node = self.node(ino)?;
         match node.kind {
@@ -194,8 +199,19 @@ impl ZarrFs {
             NodeKind::ControlDir => return Err(self.refuse_change("the mount's own directory is not removed")),
             _ => return Err(Error::NotADirectory),
         }
-        let path = node.path.clone();
-        let state = self.nodes.dir_state(&self.cx, &path)?;
+        let removed = self.remove_node(ino, &node.path);
+        match &removed {
+            Ok(()) => {
+                self.nodes.forget(&node.path);
+                self.cx.tree.unlink(parent, name);
+            }
+            Err(_) => self.nodes.attach_all(&node.path),
+        }
+        removed
+    }
+
+    fn remove_node(&self, ino: u64, path: &str) -> Result<()> {
+        let state = self.nodes.dir_state(&self.cx, path)?;
         // A group that holds nothing but its own documents is empty (`mkdir g; rmdir g`); an
         // array's files are its data, which `rm -r` unlinks first.
         let is_group = matches!(state, DirState::Group);
@@ -203,27 +219,41 @@ impl ZarrFs {
             return Err(Error::NotEmpty);
         }
         let store = self.cx.store.as_ref();
-        let format = node_format(store, &path)?.unwrap_or(ZarrFormat::V3);
-        if let DirState::Array(file) = &state {
-            if self.handles.holds(&file.array) {
-                return Err(Error::Busy(format!("{} is open", display_path(&path))));
+        let format = node_format(store, path)?.unwrap_or(ZarrFormat::V3);
+        let (chunks, kept) = match &state {
+            DirState::Array(file) => {
+                // Readers do not hold the removal up: their reads fail (ESTALE) from now on.
+                if self.handles.holds_for_writing(&file.array) {
+                    return Err(Error::Busy(format!("{} is open for writing", display_path(path))));
+                }
+                file.array.array().stored_keys()?
             }
+            _ => (Vec::new(), Vec::new()),
+        };
+        let update = consolidated::prepare(store, &[(path, format, Change::Remove)])?;
+        update.apply(store)?;
+        if let DirState::Array(file) = &state {
             file.array.discard();
         }
-        // The document that makes the node first: without it, nothing of the node shows.
-        for doc in NODE_DOCUMENTS.iter().chain(&[".zattrs", ".zmetadata"]) {
-            store.delete(&store::join(&path, doc))?;
+        let deleted = store.delete_many(&chunks).and_then(|()| {
+            let documents: Vec<String> = NODE_DOCUMENTS.iter().chain(&[".zattrs", ".zmetadata"]).map(|d| store::join(path, d)).collect();
+            store.delete_many(&documents)
+        });
+        if let Err(e) = deleted {
+            // The node is still there (its documents went last): so is its entry.
+            if is_node(store, path).unwrap_or(true) {
+                update.undo(store);
+            }
+            return Err(e);
         }
-        consolidated::update(store, &path, format, &Change::Remove)?;
-        // A group keeps what is not a node (it was never shown); an array's directory is
-        // nothing but its chunks.
-        let removed = match state {
-            DirState::Group if !store.list_dir(&path)?.is_empty() => 0,
-            _ => store.delete_prefix(&path)?,
-        };
-        self.nodes.forget(&path);
-        self.cx.tree.unlink(parent, name);
-        tracing::info!(node = %display_path(&path), chunks = removed, "node removed");
+        if let DirState::Array(file) = &state {
+            file.array.mark_removed();
+        }
+        store.remove_empty_dirs(path)?;
+        if !kept.is_empty() {
+            tracing::warn!(node = %display_path(path), "kept {} entries of its directory that are not its own: {:?}", kept.len(), &kept[..kept.len().min(5)]);
+        }
+        tracing::info!(node = %display_path(path), chunks = chunks.len(), "node removed");
         Ok(())
     }
 
@@ -305,22 +335,25 @@ impl ZarrFs {
             return Err(Error::Invalid("a node moves only between groups of its own Zarr format".into()));
         }
         let arrays = self.nodes.arrays_beneath(path);
-        if let Some(open) = arrays.iter().find(|a| self.handles.holds(a)) {
-            return Err(Error::Busy(format!("{} is open", display_path(&open.array().path))));
+        if let Some(open) = arrays.iter().find(|a| self.handles.holds_for_writing(a)) {
+            return Err(Error::Busy(format!("{} is open for writing", display_path(&open.array().path))));
         }
         for array in &arrays {
             self.cx.flush_array(array)?;
         }
         // Read before anything moves: a tree that cannot be walked is not moved at all.
-        let documents = subtree_documents(store, path)?;
-        store.rename_prefix(path, new_path)?;
-        consolidated::update(store, path, format, &Change::Remove)?;
-        for (node, name, doc) in documents {
-            let moved = format!("{new_path}{}", &node[path.len()..]);
-            consolidated::update(store, &moved, format, &Change::Set(name, &doc))?;
+        let documents = consolidated::subtree_documents(store, path)?;
+        let moved: Vec<String> = documents.iter().map(|(node, _, _)| format!("{new_path}{}", &node[path.len()..])).collect();
+        let mut changes = vec![(path, format, Change::Remove)];
+        changes.extend(documents.iter().zip(&moved).map(|((_, name, doc), to)| (to.as_str(), format, Change::Set(name, doc))));
+        let update = consolidated::prepare(store, &changes)?;
+        update.apply(store)?;
+        if let Err(e) = store.rename_prefix(path, new_path) {
+            update.undo(store);
+            return Err(e);
         }
-        self.nodes.forget(path);
-        self.nodes.forget(new_path);
+        // Files still open (readers) follow the node to its new place.
+        self.nodes.moved(path, new_path);
         self.cx.tree.rename(from, to, NodeKind::Dir, new_path.to_string());
         tracing::info!(node = %display_path(path), to = %display_path(new_path), "node moved");
         Ok(())
@@ -406,17 +439,32 @@ impl ZarrFs {
         }
     }
 
-    /// Store a node's document as given and note it in consolidated metadata.
+    /// Store a node's document as given, with consolidated metadata (`also`: other changes of
+    /// documents that go with it): both or neither.
     fn store_node_document(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
-        let store = self.cx.store.as_ref();
-        store.set(&store::join(path, name), bytes)?;
-        let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
-        consolidated::update(store, path, format, &Change::Set(name, doc))?;
-        Ok(())
+        self.store_node_documents(path, name, bytes, doc, None)
     }
 
-    /// A group with no nodes in it becomes the array `doc` describes: all fill until written.
-    fn create_array(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+    fn store_node_documents(&self, path: &str, name: &str, bytes: &[u8], doc: &Value, unset: Option<&str>) -> Result<()> {
+        let store = self.cx.store.as_ref();
+        consolidated::repair_stale(store);
+        let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
+        let mut changes = vec![(path, format, Change::Set(name, doc))];
+        changes.extend(unset.map(|u| (path, format, Change::Unset(u))));
+        let update = consolidated::prepare(store, &changes)?;
+        update.apply(store)?;
+        let stored = store.set(&store::join(path, name), bytes).and_then(|_| unset.map_or(Ok(()), |u| store.delete(&store::join(path, u))));
+        if stored.is_err() {
+            update.undo(store);
+        }
+        stored.map(drop)
+    }
+
+    /// Remove from the store directory at `path` (not a node) what an interrupted removal of an
+    /// array leaves there — chunk keys, temporary names — before a node is made there: they
+    /// would read as its chunks or hide beneath it. Anything else is kept, or refused when
+    /// `strict` (it would be lost under an array). Returns how many were removed.
+    fn clear_leftovers(&self, path: &str, strict: bool) -> Result<usize> {
         let store = self.cx.store.as_ref();
         let mut leftovers = Vec::new();
         for entry in store.list_dir(path)? {
@@ -425,31 +473,39 @@ impl ZarrFs {
                 continue;
             }
             if entry.is_dir && is_node(store, &key)? {
+                if !strict {
+                    continue;
+                }
                 return Err(Error::Invalid(format!("the group holds the node {}: only an empty group becomes an array", entry.name)));
             }
-            if !is_leftover_chunk(&entry.name) {
+            if is_leftover_chunk(&entry.name) || store::is_temporary(&entry.name) {
+                leftovers.push((key, entry.is_dir));
+            } else if strict {
                 return Err(Error::Invalid(format!(
                     "the directory holds {:?}, which is not a chunk: it would be lost under an array",
                     entry.name
                 )));
             }
-            leftovers.push((key, entry.is_dir));
         }
-        // Chunks an interrupted removal left behind would read as the new array's.
         for (key, is_dir) in &leftovers {
             if *is_dir { store.delete_prefix(key).map(drop)? } else { store.delete(key)? }
         }
-        self.store_node_document(path, name, bytes, doc)?;
-        if name == ".zarray" && store.head(&store::join(path, ".zgroup"))?.is_some() {
-            store.delete(&store::join(path, ".zgroup"))?;
-            consolidated::update(store, path, ZarrFormat::V2, &Change::Unset(".zgroup"))?;
-        }
+        Ok(leftovers.len())
+    }
+
+    /// A group with no nodes in it becomes the array `doc` describes: all fill until written.
+    fn create_array(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+        let store = self.cx.store.as_ref();
+        // Chunks an interrupted removal left behind would read as the new array's.
+        let cleared = self.clear_leftovers(path, true)?;
+        let zgroup = (name == ".zarray" && store.head(&store::join(path, ".zgroup"))?.is_some()).then_some(".zgroup");
+        self.store_node_documents(path, name, bytes, doc, zgroup)?;
         self.nodes.forget(path);
         // Scratch files under the names of the array's own files would hide them.
         for name in self.nodes.scratch.names_in(path).into_iter().filter(|n| is_array_file(n)) {
             self.nodes.scratch.remove(&store::join(path, &name));
         }
-        tracing::info!(node = %display_path(path), cleared = leftovers.len(), "array created");
+        tracing::info!(node = %display_path(path), cleared, "array created");
         Ok(())
     }
 
@@ -542,44 +598,6 @@ fn layout_edit(proposed: &Value, current: &Value, read: Option<&Value>, had: imp
         )),
         None => LayoutEdit::Resize,
     }
-}
-
-/// The most nodes a moved tree may hold, and how deep: a store may be hostile (a link back to
-/// an ancestor would make the walk endless).
-const MAX_MOVED_NODES: usize = 100_000;
-const MAX_MOVED_DEPTH: usize = 64;
-
-/// Every document of the nodes at and beneath `path` (arrays are not looked into: their
-/// directories hold chunks).
-fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'static str, Value)>> {
-    let mut out = Vec::new();
-    let mut pending = vec![path.to_string()];
-    let mut seen = 0;
-    while let Some(node) = pending.pop() {
-        seen += 1;
-        if seen > MAX_MOVED_NODES || node[path.len()..].matches('/').count() > MAX_MOVED_DEPTH {
-            return Err(Error::Invalid(format!(
-                "{} holds more than {MAX_MOVED_NODES} nodes or nests deeper than {MAX_MOVED_DEPTH}: not moved",
-                display_path(path)
-            )));
-        }
-        let mut is_group = false;
-        for name in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
-            let Some(bytes) = store.get(&store::join(&node, name), MAX_DOCUMENT_BYTES)? else { continue };
-            let Ok(doc) = metadata::parse_json(&bytes, name) else { continue };
-            is_group |= name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
-            out.push((node.clone(), name, doc));
-        }
-        if is_group {
-            for entry in store.list_dir(&node)?.into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
-                let child = store::join(&node, &entry.name);
-                if is_node(store, &child)? {
-                    pending.push(child);
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -410,12 +410,15 @@ impl ZarrFs {
 
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let node = self.node(ino)?;
+        let handle = self.handles.get(fh);
+        if let Some(array) = handle.as_ref().and_then(|h| h.array()) {
+            array.check_present()?;
+        }
         let slice = |bytes: &[u8]| {
             let start = (offset.min(bytes.len() as u64)) as usize;
             let end = (start + size as usize).min(bytes.len());
             bytes[start..end].to_vec()
         };
-        let handle = self.handles.get(fh);
         match (node.kind, handle.as_ref().map(|h| &h.opened)) {
             (_, Some(Opened::Document(bytes))) => Ok(slice(bytes)),
             (_, Some(Opened::Edit { edit, .. })) => Ok(slice(&crate::error::lock(edit).bytes)),

@@ -507,6 +507,35 @@ impl Nodes {
         was
     }
 
+    /// Show every file of the directory `dir` again (a removal of it failed).
+    pub fn attach_all(&self, dir: &str) {
+        lock(&self.detached).remove(dir);
+    }
+
+    /// The node at `old` moved to `new`: arrays open beneath it are served at their new
+    /// paths (their open files follow them), by the same `OpenArray`s.
+    pub fn moved(&self, old: &str, new: &str) {
+        let lead = format!("{old}/");
+        let mut dirs = lock(&self.dirs);
+        let moving: Vec<String> = dirs.keys().filter(|p| p.as_str() == old || p.starts_with(&lead)).cloned().collect();
+        for from in moving {
+            let Some(mut known) = dirs.remove(&from) else { continue };
+            let to = format!("{new}{}", &from[old.len()..]);
+            if let DirState::Array(file) = &known.state {
+                match file.array.array().moved_to(&to) {
+                    Ok(moved) => file.array.replace(Arc::new(moved), file.array.cache_id()),
+                    Err(_) => continue,
+                }
+            }
+            known.checked = Instant::now();
+            dirs.insert(to, known);
+        }
+        drop(dirs);
+        lock(&self.detached).retain(|p, _| p != old && !p.starts_with(&lead));
+        lock(&self.refusals).retain(|p, _| p != old && !p.starts_with(&lead));
+        self.scratch.remove_beneath(old);
+    }
+
     /// Forget what is known of the directory at `path` and beneath it: it was removed, moved,
     /// or became another kind of node, and is read again from the store when next asked for.
     pub fn forget(&self, path: &str) {

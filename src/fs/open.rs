@@ -161,6 +161,8 @@ pub struct OpenArray {
     cache: Arc<crate::cache::ChunkCache>,
     /// Stores of its chunks or metadata that failed (their changes are kept, to be tried again).
     pub failed_stores: AtomicU64,
+    /// Removed from the store (`rm -r`) while files of it were still open: they read ESTALE.
+    removed: std::sync::atomic::AtomicBool,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// Signalled when a background store finishes.
@@ -192,6 +194,7 @@ impl OpenArray {
         OpenArray {
             cache,
             failed_stores: AtomicU64::new(0),
+            removed: Default::default(),
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
@@ -332,6 +335,19 @@ impl OpenArray {
 
     pub fn metadata_dirty(&self) -> bool {
         lock(&self.edits).metadata_dirty
+    }
+
+    /// The array was removed from the store: what is still open of it reads nothing more.
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Relaxed);
+    }
+
+    /// ESTALE once the array was removed.
+    pub(crate) fn check_present(&self) -> Result<()> {
+        match self.removed.load(Ordering::Relaxed) {
+            true => Err(crate::Error::Stale(format!("{} was removed", crate::zarr::node::display_path(&self.array().path)))),
+            false => Ok(()),
+        }
     }
 }
 

@@ -97,6 +97,7 @@ impl LocalStore {
             let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
             fd = rustix::fs::openat2(&fd, part, flags | OFlags::CLOEXEC, Mode::empty(), how).map_err(|e| match e {
                 Errno::XDEV | Errno::LOOP => Error::refused(dir, "a link where a directory of the store was expected"),
+                Errno::NOTDIR => Error::refused(dir, "a file stands where a directory of the store was expected"),
                 e => Error::Io(io(e)),
             })?;
         }
@@ -166,14 +167,31 @@ impl Store for LocalStore {
         // O_EXCL never follows a link planted under the temporary name.
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
         let tmp = format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id());
+        debug_assert!(super::is_temporary(&tmp));
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
+        let dir = match rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)) {
+            Ok(fd) => (dir, fd),
+            // The directory was empty and removed meanwhile (`remove_empty_dirs`): made again.
+            Err(Errno::NOENT) => {
+                let dir = self.make_dir(split(key).0)?;
+                let fd = rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
+                (dir, fd)
+            }
+            Err(e) => return Err(Error::Io(io(e))),
+        };
+        let (dir, fd) = dir;
         let mut file = std::fs::File::from(fd);
         // The version is taken before the rename, which keeps the inode, size and mtime.
         let written = file.write_all(value).map_err(Error::Io).and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
         start_write_back(&file);
         let renamed = written.and_then(|stat| {
-            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| Error::Io(io(e)))?;
+            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| match e {
+                // Something else stands at the key: a broken store, not the writer's doing.
+                Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => {
+                    Error::refused(key, "a directory stands where the value goes")
+                }
+                e => Error::Io(io(e)),
+            })?;
             Ok(head_of(&stat).version)
         });
         if renamed.is_err() {
@@ -222,6 +240,15 @@ impl Store for LocalStore {
             Err(e) if is_absent(e) => Ok(None),
             Err(e) => Err(Error::Io(io(e))),
         }
+    }
+
+    fn remove_empty_dirs(&self, prefix: &str) -> Result<()> {
+        let (parent, name) = split(prefix);
+        if name.is_empty() {
+            return Ok(());
+        }
+        let Some(parent) = self.open_beneath(parent)? else { return Ok(()) };
+        remove_empty_within(&parent, std::ffi::OsStr::new(name), 0)
     }
 
     fn delete_prefix(&self, prefix: &str) -> Result<u64> {
@@ -329,6 +356,35 @@ fn remove_tree_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Re
     }
     match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT) => Ok(removed),
+        Err(e) => Err(Error::Io(io(e))),
+    }
+}
+
+/// Remove `name` in `dir` if it is a directory holding only empty directories. Links are not
+/// followed; files are left.
+fn remove_empty_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Result<()> {
+    if depth > MAX_REMOVE_DEPTH {
+        return Ok(());
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let child = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
+        Err(e) => return Err(Error::Io(io(e))),
+    };
+    let mut subdirs = Vec::new();
+    for entry in Dir::read_from(&child).map_err(|e| Error::Io(io(e)))? {
+        let entry = entry.map_err(|e| Error::Io(io(e)))?;
+        let n = entry.file_name().to_bytes();
+        if n != b"." && n != b".." && entry.file_type() == FileType::Directory {
+            subdirs.push(std::ffi::OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    for sub in subdirs {
+        remove_empty_within(&child, &sub, depth + 1)?;
+    }
+    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => Ok(()),
         Err(e) => Err(Error::Io(io(e))),
     }
 }

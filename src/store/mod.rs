@@ -112,6 +112,16 @@ pub trait Store: Send + Sync {
         }
         Ok(removed)
     }
+    /// Remove `keys`; absent keys are not an error.
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        keys.iter().try_for_each(|k| self.delete(k))
+    }
+    /// Remove the directories at and beneath `prefix` that hold nothing (where the store has
+    /// directories): what deleted keys leave behind.
+    fn remove_empty_dirs(&self, prefix: &str) -> Result<()> {
+        let _ = prefix;
+        Ok(())
+    }
     /// Move the node at `from` (its documents and chunks) to `to`, which must not exist, in one
     /// step. Stores that cannot rename in one step refuse with `Error::CrossDevice`, so that a
     /// `mv` through the mount copies instead.
@@ -192,6 +202,12 @@ impl std::fmt::Display for Location {
             Location::Remote(r) => write!(f, "{r}"),
         }
     }
+}
+
+/// Whether `name` is a temporary name a local store's `set` writes through (one left by a
+/// crash): `.NAME.zarrfs-PID-N.tmp`.
+pub fn is_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp") && name.contains(".zarrfs-")
 }
 
 /// The store key of `name` under `prefix`.

@@ -437,6 +437,29 @@ impl Store for ObjectStore {
         }
     }
 
+    fn delete_many(&self, keys: &[String]) -> Result<()> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let paths: Vec<object_store::Result<ObjectPath>> = keys.iter().map(|k| Ok(ObjectPath::from(k.as_str()))).collect();
+        let n = paths.len() as u64;
+        let deleted = self.run(async {
+            let mut stream = self.remote.delete_stream(futures_util::stream::iter(paths).boxed());
+            while let Some(result) = stream.next().await {
+                match result {
+                    Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+        self.requests.delete.fetch_add(n, Ordering::Relaxed);
+        for k in keys {
+            self.remember_etag(k, Some(None));
+        }
+        deleted.map_err(|e| self.failed("DELETE", keys.first().map_or("", String::as_str), e))
+    }
+
     fn delete_prefix(&self, prefix: &str) -> Result<u64> {
         if self.location.read_only() {
             return Err(Error::ReadOnly);

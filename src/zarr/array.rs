@@ -136,6 +136,41 @@ impl Array {
         Ok(out)
     }
 
+    /// Every key under the array's prefix but its documents, split into those a removal of the
+    /// array deletes — its chunks (any grid index its key encoding names) and the temporary
+    /// names of interrupted writes — and the rest, which are not the array's and are kept.
+    pub fn stored_keys(&self) -> Result<(Vec<String>, Vec<String>)> {
+        let encoding = &self.meta.key_encoding;
+        let ndim = self.meta.shape.len();
+        let (mut ours, mut others) = (Vec::new(), Vec::new());
+        let mut pending = vec![(String::new(), 0usize)];
+        while let Some((rel, depth)) = pending.pop() {
+            let dir = if rel.is_empty() { self.path.clone() } else { store::join(&self.path, &rel) };
+            for e in self.store.list_dir(&dir)? {
+                let key = if rel.is_empty() { e.name.clone() } else { format!("{rel}/{}", e.name) };
+                let full = store::join(&self.path, &key);
+                if e.is_dir && depth <= ndim {
+                    pending.push((key, depth + 1));
+                } else if e.is_dir {
+                    others.push(format!("{full}/"));
+                } else if rel.is_empty() && super::node::METADATA_DOCUMENTS.contains(&e.name.as_str()) {
+                } else if encoding.decode(&key, ndim).is_some() || store::is_temporary(&e.name) {
+                    ours.push(full);
+                } else {
+                    others.push(full);
+                }
+            }
+        }
+        Ok((ours, others))
+    }
+
+    /// The same array at another path (moved with its node).
+    pub fn moved_to(&self, path: &str) -> Result<Array> {
+        let mut moved = self.derived(self.meta.edited(|_| {})?);
+        moved.path = path.to_string();
+        Ok(moved)
+    }
+
     /// Which of `chunks` are surely not stored, from one listing of the directory their keys
     /// share, taken only when it holds no more names than there are chunks (so it costs no more
     /// than probing them one by one would). `false` means "may be stored". Sparse arrays with
@@ -507,8 +542,9 @@ impl Array {
         Ok(chunk)
     }
 
-    /// Write the metadata document, and the consolidated metadata of every ancestor group that
-    /// lists this array, so that readers preferring consolidated metadata see the new shape.
+    /// Write the metadata document, and the consolidated metadata of every ancestor group
+    /// that lists this array, so that readers preferring consolidated metadata see the new
+    /// shape: both or neither (consolidated metadata first, put back if the document fails).
     pub fn store_metadata(&self) -> Result<Touched> {
         let key = store::join(&self.path, self.meta.document_name());
         let old = self.store.get_value(&key, MAX_DOCUMENT_BYTES)?;
@@ -518,11 +554,18 @@ impl Array {
         {
             return Err(Error::refused(&key, "changed in the store by another writer since this mount read it; not overwritten"));
         }
-        *stored = Some(self.store.set(&key, &metadata::render_like(old.as_ref().map(|v| v.bytes.as_slice()), &self.meta.document))?);
-        drop(stored);
+        consolidated::repair_stale(self.store.as_ref());
         let change = consolidated::Change::Set(self.meta.document_name(), &self.meta.document);
-        let mut keys = vec![key];
-        keys.extend(consolidated::update(self.store.as_ref(), &self.path, self.meta.format, &change)?);
+        let update = consolidated::prepare(self.store.as_ref(), &[(&self.path, self.meta.format, change)])?;
+        let mut keys = update.apply(self.store.as_ref())?;
+        match self.store.set(&key, &metadata::render_like(old.as_ref().map(|v| v.bytes.as_slice()), &self.meta.document)) {
+            Ok(version) => *stored = Some(version),
+            Err(e) => {
+                update.undo(self.store.as_ref());
+                return Err(e);
+            }
+        }
+        keys.insert(0, key);
         Ok(Touched { keys })
     }
 }

@@ -2,17 +2,27 @@
 //! goes, every group above it that consolidates its hierarchy (v3 `consolidated_metadata` in
 //! `zarr.json`, v2 `.zmetadata`) gets the same change, so readers that prefer consolidated
 //! metadata see what the store holds.
+//!
+//! A change is prepared first (`prepare`: the new documents, from the store, nothing written),
+//! then written (`Update::apply`), and can be put back (`Update::undo`) when the change of the
+//! nodes themselves fails after it: a change happens with its consolidated metadata or not at
+//! all. Where even putting back fails (a full disk), the documents are remembered as stale and
+//! rebuilt from the nodes at the next chance (`repair_stale`), as they are checked when a local
+//! store is mounted (`repair`).
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ZarrFormat};
-use crate::Result;
+use super::node::{display_path, is_hidden, is_node};
 use crate::store::{self, Store};
+use crate::{Error, Result};
 
 /// What happened to a node.
+#[derive(Clone, Copy)]
 pub enum Change<'a> {
     /// Its document `name` (`zarr.json`, `.zarray`, `.zgroup`, `.zattrs`) now holds this.
     Set(&'a str, &'a Value),
@@ -22,38 +32,111 @@ pub enum Change<'a> {
     Remove,
 }
 
-/// Apply `change` of the node at `path` (of `format`) to the consolidated metadata of every
-/// group above it that has some (v2: and of the node itself, whose `.zmetadata` lists its own
-/// documents). Returns the keys written.
-pub fn update(store: &dyn Store, path: &str, format: ZarrFormat, change: &Change<'_>) -> Result<Vec<String>> {
-    // Each update reads, changes and writes whole documents: two at once would lose one.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _one = crate::error::lock(&ONE_AT_A_TIME);
-    let mut written = Vec::new();
-    let parts: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
-    let own = match format {
-        ZarrFormat::V2 => parts.len(),
-        ZarrFormat::V3 => parts.len().saturating_sub(1),
+/// One consolidating document rewritten: its bytes before and after.
+struct Rewrite {
+    key: String,
+    old: Vec<u8>,
+    new: Vec<u8>,
+}
+
+/// The rewrites of consolidated metadata that a change of nodes needs, not yet written.
+#[derive(Default)]
+pub struct Update {
+    rewrites: Vec<Rewrite>,
+}
+
+/// Each update reads, changes and writes whole documents: two at once would lose one.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Consolidating documents that could be neither updated nor put back: rebuilt from the nodes
+/// at the next chance.
+static STALE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// The consolidating document of the group at `group` in `format`.
+fn document_key(group: &str, format: ZarrFormat) -> String {
+    store::join(group, if format == ZarrFormat::V3 { "zarr.json" } else { ".zmetadata" })
+}
+
+/// The entries of a consolidating document, if it consolidates.
+fn entries_of(doc: &mut Value, format: ZarrFormat) -> Option<&mut serde_json::Map<String, Value>> {
+    let entries = match format {
+        ZarrFormat::V3 => doc.get_mut("consolidated_metadata").and_then(|c| c.get_mut("metadata")),
+        ZarrFormat::V2 => doc.get_mut("metadata"),
     };
-    for depth in (0..=own).rev() {
-        let (group, rel) = (parts[..depth].join("/"), parts[depth..].join("/"));
-        if format == ZarrFormat::V3 && rel.is_empty() {
-            continue;
-        }
-        let key = store::join(&group, if format == ZarrFormat::V3 { "zarr.json" } else { ".zmetadata" });
-        let Some(bytes) = store.get(&key, MAX_DOCUMENT_BYTES)? else { continue };
-        let Ok(mut doc) = metadata::parse_json(&bytes, &key) else { continue };
-        let entries = match format {
-            ZarrFormat::V3 => doc.get_mut("consolidated_metadata").and_then(|c| c.get_mut("metadata")),
-            ZarrFormat::V2 => doc.get_mut("metadata"),
+    entries.and_then(Value::as_object_mut)
+}
+
+/// The rewrites `changes` of nodes (each `(path, format, change)`) need in every group above
+/// them that consolidates its hierarchy (v2: and in a node's own `.zmetadata`, which lists its
+/// own documents). Nothing is written.
+pub fn prepare(store: &dyn Store, changes: &[(&str, ZarrFormat, Change<'_>)]) -> Result<Update> {
+    let mut docs: Vec<(String, Vec<u8>, Value, ZarrFormat, bool)> = Vec::new();
+    for (path, format, change) in changes {
+        let parts: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
+        let own = match format {
+            ZarrFormat::V2 => parts.len(),
+            ZarrFormat::V3 => parts.len().saturating_sub(1),
         };
-        let Some(entries) = entries.and_then(Value::as_object_mut) else { continue };
-        if apply(entries, format, &rel, change) {
-            store.set(&key, &metadata::render_like(Some(&bytes), &doc))?;
-            written.push(key);
+        for depth in (0..=own).rev() {
+            let (group, rel) = (parts[..depth].join("/"), parts[depth..].join("/"));
+            if *format == ZarrFormat::V3 && rel.is_empty() {
+                continue;
+            }
+            let key = document_key(&group, *format);
+            if !docs.iter().any(|d| d.0 == key) {
+                let Some(bytes) = store.get(&key, MAX_DOCUMENT_BYTES)? else { continue };
+                let Ok(doc) = metadata::parse_json(&bytes, &key) else { continue };
+                docs.push((key.clone(), bytes, doc, *format, false));
+            }
+            let Some(d) = docs.iter_mut().find(|d| d.0 == key) else { continue };
+            if let Some(entries) = entries_of(&mut d.2, *format) {
+                d.4 |= apply(entries, *format, &rel, change);
+            }
         }
     }
-    Ok(written)
+    let rewrites = docs
+        .into_iter()
+        .filter(|d| d.4)
+        .map(|(key, old, doc, _, _)| Rewrite { new: metadata::render_like(Some(&old), &doc), key, old })
+        .collect();
+    Ok(Update { rewrites })
+}
+
+impl Update {
+    /// Write the rewrites. If one fails, those written before it are put back, and the error is
+    /// returned: the store is as it was. Returns the keys written.
+    pub fn apply(&self, store: &dyn Store) -> Result<Vec<String>> {
+        let _one = crate::error::lock(&ONE_AT_A_TIME);
+        for (i, r) in self.rewrites.iter().enumerate() {
+            if let Err(e) = store.set(&r.key, &r.new) {
+                put_back(store, &self.rewrites[..i]);
+                return Err(e);
+            }
+        }
+        Ok(self.rewrites.iter().map(|r| r.key.clone()).collect())
+    }
+
+    /// Put back what `apply` wrote: the change of the nodes it went with failed.
+    pub fn undo(&self, store: &dyn Store) {
+        let _one = crate::error::lock(&ONE_AT_A_TIME);
+        put_back(store, &self.rewrites);
+    }
+}
+
+/// Write the old bytes of `rewrites` back; those that cannot be are stale until repaired.
+fn put_back(store: &dyn Store, rewrites: &[Rewrite]) {
+    for r in rewrites {
+        if let Err(e) = store.set(&r.key, &r.old) {
+            tracing::error!(document = %display_path(&r.key), "consolidated metadata is stale until it is repaired: {e}");
+            crate::error::lock(&STALE).insert(r.key.clone());
+        }
+    }
+}
+
+/// Apply `change` of the node at `path` (of `format`) to the consolidated metadata above it, at
+/// once. Returns the keys written.
+pub fn update(store: &dyn Store, path: &str, format: ZarrFormat, change: &Change<'_>) -> Result<Vec<String>> {
+    prepare(store, &[(path, format, *change)])?.apply(store)
 }
 
 /// Apply `change` of the node `rel` (relative to the consolidating group) to its entries.
@@ -66,13 +149,7 @@ fn apply(entries: &mut serde_json::Map<String, Value>, format: ZarrFormat, rel: 
     match change {
         Change::Set(name, doc) => {
             let key = entry(name);
-            let mut doc = (*doc).clone();
-            // A group's entry carries its own (empty) consolidated metadata, as zarr-python
-            // writes it, so that the entry reads back as a fresh consolidation would.
-            let is_group = *name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
-            if is_group && let Some(obj) = doc.as_object_mut() {
-                obj.entry("consolidated_metadata").or_insert_with(|| json!({"kind": "inline", "must_understand": false, "metadata": {}}));
-            }
+            let doc = entry_of(name, doc);
             let changed = entries.get(&key) != Some(&doc);
             entries.insert(key, doc);
             changed
@@ -83,6 +160,125 @@ fn apply(entries: &mut serde_json::Map<String, Value>, format: ZarrFormat, rel: 
             let before = entries.len();
             entries.retain(|k, _| k != rel && !k.starts_with(&lead));
             before != entries.len()
+        }
+    }
+}
+
+/// A node's document `name` as its consolidated entry: a group's carries its own (empty)
+/// consolidated metadata, as zarr-python writes it, so that the entry reads back as a fresh
+/// consolidation would.
+fn entry_of(name: &str, doc: &Value) -> Value {
+    let mut doc = doc.clone();
+    let is_group = name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
+    if name == "zarr.json"
+        && is_group
+        && let Some(obj) = doc.as_object_mut()
+    {
+        obj.entry("consolidated_metadata").or_insert_with(|| json!({"kind": "inline", "must_understand": false, "metadata": {}}));
+    }
+    doc
+}
+
+/// Whether a consolidated entry stands for `doc`: every field of the document, as it is (a
+/// writer may add fields at their defaults, or a group's own consolidation).
+fn stands_for(entry: &Value, name: &str, doc: &Value) -> bool {
+    let (Some(entry), Some(doc)) = (entry.as_object(), entry_of(name, doc).as_object().cloned()) else { return entry == doc };
+    let is_default = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty());
+    doc.iter().all(|(k, v)| k == "consolidated_metadata" || entry.get(k) == Some(v))
+        && entry.iter().all(|(k, v)| doc.contains_key(k) || k == "consolidated_metadata" || is_default(v))
+}
+
+/// The most nodes a walk of a subtree visits, and how deep: a store may be hostile (a link back
+/// to an ancestor would make the walk endless).
+pub const MAX_WALKED_NODES: usize = 100_000;
+const MAX_WALKED_DEPTH: usize = 64;
+
+/// Every document of the nodes at and beneath `path` (arrays are not looked into: their
+/// directories hold chunks), as (node, document name, document).
+pub fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'static str, Value)>> {
+    let mut out = Vec::new();
+    let mut pending = vec![path.to_string()];
+    let mut seen = 0;
+    while let Some(node) = pending.pop() {
+        seen += 1;
+        if seen > MAX_WALKED_NODES || node[path.len()..].matches('/').count() > MAX_WALKED_DEPTH {
+            return Err(Error::Invalid(format!(
+                "{} holds more than {MAX_WALKED_NODES} nodes or nests deeper than {MAX_WALKED_DEPTH}",
+                display_path(path)
+            )));
+        }
+        let mut is_group = false;
+        for name in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
+            let Some(bytes) = store.get(&store::join(&node, name), MAX_DOCUMENT_BYTES)? else { continue };
+            let Ok(doc) = metadata::parse_json(&bytes, name) else { continue };
+            is_group |= name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
+            out.push((node.clone(), name, doc));
+        }
+        if is_group {
+            for entry in store.list_dir(&node)?.into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
+                let child = store::join(&node, &entry.name);
+                if is_node(store, &child)? {
+                    pending.push(child);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Make the consolidated metadata of the group at `group` (if it consolidates) stand for the
+/// nodes beneath it: entries of nodes that are gone are removed, missing or differing ones set
+/// from the nodes' documents. Returns whether it was stale (and was rewritten).
+pub fn repair(store: &dyn Store, group: &str) -> Result<bool> {
+    let _one = crate::error::lock(&ONE_AT_A_TIME);
+    let format = if store.head(&document_key(group, ZarrFormat::V2))?.is_some() { ZarrFormat::V2 } else { ZarrFormat::V3 };
+    let key = document_key(group, format);
+    let Some(bytes) = store.get(&key, MAX_DOCUMENT_BYTES)? else { return Ok(false) };
+    let Ok(mut doc) = metadata::parse_json(&bytes, &key) else { return Ok(false) };
+    let Some(entries) = entries_of(&mut doc, format) else { return Ok(false) };
+    let lead = if group.is_empty() { String::new() } else { format!("{group}/") };
+    let mut wanted = serde_json::Map::new();
+    for (node, name, node_doc) in subtree_documents(store, group)? {
+        let rel = node.strip_prefix(&lead).unwrap_or(if node == group { "" } else { &node });
+        let entry = match format {
+            ZarrFormat::V3 if node == group => continue,
+            ZarrFormat::V3 => rel.to_string(),
+            ZarrFormat::V2 => store::join(rel, name),
+        };
+        wanted.insert(entry, node_doc);
+    }
+    let doc_name = |entry: &str| match format {
+        ZarrFormat::V3 => "zarr.json".to_string(),
+        ZarrFormat::V2 => entry.rsplit('/').next().unwrap_or(entry).to_string(),
+    };
+    let mut stale = false;
+    let gone: Vec<String> = entries.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+    for k in gone {
+        entries.remove(&k);
+        stale = true;
+    }
+    for (k, node_doc) in wanted {
+        let name = doc_name(&k);
+        if !entries.get(&k).is_some_and(|e| stands_for(e, &name, &node_doc)) {
+            entries.insert(k, entry_of(&name, &node_doc));
+            stale = true;
+        }
+    }
+    if stale {
+        store.set(&key, &metadata::render_like(Some(&bytes), &doc))?;
+        tracing::warn!(document = %display_path(&key), "consolidated metadata was stale: rebuilt from the nodes");
+    }
+    crate::error::lock(&STALE).remove(&key);
+    Ok(stale)
+}
+
+/// Repair the consolidating documents that could not be put back (`STALE`).
+pub fn repair_stale(store: &dyn Store) {
+    let keys: Vec<String> = crate::error::lock(&STALE).iter().cloned().collect();
+    for key in keys {
+        let group = key.rsplit_once('/').map_or("", |(g, _)| g);
+        if let Err(e) = repair(store, group) {
+            tracing::warn!(document = %display_path(&key), "consolidated metadata is still stale: {e}");
         }
     }
 }
@@ -137,5 +333,28 @@ mod tests {
         update(&store, "a", ZarrFormat::V2, &Change::Remove).unwrap();
         let left: Vec<String> = entries(&store, ".zmetadata", "").as_object().unwrap().keys().cloned().collect();
         assert_eq!(left, [".zgroup", ".zattrs"]);
+    }
+
+    #[test]
+    fn an_update_is_put_back_and_a_stale_consolidation_is_rebuilt() {
+        let store = MemoryStore::new();
+        let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
+        let array = json!({"zarr_format": 3, "node_type": "array", "shape": [1]});
+        store.set("a/zarr.json", &serde_json::to_vec(&array).unwrap()).unwrap();
+        root_v3(&store, json!({"a": array.clone()}));
+        let before = store.get("zarr.json", 1 << 20).unwrap();
+        let update =
+            prepare(&store, &[("g", ZarrFormat::V3, Change::Set("zarr.json", &group)), ("a", ZarrFormat::V3, Change::Remove)]).unwrap();
+        update.apply(&store).unwrap();
+        assert_eq!(entries(&store, "zarr.json", "consolidated_metadata").as_object().unwrap().keys().collect::<Vec<_>>(), ["g"]);
+        update.undo(&store);
+        assert_eq!(store.get("zarr.json", 1 << 20).unwrap(), before);
+        // Stale: a node it does not list, one it lists that is gone, one that differs.
+        store.set("b/zarr.json", &serde_json::to_vec(&array).unwrap()).unwrap();
+        root_v3(&store, json!({"a": {"zarr_format": 3, "node_type": "array", "shape": [9]}, "gone": group.clone()}));
+        assert!(repair(&store, "").unwrap());
+        let e = entries(&store, "zarr.json", "consolidated_metadata");
+        assert_eq!((e["a"]["shape"].clone(), e["b"]["shape"].clone(), e.get("gone")), (json!([1]), json!([1]), None));
+        assert!(!repair(&store, "").unwrap(), "a current consolidation is left alone");
     }
 }
