@@ -60,13 +60,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Vec::new()
     };
     // Decoding inner chunks: (shard, its index, inner chunk number) for each stored one.
-    let inner: Vec<(&[u64], Arc<ShardIndex>, usize)> = match array.read_units() {
+    // A shard's index with the version it was read at.
+    type Indexed = Arc<(ShardIndex, zarrfs::store::Version)>;
+    let inner: Vec<(&[u64], Indexed, usize)> = match array.read_units() {
         ReadUnits::InnerChunks { sharding } if !encode => {
             let mut inner = Vec::new();
             for shard in &chunks {
                 if let Some(index) = array.retrieve_shard_index(sharding, shard)? {
                     let index = Arc::new(index);
-                    inner.extend((0..index.entries.len()).map(|i| (shard.as_slice(), index.clone(), i)));
+                    inner.extend((0..index.0.entries.len()).map(|i| (shard.as_slice(), index.clone(), i)));
                 }
             }
             inner
@@ -78,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let done = AtomicUsize::new(0);
     let one = |i: usize| -> zarrfs::Result<usize> {
         if let (Some((shard, index, n)), ReadUnits::InnerChunks { sharding }) = (inner.get(i), array.read_units()) {
-            return Ok(array.retrieve_inner_chunk(sharding, shard, index, *n)?.map_or(0, |bytes| bytes.len()));
+            return Ok(array.retrieve_inner_chunk(sharding, shard, &index.0, index.1, *n)?.map_or(0, |bytes| bytes.len()));
         }
         let coords = &chunks[i];
         if !encode {

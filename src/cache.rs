@@ -20,8 +20,9 @@ pub enum Cached {
     /// A decoded chunk, C order, little-endian, with the version of the stored value it was
     /// decoded from when that is a whole value (not an inner chunk of a shard).
     Chunk { decoded: Vec<u8>, version: Option<Version> },
-    /// A decoded shard index.
-    Index(ShardIndex),
+    /// A decoded shard index, with the version of the shard it was read from: inner chunks are
+    /// read at its offsets only from that version.
+    Index { index: ShardIndex, version: Version },
     /// The rendered text of a band of a variable-length array.
     Text(Vec<u8>),
 }
@@ -31,8 +32,8 @@ impl Cached {
         v.map_or(Cached::Missing, |decoded| Cached::Chunk { decoded, version: None })
     }
 
-    pub fn index(v: Option<ShardIndex>) -> Cached {
-        v.map_or(Cached::Missing, Cached::Index)
+    pub fn index(v: Option<(ShardIndex, Version)>) -> Cached {
+        v.map_or(Cached::Missing, |(index, version)| Cached::Index { index, version })
     }
 
     /// Bytes charged against the capacity: the value's, and the entry's own (its key, list node,
@@ -41,7 +42,7 @@ impl Cached {
         160 + match self {
             Cached::Missing => 0,
             Cached::Chunk { decoded, .. } => decoded.len(),
-            Cached::Index(i) => i.byte_len(),
+            Cached::Index { index, .. } => index.byte_len(),
             Cached::Text(t) => t.len(),
         }
     }

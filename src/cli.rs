@@ -114,7 +114,8 @@ struct MountArgs {
     /// Switch default-encoded arrays to the offset chunk key encoding when prepend is opened.
     #[arg(long)]
     adopt_offset: bool,
-    /// Where bytes written to prepend are staged (default: the system temp dir).
+    /// Where bytes written to prepend are staged (default: a private directory made at the first
+    /// prepend in $XDG_RUNTIME_DIR, else in the system's temporary directory).
     #[arg(long)]
     spool_dir: Option<PathBuf>,
     /// Decoded-chunk cache size, e.g. 512M or 2G.

@@ -110,6 +110,8 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
         "data_bytes": if a.dtype.is_variable() { Value::Null } else { json!(a.byte_len()) },
         // What a rewrite of the document through a mount may change in place.
         "edits": a.in_place_edits(),
+        // Why writes are refused, when they are (a filter that would not give back what is written).
+        "read_only": a.codecs.write_refusal(),
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()

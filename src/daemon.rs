@@ -255,12 +255,12 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
     config.adopt_offset = plan.adopt_offset;
     if let Some(dir) = &plan.spool_dir {
-        config.spool_dir = dir.clone();
+        crate::fs::prepare_spool_dir(dir).map_err(|e| e.to_string())?;
+        config.spool_dir = Some(dir.clone());
     }
     if let Some(views) = &plan.views {
         config.views = views.clone();
     }
-    crate::fs::prepare_spool_dir(&config.spool_dir).map_err(|e| e.to_string())?;
     if let Some(n) = plan.max_chunk_size {
         crate::zarr::limits::set_max_chunk_bytes(n);
     }

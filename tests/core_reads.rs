@@ -90,12 +90,12 @@ impl Store for CountingStore {
         self.heads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.head(key)
     }
-    fn get_range(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<Vec<u8>>> {
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<(Vec<u8>, Version)>> {
         // Zero-length probes are existence checks of metadata documents.
         if range != (ByteRange::Range { start: 0, len: 0 }) {
             self.note(format!("range {key} {range:?}"), key);
         }
-        self.inner.get_range(key, range)
+        self.inner.get_range_versioned(key, range)
     }
     fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
         self.wait_if_held("set", key);

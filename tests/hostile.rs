@@ -535,11 +535,43 @@ fn damaged_text_is_shown_exactly_and_logged() {
     }
     let m = Mount::new(&root, &[]);
     assert_eq!(std::fs::read(m.path("s/data")).unwrap(), b"a\\xffb\nok\n");
-    let err = std::fs::metadata(m.path("broken/data")).unwrap_err();
+    // A damaged chunk's lines stand as empty ones (the size says so); reading them fails.
+    assert_eq!(std::fs::metadata(m.path("broken/data")).unwrap().len(), 2);
+    let err = std::fs::read(m.path("broken/data")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO));
     let log = m.log_text();
     assert!(log.contains("not UTF-8"), "{log}");
-    assert!(log.contains("the text view cannot be rendered") && log.contains("/broken"), "{log}");
+    assert!(log.contains("lines of the text cannot be rendered") && log.contains("/broken"), "{log}");
+}
+
+#[test]
+fn one_damaged_chunk_of_a_text_fails_only_its_own_lines() {
+    let doc = array_doc("[6000]", "[2000]", "string", r#"[{"name": "vlen-utf8"}]"#).replace(r#""fill_value": 0"#, r#""fill_value": """#);
+    let (_dir, root) = store(&[("t", doc)]);
+    std::fs::create_dir_all(root.join("t/c")).unwrap();
+    let chunk = |word: &[u8]| {
+        let mut c = 2000u32.to_le_bytes().to_vec();
+        for _ in 0..2000 {
+            c.extend((word.len() as u32).to_le_bytes());
+            c.extend(word);
+        }
+        c
+    };
+    std::fs::write(root.join("t/c/0"), chunk(b"aaaa")).unwrap();
+    std::fs::write(root.join("t/c/1"), b"\x07\0\0\0garbage").unwrap();
+    std::fs::write(root.join("t/c/2"), chunk(b"cccc")).unwrap();
+    let m = Mount::new(&root, &[]);
+    let data = m.path("t/data");
+    // 2000 lines of 5 bytes, 2000 empty lines standing for the damaged chunk, 2000 of 5 bytes.
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 10_000 + 2000 + 10_000);
+    let f = std::fs::File::open(&data).unwrap();
+    let mut first = vec![0u8; 8192];
+    f.read_exact_at(&mut first, 0).unwrap();
+    assert!(first.chunks(5).all(|l| l == b"aaaa\n" || b"aaaa\n".starts_with(l)));
+    assert_eq!(f.read_at(&mut [0u8; 100], 10_000).unwrap_err().raw_os_error(), Some(libc::EIO), "the damaged lines");
+    let mut last = vec![0u8; 5];
+    f.read_exact_at(&mut last, 22_000 - 5).unwrap();
+    assert_eq!(last, b"cccc\n", "lines after the damaged chunk read");
 }
 
 #[test]
@@ -775,4 +807,90 @@ fn a_change_on_a_full_disk_happens_with_its_consolidated_metadata_or_not_at_all(
         assert!(std::time::Instant::now() < deadline, "stale consolidated metadata was not rebuilt at mount: {}", m.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_text_chunk_that_inflates_past_its_elements_is_refused_at_a_small_cost() {
+    // Two strings, one of 1 GiB of "a": some 32 KiB as zstd.
+    let doc = array_doc("[2]", "[2]", "string", r#"[{"name": "vlen-utf8"}, {"name": "zstd", "configuration": {"level": 1}}]"#)
+        .replace(r#""fill_value": 0"#, r#""fill_value": """#);
+    let (_dir, root) = store(&[("t", doc)]);
+    std::fs::create_dir_all(root.join("t/c")).unwrap();
+    let len = 1u32 << 30;
+    let mut frame = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    frame.set_pledged_src_size(Some(12 + u64::from(len))).unwrap();
+    frame.include_contentsize(true).unwrap();
+    frame.write_all(&2u32.to_le_bytes()).unwrap();
+    frame.write_all(&len.to_le_bytes()).unwrap();
+    for _ in 0..1024 {
+        frame.write_all(&[b'a'; 1 << 20]).unwrap();
+    }
+    frame.write_all(&0u32.to_le_bytes()).unwrap();
+    std::fs::write(root.join("t/c/0"), frame.finish().unwrap()).unwrap();
+    let m = Mount::new(&root, &[]);
+    let paths: Vec<PathBuf> = (0..4).map(|_| m.path("t/data")).collect();
+    within(Duration::from_secs(20), "stats of a text bomb", move || {
+        for p in paths {
+            let _ = std::fs::metadata(p);
+        }
+    });
+    assert!(m.peak_rss() < 256 << 20, "a stat inflated the bomb: peak RSS {} MiB", m.peak_rss() >> 20);
+    assert_eq!(std::fs::metadata(m.path("t/data")).unwrap().len(), 2, "its lines stand as empty ones");
+    assert!(m.log_text().contains("decodes to more than"), "{}", m.log_text());
+}
+
+#[test]
+fn links_between_directories_of_the_store_are_not_followed() {
+    let (_dir, root) = store(&[("a/x", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    std::fs::write(root.join("a/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    std::os::unix::fs::symlink(".", root.join("a/self")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("a/up")).unwrap();
+    std::os::unix::fs::symlink("a", root.join("b")).unwrap();
+    let m = Mount::new(&root, &[]);
+    let mnt = m.mountpoint.clone();
+    let found = within(Duration::from_secs(20), "find over linked directories", move || Command::new("find").arg(&mnt).output().unwrap());
+    let listed = String::from_utf8_lossy(&found.stdout).lines().count();
+    assert!(listed < 40, "a walk through links found {listed} paths");
+    for link in ["a/self", "a/up", "b"] {
+        let why = std::fs::read_to_string(m.path(&format!("{link}/error"))).unwrap();
+        assert!(why.contains("not followed"), "{link}: {why}");
+        assert!(!m.path(&format!("{link}/x")).exists());
+    }
+    assert!(m.path("a/x/data").exists());
+}
+
+#[test]
+fn every_file_held_in_memory_counts_against_their_budget() {
+    let nodes: Vec<(String, String)> = (0..5).map(|i| (format!("a{i}"), array_doc("[4]", "[4]", "uint8", BYTES))).collect();
+    let nodes: Vec<(&str, String)> = nodes.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let (_dir, root) = store(&nodes);
+    let m = Mount::new(&root, &[]);
+    let block = vec![b'x'; 60 << 20];
+    let fill = |path: PathBuf, opts: &std::fs::OpenOptions| -> std::io::Result<std::fs::File> {
+        let mut f = opts.open(path)?;
+        f.write_all(&block)?;
+        Ok(f)
+    };
+    let create = std::fs::OpenOptions::new().write(true).create(true).clone();
+    // Scratch files unlinked while open, and documents being rewritten, hold memory until they
+    // close: four of 60 MiB take the 256 MiB there is.
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let path = m.path(&format!("a{i}/scratch.tmp"));
+        held.push(fill(path.clone(), &create).unwrap());
+        std::fs::remove_file(path).unwrap();
+    }
+    let rewrite = std::fs::OpenOptions::new().write(true).truncate(true).clone();
+    for i in 2..4 {
+        held.push(fill(m.path(&format!("a{i}/zarr.json")), &rewrite).unwrap());
+    }
+    let err = fill(m.path("a4/scratch.tmp"), &create).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "a fifth 60 MiB file in memory: {err}");
+    let in_memory = stats(&m)["in_memory_file_bytes"].as_u64().unwrap();
+    assert!((4 * (60 << 20)..=256 << 20).contains(&in_memory), "{in_memory}");
+    // Closed (the documents refused: they are not JSON), they hold nothing.
+    drop(held);
+    let _ = std::fs::remove_file(m.path("a4/scratch.tmp"));
+    assert_eq!(stats(&m)["in_memory_file_bytes"].as_u64().unwrap(), 0);
+    fill(m.path("a4/scratch.tmp"), &create).unwrap();
 }

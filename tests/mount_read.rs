@@ -260,3 +260,51 @@ fn a_dd_scan_decodes_each_chunk_once_and_leaves_the_cache_to_the_kernel() {
     // was released once read (the 1 GiB cache would otherwise hold all 32 MiB).
     assert!(cache["bytes"].as_u64().unwrap() <= (9 << 20) + (512 << 10), "{cache}");
 }
+
+#[test]
+fn a_shard_another_program_rewrites_reads_as_the_old_or_the_new_never_a_mix() {
+    // One shard of 8 x 4096 uint8 in inner chunks of 2 x 512 (zstd): values that compress to
+    // inner chunks of other sizes, so that the rewritten shard's offsets are all different.
+    let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [8, 4096], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 4096]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 512],
+            "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]});
+    let make = |values: &[u8]| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s.zarr");
+        std::fs::create_dir_all(store.join("a")).unwrap();
+        std::fs::write(store.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+        std::fs::write(store.join("a/zarr.json"), doc.to_string()).unwrap();
+        let m = Mount::new(&store, &[]);
+        std::fs::write(m.path("a/data"), values).unwrap();
+        drop(m);
+        (dir, store)
+    };
+    let old: Vec<u8> = (0..8 * 4096).map(|i| (i / 1024) as u8 + 1).collect();
+    let new: Vec<u8> = (0..8 * 4096u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8 | 1).collect();
+    let (_d1, store) = make(&old);
+    let (_d2, rewritten) = make(&new);
+    let m = Mount::new(&store, &[]);
+    // Reads past the kernel's page cache, so that each asks the daemon.
+    let direct = || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.path("a/data")).unwrap()
+    };
+    let data = direct();
+    // Part of the shard is read (its index and one inner chunk cached), then another program
+    // replaces the shard; the metadata stays as it was.
+    let mut part = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&data, &mut part, 0).unwrap();
+    assert_eq!(part, old[..8]);
+    std::fs::copy(rewritten.join("a/c/0/0"), store.join("a/c/0/0.new")).unwrap();
+    std::fs::rename(store.join("a/c/0/0.new"), store.join("a/c/0/0")).unwrap();
+    common::backend::push(&store);
+    // All old or all new, never new bytes at old offsets; what was not cached before is new.
+    for file in [data, direct()] {
+        let mut all = vec![0u8; 8 * 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut all, 0).unwrap_or_else(|e| panic!("{e}: {}", m.log_text()));
+        assert!(all == new, "not the new write of the shard: {}", if all == old { "the old one" } else { "a mix of both" });
+    }
+}

@@ -420,6 +420,8 @@ fn a_flush_over_another_writers_metadata_change_fails_and_keeps_it() {
     let data = m.path("shapes/d1/data");
     let f = OpenOptions::new().write(true).open(&data).unwrap();
     f.set_len(25).unwrap(); // a new shape, stored at the next flush
+    f.write_all_at(&[42; 25], 0).unwrap(); // and chunks
+    let chunks_before = common::snapshot(&store.join("shapes/d1/c"));
     // Another writer changes the attributes meanwhile.
     let doc_path = store.join("shapes/d1/zarr.json");
     let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
@@ -432,4 +434,35 @@ fn a_flush_over_another_writers_metadata_change_fails_and_keeps_it() {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
     assert_eq!(doc["attributes"]["writer"], "another", "the other writer's change stays");
     assert_eq!(doc["shape"], serde_json::json!([17]));
+    assert!(common::snapshot(&store.join("shapes/d1/c")) == chunks_before, "chunks were stored into the other writer's array");
+}
+
+#[test]
+fn an_array_whose_filters_would_not_keep_what_is_written_is_read_only_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(store.join("narrow")).unwrap();
+    std::fs::write(store.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    // int32 values stored as int16 differences: 70000 - 0 does not fit.
+    std::fs::write(
+        store.join("narrow/.zarray"),
+        r#"{"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<i4", "fill_value": 0, "order": "C",
+            "filters": [{"id": "delta", "dtype": "<i4", "astype": "<i2"}], "compressor": null}"#,
+    )
+    .unwrap();
+    let m = Mount::new(&store, &[]);
+    let data = m.path("narrow/data");
+    assert_eq!(std::fs::read(&data).unwrap(), [0u8; 16], "it reads");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o444);
+    let err = OpenOptions::new().write(true).open(&data).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    let err = std::fs::OpenOptions::new().write(true).open(m.path("narrow/data.npy")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    assert!(!sh(&format!("truncate -s 32 {}", data.display())).status.success());
+    let why = std::fs::read_to_string(m.path("narrow/error")).unwrap();
+    assert!(why.contains("narrower"), "{why}");
+    drop(m);
+    let info = Command::new(common::bin()).args(["info", "--json"]).arg(&store).output().unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("narrower"));
 }

@@ -300,3 +300,30 @@ fn a_prepend_to_rows_wider_than_memory_holds_a_few_chunks_and_the_daemon_lives()
     let m = Mount::new(&store, &[]);
     assert_eq!(std::fs::read(m.path("other/data")).unwrap(), rows(40, 2), "the other array's write was stored");
 }
+
+#[test]
+fn bytes_are_staged_in_a_private_directory_made_at_the_first_need() {
+    let (_dir, store) = store_with(&[("a", doc(2, offset_encoding(0, "/"), zstd(), 2))]);
+    // No temporary directory this user may write into, and no runtime directory: the mount comes
+    // up all the same, and a prepend says what to do.
+    let m = Mount::with_env(&store, &[], &[("TMPDIR", Path::new("/proc/self")), ("XDG_RUNTIME_DIR", Path::new(""))]);
+    let err = std::fs::OpenOptions::new().write(true).open(m.path("a/prepend"));
+    assert!(err.is_err(), "a prepend with nowhere to stage its bytes");
+    assert!(m.log_text().contains("--spool-dir"), "{}", m.log_text());
+    drop(m);
+    // The user's runtime directory: a private directory there, gone with the daemon.
+    let runtime = tempfile::tempdir().unwrap();
+    let m = Mount::with_env(&store, &[], &[("XDG_RUNTIME_DIR", runtime.path())]);
+    assert_eq!(std::fs::read_dir(runtime.path()).unwrap().count(), 0, "nothing is made before it is needed");
+    let prepend = OpenOptions::new().write(true).open(m.path("a/prepend")).unwrap();
+    let made: Vec<_> = std::fs::read_dir(runtime.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(made.len(), 1);
+    assert!(made[0].file_name().unwrap().to_string_lossy().starts_with("zarrfs-spool-"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&made[0]).unwrap().permissions().mode() & 0o777, 0o700);
+    prepend.write_all_at(&rows(100, 2), 0).unwrap();
+    drop(prepend);
+    assert_eq!(std::fs::metadata(m.path("a/data")).unwrap().len(), 4 * 6);
+    drop(m);
+    assert_eq!(std::fs::read_dir(runtime.path()).unwrap().count(), 0, "the spool directory went with the daemon");
+}

@@ -38,8 +38,9 @@ pub struct Config {
     pub dirty_limit: usize,
     /// Switch `default`-encoded arrays to `offset` when `prepend` is opened for writing.
     pub adopt_offset: bool,
-    /// Where bytes written to `prepend` are staged.
-    pub spool_dir: std::path::PathBuf,
+    /// Where bytes written to `prepend` (and text rewrites) are staged, when given
+    /// (`--spool-dir`); else a private directory made at the first need.
+    pub spool_dir: Option<std::path::PathBuf>,
     /// The header views shown beside `data` (where the format can express the array).
     pub views: Vec<HeaderFormat>,
     /// How long a node's metadata is served before the store is asked whether it changed.
@@ -61,8 +62,7 @@ impl Default for Config {
             read_ahead: 16 << 20,
             dirty_limit: 256 << 20,
             adopt_offset: false,
-            // SAFETY: geteuid cannot fail. One per user: a directory another user made is refused.
-            spool_dir: std::env::temp_dir().join(format!("zarrfs-spool-{}", unsafe { libc::geteuid() })),
+            spool_dir: None,
             views: HeaderFormat::ALL.to_vec(),
             metadata_ttl: std::time::Duration::from_secs(5),
             shared: false,
@@ -91,6 +91,8 @@ pub struct Context {
     pub pool: WorkerPool,
     /// Bytes of changed chunks held, all arrays together.
     pub budget: Arc<DirtyBudget>,
+    /// Where written bytes are staged until close.
+    pub spool: super::spool::SpoolDir,
     /// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence.
     ids: AtomicU64,
     kernel: OnceLock<Box<dyn KernelCache>>,
@@ -105,6 +107,7 @@ impl Context {
             store,
             cache: Arc::new(ChunkCache::new(config.cache_size)),
             pool: WorkerPool::new(config.workers),
+            spool: super::spool::SpoolDir::new(config.spool_dir.clone()),
             config,
             tree: Tree::new(),
             budget: Arc::new(DirtyBudget::default()),

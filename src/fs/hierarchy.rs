@@ -125,7 +125,7 @@ impl ZarrFs {
             if name == ".zmetadata" {
                 return Err(Error::NotPermitted("consolidated metadata is kept by the mount".into()));
             }
-            (NodeKind::MetaFile, Opened::Edit { key: key.clone(), edit: self.nodes.begin_edit(&key, Vec::new(), false) })
+            (NodeKind::MetaFile, Opened::Edit { key: key.clone(), edit: self.nodes.begin_edit(&key, Vec::new(), false)? })
         } else if (parent == tree::ROOT && name == CONTROL_DIR) || is_array_file(name) {
             // Not even in a group: a scratch `data` would pass for an array's (`cp -r` of an
             // array would seem to work and store nothing).
@@ -284,7 +284,7 @@ impl ZarrFs {
             NodeKind::Dir => return self.rename_node(&node.path, from, to, &new_key, target_kind),
             NodeKind::Scratch if METADATA_DOCUMENTS.contains(&new_name) => {
                 let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
-                let bytes = crate::error::lock(&file.bytes).clone();
+                let bytes = crate::error::lock(&file.bytes).to_vec();
                 self.store_document(&new_key, &bytes, pid)?;
                 self.nodes.scratch.remove(&node.path);
                 self.nodes.attach(&target_dir.path, new_name);
@@ -544,6 +544,7 @@ impl ZarrFs {
             if meta.shape.len() != old.shape.len() || meta.shape[1..] != old.shape[1..] {
                 return Err(Error::Invalid("only shape[0] changes in place (as ftruncate of data does)".into()));
             }
+            file.check_writable()?;
             if !old.in_place_edits().contains(&"shape[0]") {
                 return Err(Error::Invalid("this array's shape does not change in place (0-d; or text: rewrite its data file)".into()));
             }

@@ -161,6 +161,7 @@ impl ZarrFs {
             "dirty_bytes": self.cx.budget.held(),
             "arrays_open": self.nodes.open_arrays().len(),
             "inodes": self.cx.tree.inodes(),
+            "in_memory_file_bytes": self.nodes.scratch.held.bytes(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
             "request_us": self.stats.busy_us(),
@@ -301,8 +302,10 @@ impl ZarrFs {
                 Attr { volatile: true, ..file(scratch.len(), scratch.perm() & (0o7700 | grant.file)) }
             }
             NodeKind::Data => {
-                let (size, volatile) = self.nodes.data_file(&self.cx, &node.path)?.size(&self.cx)?;
-                Attr { volatile, ..file(size, data_perm) }
+                let data = self.nodes.data_file(&self.cx, &node.path)?;
+                let (size, volatile) = data.size(&self.cx)?;
+                let perm = if data.check_writable().is_ok() { data_perm } else { read_only_perm };
+                Attr { volatile, ..file(size, perm) }
             }
             // A view follows the array's shape. One that carries the data is cached as `data` is:
             // every change through the array's other files drops it (`invalidate_files`); a
@@ -353,7 +356,7 @@ impl ZarrFs {
             }
             (NodeKind::MetaFile, true) => {
                 let bytes = if truncate { Vec::new() } else { self.nodes.document(&self.cx, &node.path)? };
-                Opened::Edit { key: node.path.clone(), edit: self.nodes.begin_edit(&node.path, bytes, truncate) }
+                Opened::Edit { key: node.path.clone(), edit: self.nodes.begin_edit(&node.path, bytes, truncate)? }
             }
             (NodeKind::Scratch, _) => {
                 let file = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
@@ -366,7 +369,10 @@ impl ZarrFs {
                 return Err(Error::NotPermitted("the mount's own reports are read-only".into()));
             }
             (NodeKind::View(format), writable) if format.carries_data() => Opened::Data {
-                file: self.nodes.data_file(&self.cx, &node.path)?,
+                file: self
+                    .nodes
+                    .data_file(&self.cx, &node.path)
+                    .and_then(|f| if writable { f.check_writable().map(|()| f) } else { Ok(f) })?,
                 writable,
                 reads: view::ReadPattern::default(),
                 staged: Mutex::new(None),
@@ -385,12 +391,17 @@ impl ZarrFs {
             (NodeKind::StatsFile, false) => Opened::Document(Arc::from(self.stats_json())),
             (NodeKind::ErrorsFile, false) => Opened::Document(Arc::from(crate::logging::recent_errors())),
             (NodeKind::Prepend, true) => {
-                let array = self.nodes.data_file(&self.cx, &node.path)?.array;
+                let file = self.nodes.data_file(&self.cx, &node.path)?;
+                file.check_writable()?;
+                let array = file.array;
                 prepend::check_or_adopt(&array, self.cx.config.adopt_offset)?;
-                Opened::Prepend { array, spool: Mutex::new(spool::Spool::create(&self.cx.config.spool_dir)?) }
+                Opened::Prepend { array, spool: Mutex::new(self.cx.spool.create()?) }
             }
             (NodeKind::Data, writable) => Opened::Data {
-                file: self.nodes.data_file(&self.cx, &node.path)?,
+                file: self
+                    .nodes
+                    .data_file(&self.cx, &node.path)
+                    .and_then(|f| if writable { f.check_writable().map(|()| f) } else { Ok(f) })?,
                 writable,
                 reads: view::ReadPattern::default(),
                 staged: Mutex::new(None),
@@ -468,7 +479,7 @@ impl ZarrFs {
             }
             (_, Opened::Edit { edit, .. }) => {
                 let mut edit = crate::error::lock(edit);
-                scratch::write_at(&mut edit.bytes, offset, data)?;
+                edit.bytes.write_at(offset, data)?;
                 edit.dirty = true;
             }
             (_, Opened::Scratch(file)) => self.nodes.scratch.write(file, offset, data)?,
@@ -487,6 +498,7 @@ impl ZarrFs {
         match node.kind {
             NodeKind::Data => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
+                file.check_writable()?;
                 let handle = fh.and_then(|fh| self.handles.get(fh));
                 let staged = match handle.as_ref().map(|h| &h.opened) {
                     Some(Opened::Data { staged, .. }) => Some(staged),
@@ -498,7 +510,7 @@ impl ZarrFs {
             NodeKind::MetaFile | NodeKind::Scratch => match fh.and_then(|fh| self.handles.get(fh)).as_ref().map(|h| &h.opened) {
                 Some(Opened::Edit { edit, .. }) => {
                     let mut edit = crate::error::lock(edit);
-                    scratch::resize(&mut edit.bytes, size)?;
+                    edit.bytes.resize(size)?;
                     edit.dirty = true;
                 }
                 _ if node.kind == NodeKind::Scratch => {
@@ -540,7 +552,7 @@ impl ZarrFs {
             OnClose::Document { key, edit, last, writer } => {
                 let written = {
                     let mut edit = crate::error::lock(edit);
-                    std::mem::take(&mut edit.dirty).then(|| edit.bytes.clone())
+                    std::mem::take(&mut edit.dirty).then(|| edit.bytes.to_vec())
                 };
                 let stored = match written {
                     Some(bytes) => self.change_permit().and_then(|_permit| self.commit_document(key, &bytes, writer)),

@@ -92,10 +92,10 @@ struct Known {
     grant: Grant,
 }
 
-/// A metadata document being rewritten through a handle: what it will hold at close.
-#[derive(Default)]
+/// A metadata document being rewritten through a handle: what it will hold at close (held in
+/// memory, counted with the scratch files).
 pub struct DocumentEdit {
-    pub bytes: Vec<u8>,
+    pub bytes: super::scratch::HeldBytes,
     /// Written to (or truncated) since opened or last stored.
     pub dirty: bool,
 }
@@ -170,6 +170,10 @@ impl Nodes {
     /// Parse the node at `path`; with the version of the document parsed (none for a node that
     /// cannot be served).
     fn load(cx: &Context, path: &str) -> Result<(DirState, Option<Version>)> {
+        if let Some(why) = cx.store.dir_link(path)? {
+            tracing::warn!(node = %display_path(path), "cannot serve node: {why}");
+            return Ok((DirState::Broken(Arc::from(format!("{why}\n"))), None));
+        }
         Ok(match read_node(cx.store.as_ref(), path) {
             Ok(Some((NodeMetadata::Group, version))) => (DirState::Group, Some(version)),
             Ok(Some((NodeMetadata::Array(meta), version))) => {
@@ -306,6 +310,7 @@ impl Nodes {
             (DATA, DirState::Array(_), _) => NodeKind::Data,
             (PREPEND, DirState::Array(_), _) => NodeKind::Prepend,
             (ERROR, DirState::Broken(_), _) => NodeKind::ErrorFile,
+            (ERROR, DirState::Array(file), _) if file.check_writable().is_err() => NodeKind::ErrorFile,
             (ERROR, _, _) if lock(&self.refusals).contains_key(&dir.path) => NodeKind::ErrorFile,
             (_, _, Some(format)) => NodeKind::View(format),
             (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
@@ -372,6 +377,9 @@ impl Nodes {
         }
         match &state {
             DirState::Array(file) => {
+                if file.check_writable().is_err() {
+                    push(ERROR, NodeKind::ErrorFile, dir.path.clone());
+                }
                 push(DATA, NodeKind::Data, dir.path.clone());
                 push(PREPEND, NodeKind::Prepend, dir.path.clone());
                 for format in HeaderFormat::ALL.into_iter().filter(|&f| file.layout(cx, f).is_ok()) {
@@ -388,7 +396,8 @@ impl Nodes {
                 }
             }
         }
-        if !matches!(state, DirState::Broken(_)) && lock(&self.refusals).contains_key(&dir.path) {
+        let lossy = matches!(&state, DirState::Array(f) if f.check_writable().is_err());
+        if !matches!(state, DirState::Broken(_)) && !lossy && lock(&self.refusals).contains_key(&dir.path) {
             push(ERROR, NodeKind::ErrorFile, dir.path.clone());
         }
         for name in self.scratch.names_in(&dir.path) {
@@ -402,6 +411,7 @@ impl Nodes {
     pub fn error_text(&self, cx: &Context, path: &str) -> Result<Arc<str>> {
         match self.dir_state(cx, path)? {
             DirState::Broken(msg) => Ok(msg),
+            DirState::Array(file) if let Err(e) = file.check_writable() => Ok(Arc::from(format!("{e}\n"))),
             _ => lock(&self.refusals).get(path).cloned().ok_or(Error::NotFound),
         }
     }
@@ -473,10 +483,10 @@ impl Nodes {
     }
 
     /// Start rewriting the document `key` from `bytes`; the buffer is the handle's.
-    pub fn begin_edit(&self, key: &str, bytes: Vec<u8>, dirty: bool) -> Arc<Mutex<DocumentEdit>> {
-        let edit = Arc::new(Mutex::new(DocumentEdit { bytes, dirty }));
+    pub fn begin_edit(&self, key: &str, bytes: Vec<u8>, dirty: bool) -> Result<Arc<Mutex<DocumentEdit>>> {
+        let edit = Arc::new(Mutex::new(DocumentEdit { bytes: super::scratch::HeldBytes::new(bytes, &self.scratch.held)?, dirty }));
         lock(&self.edits).insert(key.to_string(), edit.clone());
-        edit
+        Ok(edit)
     }
 
     /// The rewrite through `edit` is over (stored or not).

@@ -143,9 +143,12 @@ impl Edits {
     }
 }
 
-/// The layout of a variable-length array's text: the cumulative end offset of each band's.
+/// The layout of a variable-length array's text: the cumulative end offset of each band's, and
+/// which bands could not be rendered (a damaged chunk): those stand as one empty line per
+/// element, so that the size and the line count are known, and reads of them fail.
 pub(crate) struct TextIndex {
     pub ends: Vec<u64>,
+    pub damaged: Vec<bool>,
 }
 
 impl TextIndex {
@@ -163,6 +166,8 @@ pub struct OpenArray {
     pub failed_stores: AtomicU64,
     /// Removed from the store (`rm -r`) while files of it were still open: they read ESTALE.
     removed: std::sync::atomic::AtomicBool,
+    /// When background stores last checked that no other writer changed the metadata.
+    metadata_checked: Mutex<Option<std::time::Instant>>,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// Signalled when a background store finishes.
@@ -195,6 +200,7 @@ impl OpenArray {
             cache,
             failed_stores: AtomicU64::new(0),
             removed: Default::default(),
+            metadata_checked: Mutex::new(None),
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
@@ -335,6 +341,17 @@ impl OpenArray {
 
     pub fn metadata_dirty(&self) -> bool {
         lock(&self.edits).metadata_dirty
+    }
+
+    /// Whether a second has passed since background stores last checked the metadata (and note
+    /// that they check now).
+    pub(crate) fn due_for_metadata_check(&self) -> bool {
+        let mut last = lock(&self.metadata_checked);
+        let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
     }
 
     /// The array was removed from the store: what is still open of it reads nothing more.

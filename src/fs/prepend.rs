@@ -49,6 +49,7 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let _exclusive = open.exclusive();
     writeback::flush_locked(open, cache, pool)?;
     let array = open.array();
+    array.check_metadata_current()?;
     let len = spool.len();
     let result = spool.source().and_then(|source| array.prepend(0, len, source, pool)).and_then(|next| match next {
         Some((next, chunks)) => {

@@ -3,6 +3,7 @@
 //! decodes on the pool without waiting. The layout helpers (`Cells`, `RangeBuf`) serve writes too.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -11,10 +12,12 @@ use crate::Result;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
 use crate::pool::WorkerPool;
+use crate::store::Version;
 use crate::zarr::array::{Array, ReadUnits};
+use crate::zarr::codec::ShardingCodec;
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
-use crate::zarr::region::{FlatRange, Region, Strided, c_strides, copy_box, filled};
+use crate::zarr::region::{FlatRange, Region, Strided, c_strides, copy_box, fill_box, filled};
 
 /// Call `f` with each cell of `grid` the boxes touch and the part of the box inside it, box by
 /// box (the cells of a box in C order), until `f` breaks.
@@ -143,25 +146,67 @@ impl Cells {
     }
 }
 
-/// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache.
-fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Arc<Cached>> {
-    let result = cache.get_or_load_holding(&open.unit_key(coords, false), worth_holding_missing(a, coords), || match a.read_units() {
-        ReadUnits::Chunks => {
-            Ok(a.retrieve_chunk(coords)?.map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
-        }
-        ReadUnits::InnerChunks { sharding } => {
-            let (shard, inner) = a.chunk_of_unit(coords);
-            let index = cache.get_or_load(&open.unit_key(&shard, true), || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
-            match index.as_ref() {
-                Cached::Index(index) => a.retrieve_inner_chunk(sharding, &shard, index, inner).map(Cached::chunk),
-                _ => Ok(Cached::Missing),
-            }
-        }
-    });
+/// One read unit (a chunk, or an inner chunk of a shard), decoded, through the cache. For an
+/// inner chunk, with the version of the shard it is of (`None`: no shard): a read takes all the
+/// inner chunks of a shard from one version.
+fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Arc<Cached>, Option<Version>)> {
+    let result = match a.read_units() {
+        ReadUnits::Chunks => cache
+            .get_or_load_holding(&open.unit_key(coords, false), worth_holding_missing(a, coords), || {
+                Ok(a.retrieve_chunk(coords)?
+                    .map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
+            })
+            .map(|unit| (unit, None)),
+        ReadUnits::InnerChunks { sharding } => load_inner(open, a, cache, sharding, coords),
+    };
     if let Err(e) = &result {
         tracing::error!(array = %display_path(&a.path), "read failed: {e}");
     }
     result
+}
+
+/// An inner chunk, read at the offsets of its shard's cached index from the version that index
+/// was read from. A shard another program rewrote since has its index and inner chunks dropped
+/// from the cache and is read again: never new bytes at old offsets.
+fn load_inner(
+    open: &OpenArray,
+    a: &Array,
+    cache: &ChunkCache,
+    sharding: &ShardingCodec,
+    coords: &[u64],
+) -> Result<(Arc<Cached>, Option<Version>)> {
+    let (shard, inner) = a.chunk_of_unit(coords);
+    let index_key = open.unit_key(&shard, true);
+    for _ in 0..3 {
+        let index = cache.get_or_load(&index_key, || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
+        let Cached::Index { index, version } = index.as_ref() else { return Ok((Arc::new(Cached::Missing), None)) };
+        // Empty inner chunks are told by the index alone (they are not held: their version
+        // would be lost).
+        if index.range(inner).is_none() {
+            return Ok((Arc::new(Cached::Missing), Some(*version)));
+        }
+        let unit = cache.get_or_load_holding(&open.unit_key(coords, false), false, || {
+            Ok(match a.retrieve_inner_chunk(sharding, &shard, index, *version, inner)? {
+                Some(decoded) => Cached::Chunk { decoded, version: Some(*version) },
+                None => Cached::Missing,
+            })
+        });
+        match unit {
+            Ok(unit) if matches!(unit.as_ref(), Cached::Chunk { version: Some(v), .. } if v == version) => {
+                return Ok((unit, Some(*version)));
+            }
+            // Cached from another write of the shard, or the shard changed since its index was read.
+            Ok(_) | Err(crate::Error::Stale(_)) => forget_shard(open, a, cache, &shard),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(crate::Error::corrupt(a.chunk_key(&shard), "rewritten again each time it was read"))
+}
+
+/// Drop a shard's index and inner chunks from the cache.
+fn forget_shard(open: &OpenArray, a: &Array, cache: &ChunkCache, shard: &[u64]) {
+    cache.remove(&open.unit_key(shard, true));
+    a.units_of_chunk(shard).for_each(|unit| cache.remove(&open.unit_key(unit, false)));
 }
 
 /// Read units smaller than this are loaded by the reading thread, not handed to workers.
@@ -239,6 +284,14 @@ impl<B: AsRef<[u8]>> RangeBuf<'_, B> {
 }
 
 impl RangeBuf<'_> {
+    /// Fill `boxes` of the cell at `coords` of `grid` with `fill`.
+    fn fill_box_of<'b>(&mut self, grid: &ChunkGrid, coords: &[u64], boxes: impl Iterator<Item = &'b [(u64, u64)]>, fill: &[u8]) {
+        for b in boxes {
+            let (in_range, _, extent) = self.views(grid, coords, b);
+            fill_box(&mut self.bytes, &in_range, &extent, fill);
+        }
+    }
+
     /// Copy `boxes` out of the decoded chunk at `coords` of `grid`.
     fn copy_from_chunk<'b>(&mut self, grid: &ChunkGrid, coords: &[u64], chunk: &[u8], boxes: impl Iterator<Item = &'b [(u64, u64)]>) {
         for b in boxes {
@@ -280,7 +333,15 @@ pub(crate) fn read_shared(
     };
     let grid = array.unit_grid();
     for batch in batches(grid, &meta.shape, range, READ_BATCH_CELLS) {
-        read_units(open, array, cache, pool, &Cells::of(grid, &batch), &mut buf)?;
+        let cells = Cells::of(grid, &batch);
+        // A shard rewritten by another program part way through: read again, from its new write.
+        let mut tries = 0;
+        loop {
+            match read_units(open, array, cache, pool, &cells, &mut buf) {
+                Err(crate::Error::Stale(_)) if tries < 3 => tries += 1,
+                other => break other?,
+            }
+        }
     }
     let mut bytes = buf.bytes;
     let skip = (offset - range.start * item) as usize;
@@ -346,9 +407,19 @@ fn read_units(
             warm(open, cache, pool, units.coords(i).to_vec());
         }
     }
+    // The version of each shard the units came from: one per shard, or the read is over again.
+    let mut versions: HashMap<Cow<[u64]>, Option<Version>> = HashMap::new();
+    let sharded = matches!(array.read_units(), ReadUnits::InnerChunks { .. });
     for i in to_load {
-        if let Cached::Chunk { decoded: chunk, .. } = load_unit(open, array, cache, units.coords(i))?.as_ref() {
-            buf.copy_from_chunk(grid, units.coords(i), chunk, units.boxes(i));
+        let (unit, version) = load_unit(open, array, cache, units.coords(i))?;
+        if sharded && *versions.entry(array.chunk_of_unit(units.coords(i)).0).or_insert(version) != version {
+            return Err(crate::Error::Stale("a shard was rewritten while it was read".into()));
+        }
+        match unit.as_ref() {
+            Cached::Chunk { decoded: chunk, .. } => buf.copy_from_chunk(grid, units.coords(i), chunk, units.boxes(i)),
+            // A retry may find fill where the first try copied bytes.
+            _ if sharded => buf.fill_box_of(grid, units.coords(i), units.boxes(i), &meta.fill),
+            _ => {}
         }
     }
     Ok(())

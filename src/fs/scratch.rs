@@ -5,27 +5,109 @@
 //! as that document.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::lock;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::{Error, Result};
 
-/// All scratch files together hold at most this many bytes.
+/// All files held in memory together hold at most this many bytes.
 const MAX_TOTAL_BYTES: u64 = 4 * MAX_DOCUMENT_BYTES;
 
+/// The bytes held in memory by the mount's in-memory files — scratch files and documents being
+/// rewritten — whatever name they have or had (unlinked but still open, renamed away): each
+/// counts while it lives.
+#[derive(Default)]
+pub struct Held(AtomicU64);
+
+impl Held {
+    /// Let a file of `now` bytes grow to `new`: EFBIG past a document's bound, ENOSPC past all
+    /// files' together.
+    fn reserve(&self, now: usize, new: u64) -> Result<()> {
+        if new > MAX_DOCUMENT_BYTES {
+            return Err(too_large());
+        }
+        let grows = new.saturating_sub(now as u64);
+        let taken = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+            let after = held.checked_add(grows)?;
+            (after <= MAX_TOTAL_BYTES).then_some(after)
+        });
+        taken.map(drop).map_err(|_| Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)))
+    }
+
+    fn release(&self, n: usize) {
+        let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| Some(held.saturating_sub(n as u64)));
+    }
+
+    /// Write `data` at `offset` of an in-memory file's `bytes`, within the bounds.
+    pub fn write_at(&self, bytes: &mut Vec<u8>, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len() as u64).ok_or_else(too_large)?;
+        self.reserve(bytes.len(), end)?;
+        let before = bytes.len();
+        if end > before as u64 {
+            bytes.resize(end as usize, 0);
+        }
+        bytes[offset as usize..end as usize].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Set the length of an in-memory file's `bytes` (zeros past the old end), within the bounds.
+    pub fn resize(&self, bytes: &mut Vec<u8>, size: u64) -> Result<()> {
+        self.reserve(bytes.len(), size)?;
+        self.release(bytes.len().saturating_sub(size as usize));
+        bytes.resize(size as usize, 0);
+        Ok(())
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The bytes of a file held in memory, counted in the mount's `Held` while they live.
+pub struct HeldBytes {
+    bytes: Vec<u8>,
+    held: Arc<Held>,
+}
+
+impl HeldBytes {
+    /// `bytes`, counted in `held` (ENOSPC or EFBIG when they do not fit).
+    pub fn new(bytes: Vec<u8>, held: &Arc<Held>) -> Result<HeldBytes> {
+        held.reserve(0, bytes.len() as u64)?;
+        Ok(HeldBytes { bytes, held: held.clone() })
+    }
+
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        self.held.write_at(&mut self.bytes, offset, data)
+    }
+
+    pub fn resize(&mut self, size: u64) -> Result<()> {
+        self.held.resize(&mut self.bytes, size)
+    }
+}
+
+impl std::ops::Deref for HeldBytes {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.bytes
+    }
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        self.held.release(self.bytes.len());
+    }
+}
+
 pub struct ScratchFile {
-    pub bytes: Mutex<Vec<u8>>,
+    pub bytes: Mutex<HeldBytes>,
     /// The permission bits asked for (chmod is kept: `sed -i` and editors set them).
     pub mode: AtomicU32,
 }
 
 impl ScratchFile {
-    pub fn new(bytes: Vec<u8>, mode: u32) -> ScratchFile {
-        ScratchFile { bytes: Mutex::new(bytes), mode: AtomicU32::new(mode & 0o7777) }
-    }
-
     pub fn len(&self) -> u64 {
         lock(&self.bytes).len() as u64
     }
@@ -35,10 +117,11 @@ impl ScratchFile {
     }
 }
 
-/// The scratch files, by store key (`dir/name`).
+/// The scratch files, by store key (`dir/name`), and what all in-memory files hold.
 #[derive(Default)]
 pub struct ScratchFiles {
     files: Mutex<HashMap<String, Arc<ScratchFile>>>,
+    pub held: Arc<Held>,
 }
 
 fn too_large() -> Error {
@@ -52,10 +135,7 @@ impl ScratchFiles {
 
     /// A new scratch file at `key` holding `bytes` (replacing one there).
     pub fn insert(&self, key: &str, bytes: Vec<u8>, mode: u32) -> Result<Arc<ScratchFile>> {
-        if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
-            return Err(too_large());
-        }
-        let file = Arc::new(ScratchFile::new(bytes, mode));
+        let file = Arc::new(ScratchFile { bytes: Mutex::new(HeldBytes::new(bytes, &self.held)?), mode: AtomicU32::new(mode & 0o7777) });
         lock(&self.files).insert(key.to_string(), file.clone());
         Ok(file)
     }
@@ -88,50 +168,12 @@ impl ScratchFiles {
 
     /// Write `data` at `offset` of `file`, within the bounds of one file and of all together.
     pub fn write(&self, file: &ScratchFile, offset: u64, data: &[u8]) -> Result<()> {
-        self.make_room(file, offset.saturating_add(data.len() as u64))?;
-        write_at(&mut lock(&file.bytes), offset, data)
+        lock(&file.bytes).write_at(offset, data)
     }
 
     pub fn truncate(&self, file: &ScratchFile, size: u64) -> Result<()> {
-        self.make_room(file, size)?;
-        resize(&mut lock(&file.bytes), size)
+        lock(&file.bytes).resize(size)
     }
-
-    /// Whether `file` may grow to `new_len` bytes: one holds a document's bytes at most, all
-    /// together four times that.
-    fn make_room(&self, file: &ScratchFile, new_len: u64) -> Result<()> {
-        if new_len > MAX_DOCUMENT_BYTES {
-            return Err(too_large());
-        }
-        let grows = new_len.saturating_sub(file.len());
-        if grows > 0 {
-            let total: u64 = lock(&self.files).values().map(|f| f.len()).sum();
-            if total.saturating_add(grows) > MAX_TOTAL_BYTES {
-                return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Write `data` at `offset` of a file held in memory (a scratch file, a document being
-/// rewritten), which may hold a metadata document's bytes at most: EFBIG past them.
-pub fn write_at(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) -> Result<()> {
-    let end = offset.checked_add(data.len() as u64).filter(|&end| end <= MAX_DOCUMENT_BYTES).ok_or_else(too_large)?;
-    if end > bytes.len() as u64 {
-        bytes.resize(end as usize, 0);
-    }
-    bytes[offset as usize..end as usize].copy_from_slice(data);
-    Ok(())
-}
-
-/// Set the length of a file held in memory (zeros past the old end), within the same bound.
-pub fn resize(bytes: &mut Vec<u8>, size: u64) -> Result<()> {
-    if size > MAX_DOCUMENT_BYTES {
-        return Err(too_large());
-    }
-    bytes.resize(size as usize, 0);
-    Ok(())
 }
 
 /// The name of `key` when it is directly in `dir`.
@@ -149,7 +191,7 @@ mod tests {
         let files = ScratchFiles::default();
         let a = files.insert("g/a.tmp", Vec::new(), 0o600).unwrap();
         files.write(&a, 3, b"xy").unwrap();
-        assert_eq!(*lock(&a.bytes), b"\0\0\0xy");
+        assert_eq!(**lock(&a.bytes), b"\0\0\0xy");
         let efbig = |e: Error| e.errno() == libc::EFBIG;
         assert!(files.write(&a, MAX_DOCUMENT_BYTES, b"z").is_err_and(efbig));
         assert!(files.truncate(&a, MAX_DOCUMENT_BYTES + 1).is_err_and(efbig));
@@ -161,6 +203,12 @@ mod tests {
         }
         assert!(files.truncate(&a, 64).is_err_and(|e| e.errno() == libc::ENOSPC));
         assert_eq!(files.names_in("g"), ["0", "1", "2", "3", "a.tmp"]);
+        // A file removed but still held (open) still counts; dropped, it counts no more.
+        let held = files.remove("g/0").unwrap();
+        drop(big);
+        assert!(files.truncate(&a, 64).is_err_and(|e| e.errno() == libc::ENOSPC));
+        drop(held);
+        files.truncate(&a, 64).unwrap();
         files.remove_beneath("g");
         assert!(files.names_in("g").is_empty());
     }

@@ -68,6 +68,50 @@ impl std::io::Read for SpoolReader<'_> {
     }
 }
 
+/// Where spool files are made: the directory given (`--spool-dir`, checked at mount), else a
+/// private one made at the first need (a prepend, a text rewrite: a read-only mount never makes
+/// one) and removed with the daemon — a fresh `mkdtemp` directory, which no one else can enter
+/// or have made beforehand, in `$XDG_RUNTIME_DIR` (the user's own), else the system's temporary
+/// directory.
+pub struct SpoolDir {
+    given: Option<std::path::PathBuf>,
+    made: std::sync::Mutex<Option<tempfile::TempDir>>,
+}
+
+impl SpoolDir {
+    pub fn new(given: Option<std::path::PathBuf>) -> SpoolDir {
+        SpoolDir { given, made: std::sync::Mutex::new(None) }
+    }
+
+    /// A new spool file.
+    pub fn create(&self) -> Result<Spool> {
+        if let Some(dir) = &self.given {
+            return Spool::create(dir);
+        }
+        let mut made = crate::error::lock(&self.made);
+        if made.is_none() {
+            *made = Some(make_private_dir()?);
+        }
+        Spool::create(made.as_ref().map_or(Path::new("."), |d| d.path()))
+    }
+}
+
+fn make_private_dir() -> Result<tempfile::TempDir> {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()).map(std::path::PathBuf::from);
+    let mut tried = Vec::new();
+    for base in runtime.into_iter().chain([std::env::temp_dir()]) {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o700);
+        match tempfile::Builder::new().prefix("zarrfs-spool-").permissions(private).tempdir_in(&base) {
+            Ok(dir) => return Ok(dir),
+            Err(e) => tried.push(format!("{}: {e}", base.display())),
+        }
+    }
+    let why = format!("no directory to stage written bytes in ({}): give one with --spool-dir", tried.join("; "));
+    tracing::error!("{why}");
+    Err(Error::Io(std::io::Error::other(why)))
+}
+
 /// Make `dir` ready for spool files, at mount time: created (mode 0700) when absent — its
 /// parent must exist, nothing else is created — and refused when another user could write into
 /// it (a directory someone else owns, or writable by others and not sticky).

@@ -21,6 +21,15 @@ pub fn flush(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Re
 /// `flush`, with the array's store lock already held exclusively.
 pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool) -> Result<()> {
     let array = open.array();
+    if !open.is_dirty() {
+        return Ok(());
+    }
+    // Nothing is stored over another writer's change of the array: its chunks stay here, dirty.
+    if let Err(e) = array.check_metadata_current() {
+        open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::error!(array = %display_path(&array.path), "write-back refused: {e}");
+        return Err(e);
+    }
     // The chunks taken stay counted until they are stored: they are in memory until then. The
     // metadata stays marked changed until it is stored: meanwhile the store still holds the old
     // document, which a metadata re-check must not take for another writer's (`Nodes::recheck`).
@@ -102,6 +111,10 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
 /// stays changed, for close() to try again and report.
 pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) {
     let array = open.array();
+    // Asked at most once a second: a writer calls here after every write.
+    if open.due_for_metadata_check() && array.check_metadata_current().is_err() {
+        return;
+    }
     // Per chunk picked: the contents to store, or `None` to delete it.
     type Picked = (Vec<u64>, Option<Arc<Vec<u8>>>);
     let picked: Vec<Picked> = {

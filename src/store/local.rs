@@ -152,12 +152,18 @@ impl Store for LocalStore {
         Ok(self.open_object(key)?.map(|(_, head)| head))
     }
 
-    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
         let Some((file, head)) = self.open_object(key)? else { return Ok(None) };
         let (start, end) = resolve_range(key, range, head.len)?;
         let mut buf = crate::zarr::limits::zeroed((end - start) as usize)?;
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
-        Ok(Some(buf))
+        // Rewritten in place while it was read (replacing writes rename a new file, which the
+        // open descriptor does not see): the bytes may be of neither version.
+        let after = rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e)))?;
+        if head_of(&after).version != head.version {
+            return Err(Error::Stale(format!("{key} changed while it was read")));
+        }
+        Ok(Some((buf, head.version)))
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
@@ -229,6 +235,22 @@ impl Store for LocalStore {
             }
         }
         Ok(())
+    }
+
+    fn dir_link(&self, key: &str) -> Result<Option<String>> {
+        let (parent, name) = split(key);
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let Some(parent) = self.open_beneath(parent)? else { return Ok(None) };
+        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => {}
+            _ => return Ok(None),
+        }
+        Ok(Some(match self.resolve(key, OFlags::PATH | OFlags::DIRECTORY) {
+            Err(Error::Refused { .. }) => "a link that leads out of the store (not followed)".into(),
+            _ => "a link to another directory of the store (not followed: links can make a tree without end)".into(),
+        }))
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {

@@ -43,13 +43,13 @@ impl Store for MemoryStore {
         Ok(self.lock().get(key).map(head))
     }
 
-    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
         let map = self.lock();
-        let Some((v, _)) = map.get(key) else {
+        let Some(value) = map.get(key) else {
             return Ok(None);
         };
-        let (start, end) = resolve_range(key, range, v.len() as u64)?;
-        Ok(Some(v[start as usize..end as usize].to_vec()))
+        let (start, end) = resolve_range(key, range, value.0.len() as u64)?;
+        Ok(Some((value.0[start as usize..end as usize].to_vec(), head(value).version)))
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<Version> {

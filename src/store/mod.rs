@@ -82,7 +82,12 @@ pub trait Store: Send + Sync {
     /// The length and version of a value, or `None` when the key is absent; nothing is read.
     fn head(&self, key: &str) -> Result<Option<Head>>;
     /// Part of a value, or `None` when the key is absent. A range past the end is an error.
-    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>>;
+    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_range_versioned(key, range)?.map(|(bytes, _)| bytes))
+    }
+    /// Part of a value with the version of the value it is part of (what was read is what the
+    /// version says: a shard's index and its inner chunks are told to be of one write).
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>>;
     /// Write a value so that readers see either the old or the new one, never a torn one.
     /// Returns the version written.
     fn set(&self, key: &str, value: &[u8]) -> Result<Version>;
@@ -128,6 +133,12 @@ pub trait Store: Send + Sync {
     fn rename_prefix(&self, from: &str, to: &str) -> Result<()> {
         let _ = (from, to);
         Err(crate::Error::CrossDevice("an object store cannot rename a prefix in one step".into()))
+    }
+    /// Why the directory at `key` is not followed, when it is a link (to another directory of
+    /// the store, or out of it): links can make a tree without end, and a node is one place.
+    fn dir_link(&self, key: &str) -> Result<Option<String>> {
+        let _ = key;
+        Ok(None)
     }
     /// The permissions the store itself gives `key` (a value or a directory; `""` is the root),
     /// or `None` when it is absent or the store has none (object storage).

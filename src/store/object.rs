@@ -357,11 +357,11 @@ impl Store for ObjectStore {
         }
     }
 
-    fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
         let path = Self::path(key)?;
         let range = match range {
             // An empty range asks only whether the value exists.
-            ByteRange::Range { len: 0, .. } | ByteRange::Suffix(0) => return Ok(self.head(key)?.map(|_| Vec::new())),
+            ByteRange::Range { len: 0, .. } | ByteRange::Suffix(0) => return Ok(self.head(key)?.map(|h| (Vec::new(), h.version))),
             ByteRange::Range { start, len } => GetRange::Bounded(start..start.saturating_add(len)),
             ByteRange::Suffix(n) => GetRange::Suffix(n),
         };
@@ -370,11 +370,12 @@ impl Store for ObjectStore {
         let remote = self.remote.clone();
         let got = self.run_get(async move {
             let r = remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
-            let size = r.meta.size;
-            Ok((r.bytes().await?, size))
+            let meta = r.meta.clone();
+            Ok((r.bytes().await?, meta))
         });
         match got {
-            Ok((bytes, size)) => {
+            Ok((bytes, meta)) => {
+                let size = meta.size;
                 self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 // A server answers a range past the end with what there is: the store contract
                 // says such a range is an error.
@@ -386,7 +387,7 @@ impl Store for ObjectStore {
                 if bytes.len() as u64 != expected {
                     return Err(Error::corrupt(key, format!("a range of {expected} bytes of a {size}-byte value is past its end")));
                 }
-                Ok(Some(bytes.into()))
+                Ok(Some((bytes.into(), version_of(&meta))))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) if is_unsatisfiable_range(&e) => Err(Error::corrupt(key, format!("range past the end: {}", first_line(&e.to_string())))),

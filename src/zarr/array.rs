@@ -227,12 +227,12 @@ impl Array {
     }
 
     /// The elements of a chunk of variable-length elements (C order, padding included), or
-    /// `None` when its key is absent.
-    pub fn retrieve_elements(&self, coords: &[u64]) -> Result<Option<Vec<Vec<u8>>>> {
+    /// `None` when its key is absent; they decode to at most `max` bytes.
+    pub fn retrieve_elements(&self, coords: &[u64], max: u64) -> Result<Option<Vec<Vec<u8>>>> {
         let key = self.chunk_key(coords);
-        let Some(bytes) = self.store.get(&key, super::limits::max_chunk_bytes())? else { return Ok(None) };
+        let Some(bytes) = self.store.get(&key, self.meta.codecs.elements_bound(max))? else { return Ok(None) };
         let n = self.meta.grid.chunk_shape(coords).iter().product::<u64>() as usize;
-        self.meta.codecs.decode_elements(bytes, n).map(Some).map_err(|e| e.in_key(&key))
+        self.meta.codecs.decode_elements(bytes, n, max).map(Some).map_err(|e| e.in_key(&key))
     }
 
     /// Store a chunk of variable-length elements, or delete it when every element is the fill.
@@ -246,23 +246,27 @@ impl Array {
         Ok(key)
     }
 
-    /// The index of the shard at `shard`, or `None` when the shard is absent.
-    pub fn retrieve_shard_index(&self, sharding: &ShardingCodec, shard: &[u64]) -> Result<Option<ShardIndex>> {
+    /// The index of the shard at `shard` with the version of the shard it was read from, or
+    /// `None` when the shard is absent.
+    pub fn retrieve_shard_index(&self, sharding: &ShardingCodec, shard: &[u64]) -> Result<Option<(ShardIndex, Version)>> {
         let key = self.chunk_key(shard);
         let shape = self.meta.grid.chunk_shape(shard);
         let range = sharding.index_range(&shape)?;
-        let Some(bytes) = self.store.get_range(&key, range).map_err(|e| e.in_key(&key))? else {
+        let Some((bytes, version)) = self.store.get_range_versioned(&key, range).map_err(|e| e.in_key(&key))? else {
             return Ok(None);
         };
-        sharding.decode_index(bytes, &shape).map(Some).map_err(|e| e.in_key(&key))
+        sharding.decode_index(bytes, &shape).map(|index| Some((index, version))).map_err(|e| e.in_key(&key))
     }
 
-    /// Inner chunk number `inner` (C order) of a shard, or `None` when it is empty.
+    /// Inner chunk number `inner` (C order) of a shard, read at the offsets of `index`, which
+    /// was read from the shard's version `version`: `Ok(None)` when it is empty, and an
+    /// `Error::Stale` when the shard is now another write (its index must be read again).
     pub fn retrieve_inner_chunk(
         &self,
         sharding: &ShardingCodec,
         shard: &[u64],
         index: &ShardIndex,
+        version: Version,
         inner: usize,
     ) -> Result<Option<Vec<u8>>> {
         let Some((start, len)) = index.range(inner) else {
@@ -274,9 +278,18 @@ impl Array {
         if len > bound {
             return Err(Error::corrupt(what(), format!("the shard index gives it {len} bytes, more than the {bound} it can take")));
         }
-        let bytes = self.store.get_range(&key, ByteRange::Range { start, len }).map_err(|e| e.in_key(&what()))?;
-        let bytes = bytes.ok_or_else(|| Error::corrupt(what(), "the shard disappeared"))?;
-        sharding.decode_inner(bytes, &self.chunk_repr(shard)).map(Some).map_err(|e| e.in_key(&what()))
+        let changed = || Error::Stale(format!("{key} was rewritten since its index was read"));
+        let read = match self.store.get_range_versioned(&key, ByteRange::Range { start, len }) {
+            // A range past the end of a shard rewritten shorter.
+            Err(Error::Corrupt { .. }) if self.store.head(&key)?.is_none_or(|h| h.version != version) => return Err(changed()),
+            other => other.map_err(|e| e.in_key(&what()))?,
+        };
+        match read {
+            Some((bytes, now)) if now == version => {
+                sharding.decode_inner(bytes, &self.chunk_repr(shard)).map(Some).map_err(|e| e.in_key(&what()))
+            }
+            _ => Err(changed()),
+        }
     }
 }
 
@@ -540,6 +553,21 @@ impl Array {
         let (src, dst) = (super::region::Strided::of(&extent, &zeros, 0), super::region::Strided::of(&chunk_shape, &zeros, 0));
         super::region::copy_box(&boxed, &src, &mut chunk, &dst, &extent, item);
         Ok(chunk)
+    }
+
+    /// Refuse, as `store_metadata` would, when another writer changed (or removed) the metadata
+    /// document since this array read it: asked before chunks are stored, so that none lands in
+    /// an array another writer has changed meanwhile.
+    pub fn check_metadata_current(&self) -> Result<()> {
+        let Some(read_at) = *lock(&self.stored_version) else { return Ok(()) };
+        let key = store::join(&self.path, self.meta.document_name());
+        match self.store.head(&key)? {
+            Some(now) if now.version == read_at => Ok(()),
+            _ => Err(Error::refused(
+                &key,
+                "changed in the store by another writer since this mount read it; nothing of this array is stored over it",
+            )),
+        }
     }
 
     /// Write the metadata document, and the consolidated metadata of every ancestor group

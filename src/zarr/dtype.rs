@@ -175,7 +175,7 @@ impl DataType {
             ('c', 16) => DataType::Complex128,
             ('M', 8) => DataType::DateTime64(unit.unwrap_or("generic").to_string()),
             ('m', 8) => DataType::TimeDelta64(unit.unwrap_or("generic").to_string()),
-            ('U', n) if n > 0 => DataType::FixedUtf32(4 * n),
+            ('U', n) if n > 0 => DataType::FixedUtf32(n.checked_mul(4).ok_or_else(bad)?),
             ('S', n) if n > 0 => DataType::NullTerminatedBytes(n),
             ('V', n) if n > 0 => DataType::RawBytes(n),
             ('O', _) => match first_filter {

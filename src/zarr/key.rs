@@ -112,7 +112,7 @@ impl ChunkKeyEncoding {
             ChunkKeyEncoding::Offset { offset, .. } => offset,
             _ => &zero,
         };
-        parts.iter().zip(offset).map(|(p, o)| u64::try_from(p.parse::<i64>().ok()? - o).ok()).collect()
+        parts.iter().zip(offset).map(|(p, o)| u64::try_from(p.parse::<i64>().ok()?.checked_sub(*o)?).ok()).collect()
     }
 
     pub fn describe(&self) -> String {
@@ -147,6 +147,10 @@ mod tests {
         assert!(ChunkKeyEncoding::parse_v3(&json!({"name": "offset", "configuration": {"offset": [0]}}), 2).is_err());
         assert_eq!(off.decode("c/-2/0", 2), Some(vec![0, 0]));
         assert_eq!(off.decode("c/-3/0", 2), None);
+        // Offsets and keys at the ends of i64 never wrap.
+        let far = ChunkKeyEncoding::parse_v3(&json!({"name": "offset", "configuration": {"offset": [i64::MAX]}}), 1).unwrap();
+        assert_eq!(far.decode("c/-9223372036854775808", 1), None);
+        assert_eq!(far.key(&[u64::MAX]), format!("c/{}", i128::from(u64::MAX) + i128::from(i64::MAX)));
         assert_eq!(dot.decode("c.1.23.45", 3), Some(vec![1, 23, 45]));
         assert_eq!(v2.decode("1.2", 2), Some(vec![1, 2]));
         assert_eq!(d.decode("c/1/x/3", 3), None);

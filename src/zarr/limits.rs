@@ -22,6 +22,18 @@ pub fn set_max_chunk_bytes(n: u64) {
     MAX_CHUNK_BYTES.store(n, Ordering::Relaxed);
 }
 
+/// What one variable-length element costs in memory at least, decoded (its bytes, a vector):
+/// a chunk's element count is bounded by `--max-chunk-size` at this cost.
+pub const TEXT_ELEMENT_COST: u64 = 32;
+
+/// The most bytes a chunk of `elements` variable-length elements may decode to: 4 KiB an
+/// element (16 MiB at least), and no more than a quarter of the cache (`cache` bytes), where
+/// its text is kept, nor `--max-chunk-size`. A hostile store's small chunk cannot make a `stat`
+/// inflate gigabytes.
+pub fn text_chunk_bound(elements: u64, cache: u64) -> u64 {
+    elements.saturating_mul(4096).max(16 << 20).min(cache / 4).min(max_chunk_bytes()).max(1 << 20)
+}
+
 /// The most bytes a compressor's output may take for `decoded` bytes of input: every
 /// compressor here stores incompressible data with a small overhead per block (zstd's bound is
 /// n + n/256 + 64 KiB at most; deflate's 5 bytes per 16 KiB block; blosc's 16 bytes), and

@@ -220,8 +220,8 @@ fn check_sizes(shape: &[u64], dtype: &DataType, grid: &ChunkGrid) -> Result<()> 
     if let Some((axis, n)) = shape.iter().enumerate().find(|&(_, &n)| n > MAX_AXIS) {
         return Err(Error::metadata(format!("shape {shape:?}: axis {axis} has {n} elements, more than 2^62")));
     }
-    // Variable-length elements take at least a byte each once decoded.
-    let item = dtype.size().unwrap_or(1).max(1) as u128;
+    // Variable-length elements take some memory each once decoded, whatever their length.
+    let item = dtype.size().map_or(u128::from(super::limits::TEXT_ELEMENT_COST), |s| s.max(1) as u128);
     let product = |dims: &[u64]| dims.iter().try_fold(item, |acc, &n| acc.checked_mul(u128::from(n)));
     match product(shape) {
         Some(bytes) if bytes <= i64::MAX as u128 => {}
@@ -315,8 +315,9 @@ impl ArrayMetadata {
         };
         let mut shape = self.shape.clone();
         let mut offset = offset.clone();
-        shape[axis] += rows;
-        offset[axis] -= i64::try_from(chunks).map_err(|_| Error::Invalid("prepend too large".into()))?;
+        let too_far = || Error::Invalid(format!("a prepend of {rows} rows takes axis {axis} past what its shape or key offset can hold"));
+        shape[axis] = shape[axis].checked_add(rows).ok_or_else(too_far)?;
+        offset[axis] = i64::try_from(chunks).ok().and_then(|c| offset[axis].checked_sub(c)).ok_or_else(too_far)?;
         let meta = self.edited(|doc| {
             doc["shape"] = json!(shape);
             doc["chunk_key_encoding"]["configuration"]["offset"] = json!(offset);
@@ -436,6 +437,17 @@ mod tests {
         assert!(msg(mismatch).contains("does not fit"));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
         assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group)));
+    }
+
+    #[test]
+    fn numbers_at_the_ends_of_their_types_are_refused_not_wrapped() {
+        let mut doc = v3(json!({"chunk_key_encoding": {"name": "offset", "configuration": {"offset": [i64::MIN, 0]}}}));
+        let a = array(&doc).unwrap();
+        assert!(a.prepended(0, 2).unwrap_err().to_string().contains("past what its shape or key offset can hold"));
+        doc["chunk_key_encoding"]["configuration"]["offset"] = json!([i64::MIN + 1, 0]);
+        assert_eq!(array(&doc).unwrap().prepended(0, 2).unwrap().1, 1, "one chunk more fits");
+        let v2 = json!({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<U4611686018427387904", "fill_value": null});
+        assert!(parse_v2_array(&v2).unwrap_err().to_string().contains("unsupported v2 dtype"));
     }
 
     #[test]

@@ -50,6 +50,15 @@ impl DataFile {
         DataFile { array: Arc::new(array), view }
     }
 
+    /// Refused for writing, and why: chunks written with its codecs would not read back as
+    /// written (a lossy filter).
+    pub fn check_writable(&self) -> Result<()> {
+        match self.array.array().meta.codecs.write_refusal() {
+            Some(why) => Err(Error::NotPermitted(format!("read-only: {why}"))),
+            None => Ok(()),
+        }
+    }
+
     pub fn size(&self, cx: &Context) -> Result<(u64, bool)> {
         self.view.size(cx, &self.array)
     }

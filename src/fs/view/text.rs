@@ -17,6 +17,7 @@ use crate::fs::spool::Spool;
 use crate::pool::WorkerPool;
 use crate::zarr::array::Array;
 use crate::zarr::dtype::DataType;
+use crate::zarr::limits::text_chunk_bound;
 use crate::zarr::node::display_path;
 use crate::zarr::region::IndexBox;
 use crate::{Error, Result};
@@ -48,7 +49,7 @@ impl View for TextView {
                     "writes into the middle of a text view cannot keep element boundaries: rewrite it (O_TRUNC) or append lines".into(),
                 ));
             }
-            *edit = Some(TextEdit { mode: TextMode::Append { base: size }, spool: Spool::create(&cx.config.spool_dir)? });
+            *edit = Some(TextEdit { mode: TextMode::Append { base: size }, spool: cx.spool.create()? });
         }
         let Some(edit) = edit.as_mut() else { return Ok(()) };
         match edit.mode {
@@ -73,7 +74,7 @@ impl View for TextView {
         }
         match staged {
             Some(staged) => {
-                *lock(staged) = Some(TextEdit { mode: TextMode::Rewrite, spool: Spool::create(&cx.config.spool_dir)? });
+                *lock(staged) = Some(TextEdit { mode: TextMode::Rewrite, spool: cx.spool.create()? });
                 Ok(())
             }
             None => store(cx, array, TextMode::Rewrite, None),
@@ -88,11 +89,11 @@ impl View for TextView {
 /// Store staged text (`None`: no text at all): the new elements, or the appended ones.
 fn store(cx: &Context, array: &Arc<OpenArray>, mode: TextMode, staged: Option<&Spool>) -> Result<()> {
     let new_id = cx.next_id();
-    let result = match (mode, staged) {
+    let result = array.array().check_metadata_current().and_then(|()| match (mode, staged) {
         (TextMode::Rewrite, _) => rewrite(array, staged, new_id),
-        (TextMode::Append { .. }, Some(staged)) => append(array, staged, new_id),
+        (TextMode::Append { .. }, Some(staged)) => append(array, staged, new_id, cx.cache.capacity() as u64),
         (TextMode::Append { .. }, None) => Ok(()),
-    };
+    });
     if let Err(e) = &result {
         tracing::warn!(array = %display_path(&array.array().path), "text refused: {e}");
     }
@@ -194,16 +195,20 @@ fn band_rows(array: &Array, band: u64) -> (u64, u64) {
 /// A chunk's coordinates and its elements.
 type ChunkElements = (Vec<u64>, Vec<Vec<u8>>);
 
-/// Every element of the chunks of a band, by chunk coordinates (fill for missing chunks).
-fn band_elements(array: &Array, band: u64) -> Result<Vec<ChunkElements>> {
+/// Every element of the chunks of a band, by chunk coordinates (fill for missing chunks); a
+/// chunk decodes to no more than `limits::text_chunk_bound` for a cache of `cache` bytes.
+fn band_elements(array: &Array, band: u64, cache: u64) -> Result<Vec<ChunkElements>> {
     let meta = &array.meta;
     let grid_shape = meta.grid.grid_shape(&meta.shape);
     IndexBox::band(&grid_shape, band, band + 1)
         .indices()
         .into_iter()
         .map(|c| {
-            let n = meta.grid.chunk_shape(&c).iter().product::<u64>() as usize;
-            let elements = array.retrieve_elements(&c)?.unwrap_or_else(|| vec![meta.fill.clone(); n]);
+            let n = meta.grid.chunk_shape(&c).iter().product::<u64>();
+            let elements = match array.retrieve_elements(&c, text_chunk_bound(n, cache))? {
+                Some(elements) => elements,
+                None => vec![meta.fill.clone(); n as usize],
+            };
             Ok((c, elements))
         })
         .collect()
@@ -231,11 +236,11 @@ fn band_text(open: &OpenArray, array: &Array, cache: &ChunkCache, band: u64) -> 
             }
         };
         if meta.shape.is_empty() {
-            let elements = array.retrieve_elements(&[])?.unwrap_or_else(|| vec![meta.fill.clone()]);
+            let elements = array.retrieve_elements(&[], text_chunk_bound(1, cache.capacity() as u64))?.unwrap_or_else(|| vec![meta.fill.clone()]);
             warn(usize::from(escape(elements.first().map_or(&[][..], |e| &e[..]), is_bytes(array), &mut out)));
             return Ok(Cached::Text(out));
         }
-        let chunks = band_elements(array, band)?;
+        let chunks = band_elements(array, band, cache.capacity() as u64)?;
         let by_coords: HashMap<&[u64], usize> = chunks.iter().enumerate().map(|(i, (c, _))| (c.as_slice(), i)).collect();
         let (r0, r1) = band_rows(array, band);
         IndexBox::band(&meta.shape, r0, r1).for_each(|index| {
@@ -250,7 +255,9 @@ fn bands(array: &Array) -> u64 {
     if array.meta.shape.is_empty() { 1 } else { array.meta.grid.grid_shape(&array.meta.shape)[0] }
 }
 
-/// The text's layout, rendering every band once (in parallel) when it is not known yet.
+/// The text's layout, rendering every band once (in parallel) when it is not known yet. A band
+/// that cannot be rendered (a damaged chunk) is logged and stands as one empty line per element:
+/// only its lines fail to read.
 fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) -> Result<Arc<TextIndex>> {
     if let Some(ix) = lock(&open.text).clone() {
         return Ok(ix);
@@ -264,22 +271,44 @@ fn index(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) -> R
         });
     }
     let mut ends = Vec::with_capacity(n as usize);
+    let mut damaged = Vec::with_capacity(n as usize);
     let mut total = 0u64;
     for band in 0..n {
-        let text = band_text(open, &array, cache, band)?;
-        total += match text.as_ref() {
-            Cached::Text(t) => t.len() as u64,
-            _ => 0,
+        let len = match band_text(open, &array, cache, band) {
+            Ok(text) => match text.as_ref() {
+                Cached::Text(t) => t.len() as u64,
+                _ => 0,
+            },
+            Err(e) => {
+                tracing::error!(array = %display_path(&array.path), band, "lines of the text cannot be rendered: {e}");
+                damaged.push(true);
+                ends.push(total + band_elements_count(&array, band));
+                total = *ends.last().unwrap_or(&0);
+                continue;
+            }
         };
+        total += len;
         ends.push(total);
+        damaged.push(false);
     }
-    let ix = Arc::new(TextIndex { ends });
+    let ix = Arc::new(TextIndex { ends, damaged });
     *lock(&open.text) = Some(ix.clone());
     Ok(ix)
 }
 
-/// Bytes `offset .. offset + size` of the text.
+/// The elements of band `band`: its lines.
+fn band_elements_count(array: &Array, band: u64) -> u64 {
+    if array.meta.shape.is_empty() {
+        return 1;
+    }
+    let (r0, r1) = band_rows(array, band);
+    (r1 - r0) * array.meta.shape[1..].iter().product::<u64>()
+}
+
+/// Bytes `offset .. offset + size` of the text. A read that reaches a damaged band stops short
+/// of the page its bytes begin in; one that starts in that page fails.
 fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, size: u32) -> Result<Vec<u8>> {
+    const PAGE: u64 = 4096;
     let _shared = open.shared();
     let ix = index(open, cache, pool)?;
     let array = open.array();
@@ -288,11 +317,26 @@ fn read(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offse
     let mut band = ix.ends.partition_point(|&e| e <= offset);
     while (out.len() as u64) < end.saturating_sub(offset) && band < ix.ends.len() {
         let start = if band == 0 { 0 } else { ix.ends[band - 1] };
-        let text = band_text(open, &array, cache, band as u64)?;
-        if let Cached::Text(t) = text.as_ref() {
-            let from = (offset.max(start) - start) as usize;
-            let to = ((end - start) as usize).min(t.len());
-            out.extend(&t[from.min(to)..to]);
+        match (band_text(open, &array, cache, band as u64), ix.damaged[band]) {
+            (Ok(text), false) => {
+                if let Cached::Text(t) = text.as_ref() {
+                    let from = (offset.max(start) - start) as usize;
+                    let to = ((end - start) as usize).min(t.len());
+                    out.extend(&t[from.min(to)..to]);
+                }
+            }
+            // Rendered now, but not at the length the layout gave it: the layout is what readers
+            // were told, so the band stays failed until the text is laid out again.
+            (result, _) => {
+                let page = start / PAGE * PAGE;
+                if offset >= page {
+                    return Err(result
+                        .err()
+                        .unwrap_or_else(|| Error::corrupt(display_path(&array.path), "a band of the text could not be rendered")));
+                }
+                out.truncate((page - offset) as usize);
+                return Ok(out);
+            }
         }
         band += 1;
     }
@@ -374,7 +418,7 @@ fn rewrite(open: &Arc<OpenArray>, text: Option<&Spool>, new_cache_id: u64) -> Re
 /// append that fails leaves the old length, whose elements it did not change (the chunk the old
 /// end cuts through keeps its first ones; what it stored past the old end is not shown, and the
 /// next growth writes over it or resets it to fill).
-fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> {
+fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64, cache_capacity: u64) -> Result<()> {
     let _writer = open.writer();
     let _exclusive = open.exclusive();
     let old = open.array();
@@ -389,7 +433,9 @@ fn append(open: &Arc<OpenArray>, text: &Spool, new_cache_id: u64) -> Result<()> 
     let array = open.reshaped(&[n + added])?;
     // The chunk the old end cuts through keeps its first elements.
     let (first, offset) = array.meta.grid.chunk_of(0, n);
-    let mut kept = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first])?.unwrap_or_default() };
+    let elements = array.meta.grid.chunk_shape(&[first]).iter().product::<u64>();
+    let bound = text_chunk_bound(elements, cache_capacity);
+    let mut kept = if offset == 0 { Vec::new() } else { array.retrieve_elements(&[first], bound)?.unwrap_or_default() };
     kept.truncate(offset as usize);
     kept.resize(offset as usize, array.meta.fill.clone());
     let mut elements = kept.into_iter().map(Ok).chain(lines(Some(text), is_bytes(&old)));

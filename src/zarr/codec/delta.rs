@@ -130,6 +130,22 @@ impl BytesToBytesCodec for DeltaCodec {
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         self.convert(&bytes, &self.dtype, &self.astype, false)
     }
+
+    /// Integer differences are exact (modulo 2^bits) when `astype` is at least as wide as
+    /// `dtype`; narrower ones lose the high bits, and float differences round.
+    fn lossy(&self) -> Option<String> {
+        let float = |t: &DataType| t.numeric_kind() == Some(NumericKind::Float);
+        let (d, a) = (&self.dtype.0, &self.astype.0);
+        if float(d) || float(a) {
+            return Some(format!(
+                "the delta filter's float differences ({} as {}) do not give back the values written",
+                self.names.0, self.names.1
+            ));
+        }
+        (a.size() < d.size()).then(|| {
+            format!("the delta filter stores {} as the narrower {}: written values would not come back", self.names.0, self.names.1)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -148,5 +164,10 @@ mod tests {
         let data: Vec<u8> = [1.5f64, 2.0, -1.0].iter().flat_map(|x| x.to_be_bytes()).collect();
         assert_eq!(f.decode(f.encode(data.clone()).unwrap(), usize::MAX).unwrap(), data);
         assert!(DeltaCodec::parse_v2(&json!({"dtype": "|S4"})).is_err());
+        // What cannot be written back exactly says so.
+        assert!(c.lossy().unwrap().contains("narrower"));
+        assert!(f.lossy().unwrap().contains("float"));
+        assert_eq!(DeltaCodec::parse_v2(&json!({"dtype": "<i2", "astype": "<i4"})).unwrap().lossy(), None);
+        assert_eq!(DeltaCodec::parse_v2(&json!({"dtype": "<i4", "astype": "<u4"})).unwrap().lossy(), None);
     }
 }

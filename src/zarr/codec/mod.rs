@@ -84,7 +84,7 @@ pub trait ArrayToBytesCodec: CodecTraits {
         false
     }
     /// The `n` elements of a chunk of variable-length elements.
-    fn decode_elements(&self, _bytes: Vec<u8>, _n: usize) -> Result<Vec<Vec<u8>>> {
+    fn decode_elements(&self, _bytes: Vec<u8>, _n: usize, _max: u64) -> Result<Vec<Vec<u8>>> {
         Err(Error::metadata(format!("{} does not hold variable-length elements", self.name())))
     }
     fn encode_elements(&self, _elements: &[Vec<u8>]) -> Result<Vec<u8>> {
@@ -104,6 +104,10 @@ pub trait BytesToBytesCodec: CodecTraits {
     /// The most bytes an encoding of `decoded` bytes can take.
     fn encoded_bound(&self, decoded: u64) -> u64 {
         self.encoded_size(decoded).unwrap_or_else(|| super::limits::compressed_bound(decoded))
+    }
+    /// Why an encoding would not give back what was written, if it would not.
+    fn lossy(&self) -> Option<String> {
+        None
     }
 }
 
@@ -236,14 +240,33 @@ impl CodecChain {
         bounds
     }
 
+    /// Why chunks written with these codecs would not read back as written (a lossy filter):
+    /// the array is then read-only.
+    pub fn write_refusal(&self) -> Option<String> {
+        self.bytes_to_bytes.iter().find_map(|c| c.lossy())
+    }
+
     /// The most bytes a stored chunk of `repr` can take; a larger object is not read.
     pub fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
         self.stage_bounds(repr).last().copied().unwrap_or(0)
     }
 
     /// Undo the bytes→bytes codecs, each within the bound of what it can produce.
-    fn decode_bytes(&self, mut bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
-        let bounds = self.stage_bounds(repr);
+    fn decode_bytes(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        self.decode_bytes_within(bytes, self.stage_bounds(repr))
+    }
+
+    /// The bound of each stage when the array→bytes codec's output may take `first` bytes.
+    fn bounds_from(&self, first: u64) -> Vec<u64> {
+        let mut bounds = vec![first];
+        for c in &self.bytes_to_bytes {
+            let last = bounds.last().copied().unwrap_or(0);
+            bounds.push(c.encoded_bound(last));
+        }
+        bounds
+    }
+
+    fn decode_bytes_within(&self, mut bytes: Vec<u8>, bounds: Vec<u64>) -> Result<Vec<u8>> {
         for (i, c) in self.bytes_to_bytes.iter().enumerate().rev() {
             let max = usize::try_from(bounds[i]).unwrap_or(usize::MAX);
             bytes = c.decode(bytes, max)?;
@@ -277,11 +300,17 @@ impl CodecChain {
         Ok(bytes)
     }
 
-    /// A chunk of variable-length elements: its `n` elements in C order.
-    pub fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
-        let repr = ChunkRepr { shape: vec![n as u64], dtype: &DataType::UInt8, fill: &[] };
-        let bytes = self.decode_bytes(bytes, &repr)?;
-        self.array_to_bytes.decode_elements(bytes, n)
+    /// A chunk of variable-length elements: its `n` elements in C order, decoding to at most
+    /// `max` bytes (`limits::text_chunk_bound`).
+    pub fn decode_elements(&self, bytes: Vec<u8>, n: usize, max: u64) -> Result<Vec<Vec<u8>>> {
+        let bytes = self.decode_bytes_within(bytes, self.bounds_from(max))?;
+        self.array_to_bytes.decode_elements(bytes, n, max)
+    }
+
+    /// The most bytes a stored chunk of variable-length elements decoding to at most `max`
+    /// bytes can take.
+    pub fn elements_bound(&self, max: u64) -> u64 {
+        self.bounds_from(max).last().copied().unwrap_or(max)
     }
 
     pub fn encode_elements(&self, elements: &[Vec<u8>]) -> Result<Vec<u8>> {

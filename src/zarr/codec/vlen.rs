@@ -46,10 +46,14 @@ impl ArrayToBytesCodec for VlenInterleavedCodec {
         true
     }
 
-    fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
+    fn decode_elements(&self, bytes: Vec<u8>, n: usize, _max: u64) -> Result<Vec<Vec<u8>>> {
         let count = u32_at(&bytes, 0).ok_or_else(|| corrupt(format!("{}: no element count", self.name)))? as usize;
         if count != n {
             return Err(corrupt(format!("{}: {count} elements where the chunk holds {n}", self.name)));
+        }
+        // Four bytes of length at least per element: the count is checked before it sizes memory.
+        if n.checked_mul(4).is_none_or(|b| b > bytes.len()) {
+            return Err(corrupt(format!("{}: {} bytes cannot hold {n} elements", self.name, bytes.len())));
         }
         let mut at = 4;
         let mut out = Vec::with_capacity(n);
@@ -137,7 +141,7 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         true
     }
 
-    fn decode_elements(&self, bytes: Vec<u8>, n: usize) -> Result<Vec<Vec<u8>>> {
+    fn decode_elements(&self, bytes: Vec<u8>, n: usize, max: u64) -> Result<Vec<Vec<u8>>> {
         let short = || corrupt("zarrs.vlen: shorter than its index length");
         let (len_at, rest): (usize, usize) = if self.index_at_end { (bytes.len().checked_sub(8).ok_or_else(short)?, 0) } else { (0, 8) };
         let len_bytes = bytes.get(len_at..len_at + 8).ok_or_else(short)?;
@@ -157,8 +161,8 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
             raw.chunks_exact(4).map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
         };
         let total = *offsets.last().ok_or_else(|| corrupt("zarrs.vlen: an empty index"))?;
-        if total > crate::zarr::limits::max_chunk_bytes() {
-            return Err(corrupt(format!("zarrs.vlen: {total} bytes of elements, more than a chunk may hold")));
+        if total > max {
+            return Err(corrupt(format!("zarrs.vlen: {total} bytes of elements, more than the {max} the chunk's {n} elements may hold")));
         }
         let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
         offsets
@@ -208,10 +212,10 @@ mod tests {
         let c = VlenInterleavedCodec { name: "vlen-utf8" };
         let stored = hex("03000000 01000000 61 06000000 68c3a96c6c6f 00000000");
         let elements = vec![b"a".to_vec(), "héllo".as_bytes().to_vec(), Vec::new()];
-        assert_eq!(c.decode_elements(stored.clone(), 3).unwrap(), elements);
+        assert_eq!(c.decode_elements(stored.clone(), 3, u64::MAX).unwrap(), elements);
         assert_eq!(c.encode_elements(&elements).unwrap(), stored);
-        assert!(c.decode_elements(stored.clone(), 4).is_err(), "the count covers the whole chunk");
-        assert!(c.decode_elements(stored[..stored.len() - 2].to_vec(), 3).is_err());
+        assert!(c.decode_elements(stored.clone(), 4, u64::MAX).is_err(), "the count covers the whole chunk");
+        assert!(c.decode_elements(stored[..stored.len() - 2].to_vec(), 3, u64::MAX).is_err());
     }
 
     #[test]
@@ -222,11 +226,11 @@ mod tests {
         .unwrap();
         let stored = hex("0c00000000000000 00000000 01000000 03000000 616262");
         let elements = vec![b"a".to_vec(), b"bb".to_vec()];
-        assert_eq!(c.decode_elements(stored.clone(), 2).unwrap(), elements);
+        assert_eq!(c.decode_elements(stored.clone(), 2, u64::MAX).unwrap(), elements);
         assert_eq!(c.encode_elements(&elements).unwrap(), stored);
         let end = ZarrsVlenCodec::parse(&json!({"index_location": "end", "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]})).unwrap();
         let enc = end.encode_elements(&elements).unwrap();
-        assert_eq!(end.decode_elements(enc, 2).unwrap(), elements);
-        assert!(c.decode_elements(stored[..10].to_vec(), 2).is_err());
+        assert_eq!(end.decode_elements(enc, 2, u64::MAX).unwrap(), elements);
+        assert!(c.decode_elements(stored[..10].to_vec(), 2, u64::MAX).is_err());
     }
 }
