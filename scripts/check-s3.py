@@ -734,6 +734,31 @@ def fstab_forms():
             os.remove(link)
 
 
+def odd_keys():
+    # Keys with `..`, `.` and empty parts under the prefix (legal S3 keys sloppy joins make):
+    # they are passed over, the rest of the bucket serves, and a removal finishes.
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=EP, region_name=REGION)
+    prefix = f"odd-{uuid.uuid4().hex[:8]}"
+    group = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}})
+    array = json.dumps({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+                        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+                        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]})
+    for key, body in [("zarr.json", group), ("grp/zarr.json", group), ("grp/../x", "odd"), ("./y", "odd"), ("grp//z", "odd"),
+                      ("arr/zarr.json", array), ("arr/c/0", bytes([1, 2, 3, 4])), ("arr/c//junk", "odd")]:
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=body)
+    with Mount(f"s3://{BUCKET}/{prefix}") as m:
+        check(sorted(os.listdir(m.dir)) == [".zarrfs", "arr", "grp", "zarr.json"], f"a root with odd keys lists ({sorted(os.listdir(m.dir))})")
+        check(sorted(os.listdir(m.path("grp"))) == ["zarr.json"], f"a group with odd keys lists ({sorted(os.listdir(m.path('grp')))})")
+        check(open(m.path("arr/data"), "rb").read() == bytes([1, 2, 3, 4]), "an array beside odd keys reads")
+        r = subprocess.run(["rm", "-r", m.path("arr")], capture_output=True, text=True)
+        check(r.returncode == 0 and not os.path.exists(m.path("arr")), f"rm -r of an array holding an odd key finishes ({r.stderr!r})")
+        log = open(m.log).read()
+        check("passed over" in log, "odd keys are said in the log")
+    left = sorted(o["Key"][len(prefix) + 1:] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")["Contents"])
+    check("arr/zarr.json" not in left and "arr/c/0" not in left, f"the array's own keys are gone ({left})")
+
+
 def plain_http():
     # A public bucket, served to anonymous GETs as any web server would serve the files.
     import boto3
@@ -748,6 +773,11 @@ def plain_http():
     want = np.arange(30 * 5, dtype="f8").reshape(30, 5)
     g.create_group("sub").create_array("a", data=want, chunks=(7, 5))
     zarr.consolidate_metadata(store)
+    # Consolidated metadata naming nodes no path can have: passed over, the rest is served.
+    root = json.loads(s3.get_object(Bucket=public, Key=f"{prefix}/zarr.json")["Body"].read())
+    for odd in ["", "/x", "sub/../y"]:
+        root["consolidated_metadata"]["metadata"][odd] = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+    s3.put_object(Bucket=public, Key=f"{prefix}/zarr.json", Body=json.dumps(root))
     for o in s3.list_objects_v2(Bucket=public, Prefix=prefix)["Contents"]:
         s3.put_object_acl(Bucket=public, Key=o["Key"], ACL="public-read")
     # The same files over HTTPS: a TLS front whose certificate a test CA signed, trusted through
@@ -790,6 +820,7 @@ def main():
     anonymous()
     virtual_hosted()
     fstab_forms()
+    odd_keys()
     plain_http()
     print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
     sys.exit(1 if RESULTS["failed"] else 0)

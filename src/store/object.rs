@@ -22,6 +22,8 @@ use object_store::{
     ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 
+mod listing;
+
 use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Value, Version};
 use crate::error::lock;
 use crate::{Error, Result};
@@ -68,6 +70,8 @@ enum Listing {
 
 pub struct ObjectStore {
     remote: Arc<dyn Remote>,
+    /// A bucket's listings where object_store cannot parse a key (S3 only).
+    raw: Option<listing::RawListing>,
     runtime: tokio::runtime::Runtime,
     location: RemoteLocation,
     listing: Listing,
@@ -85,9 +89,9 @@ impl ObjectStore {
             .with_pool_max_idle_per_host(64);
         let retry = RetryConfig { max_retries: 6, retry_timeout: Duration::from_secs(60), ..RetryConfig::default() };
         let invalid = |e: object_store::Error| Error::Invalid(format!("{location}: {e}"));
-        let (remote, listing): (Arc<dyn Remote>, _) = match location {
+        let (remote, listing, raw): (Arc<dyn Remote>, _, _) = match location {
             RemoteLocation::S3 { bucket, prefix } => {
-                let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client).with_retry(retry);
+                let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client.clone()).with_retry(retry);
                 // The conventional environment, as `AmazonS3Builder::from_env` reads it, over the
                 // client options above (AWS_ALLOW_HTTP is one of them).
                 for (key, value) in std::env::vars() {
@@ -118,16 +122,25 @@ impl ObjectStore {
                         b = b.with_token(token);
                     }
                 }
-                let s3 = b.build().map_err(invalid)?;
-                let remote: Arc<dyn Remote> = if prefix.is_empty() {
-                    Arc::new(s3)
-                } else {
-                    Arc::new(object_store::prefix::PrefixStore::new(
-                        s3,
-                        ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?,
-                    ))
+                use object_store::aws::AmazonS3ConfigKey as Key;
+                let region = b.get_config_value(&Key::Region).unwrap_or_else(|| "us-east-1".into());
+                let virtual_hosted = b.get_config_value(&Key::VirtualHostedStyleRequest).is_some_and(|v| v == "true");
+                let sign = b.get_config_value(&Key::SkipSignature).is_none_or(|v| v != "true");
+                let base = match (b.get_config_value(&Key::Endpoint), virtual_hosted) {
+                    (Some(e), true) => e.trim_end_matches('/').to_string(),
+                    (Some(e), false) => format!("{}/{bucket}", e.trim_end_matches('/')),
+                    (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+                    (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
                 };
-                (remote, Listing::Bucket)
+                let s3 = Arc::new(b.build().map_err(invalid)?);
+                let raw_client = client.with_allow_http(base.starts_with("http://"));
+                let raw = listing::RawListing::new(s3.clone(), &raw_client, base, region, prefix.clone(), sign).map_err(invalid)?;
+                let remote: Arc<dyn Remote> = if prefix.is_empty() {
+                    s3
+                } else {
+                    Arc::new(object_store::prefix::PrefixStore::new(s3, ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?))
+                };
+                (remote, Listing::Bucket, Some(raw))
             }
             RemoteLocation::Http { url } => {
                 let allow_http = url.starts_with("http://");
@@ -137,7 +150,7 @@ impl ObjectStore {
                     .with_retry(retry)
                     .build()
                     .map_err(invalid)?;
-                (Arc::new(http) as Arc<dyn Remote>, Listing::Consolidated(OnceLock::new()))
+                (Arc::new(http) as Arc<dyn Remote>, Listing::Consolidated(OnceLock::new()), None)
             }
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -146,7 +159,7 @@ impl ObjectStore {
             .enable_all()
             .build()
             .map_err(Error::Io)?;
-        Ok(ObjectStore { remote, runtime, location: location.clone(), listing, etags: Mutex::default(), requests: Arc::default() })
+        Ok(ObjectStore { remote, raw, runtime, location: location.clone(), listing, etags: Mutex::default(), requests: Arc::default() })
     }
 
     pub fn location(&self) -> &RemoteLocation {
@@ -216,6 +229,14 @@ impl ObjectStore {
             {
                 out.extend(meta.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
             }
+            // A name no node can have (empty, `.`, `..` or an empty part: `""`, `/x`) is passed over.
+            out.retain(|name| {
+                let shown = !name.is_empty() && name.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+                if !shown {
+                    tracing::warn!(node = name, "consolidated metadata names a node no path can have: passed over");
+                }
+                shown
+            });
             out.sort();
             out.dedup();
             out
@@ -507,7 +528,17 @@ impl Store for ObjectStore {
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
         self.count(&self.requests.list);
-        let listed = self.run(self.remote.list_with_delimiter(dir.as_ref())).map_err(|e| self.failed("LIST", prefix, e))?;
+        let listed = match self.run(self.remote.list_with_delimiter(dir.as_ref())) {
+            // A key object_store cannot parse: listed again, passing over what cannot be shown.
+            Err(object_store::Error::InvalidPath { .. }) if let Some(raw) = &self.raw => {
+                let names = self.runtime.block_on(raw.list(prefix)).map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                let mut out: Vec<Entry> = names.dirs.into_iter().map(|name| Entry { name, is_dir: true }).collect();
+                out.extend(names.files.into_iter().map(|name| Entry { name, is_dir: false }));
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                return Ok(out);
+            }
+            other => other.map_err(|e| self.failed("LIST", prefix, e))?,
+        };
         let name = |p: &ObjectPath| p.filename().map(str::to_string);
         let mut out: Vec<Entry> = listed
             .common_prefixes
@@ -545,7 +576,11 @@ impl Store for ObjectStore {
             }
             Ok(Some(names.into_iter().collect::<Vec<_>>()))
         });
-        names.map_err(|e| self.failed("LIST", prefix, e))
+        match names {
+            // A key object_store cannot parse: the caller probes each key instead.
+            Err(object_store::Error::InvalidPath { .. }) => Ok(None),
+            other => other.map_err(|e| self.failed("LIST", prefix, e)),
+        }
     }
 
     fn sync(&self, _keys: &[String]) -> Result<()> {
