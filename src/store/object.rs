@@ -604,7 +604,8 @@ impl Store for ObjectStore {
             }
         };
         match self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(60), probe).await }) {
-            Ok(Ok(())) => Ok(()),
+            // A key object_store cannot parse came back: the bucket answered.
+            Ok(Ok(())) | Ok(Err(object_store::Error::InvalidPath { .. })) => Ok(()),
             Ok(Err(e)) => Err(explain(&e)),
             Err(_) => Err("no answer within 60 s".into()),
         }
