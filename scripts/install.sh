@@ -9,6 +9,6 @@ cargo build --release --quiet
 install -D -m 0755 target/release/zarrfs "$prefix/bin/zarrfs"
 ln -sf "$prefix/bin/zarrfs" /sbin/mount.zarrfs
 install -d /etc/systemd/system /etc/zarrfs
-sed "s|/usr/local/bin/zarrfs|$prefix/bin/zarrfs|" systemd/zarrfs@.service > /etc/systemd/system/zarrfs@.service
+sed "s|^ExecStart=zarrfs |ExecStart=$prefix/bin/zarrfs |" systemd/zarrfs@.service > /etc/systemd/system/zarrfs@.service
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 echo "installed $prefix/bin/zarrfs, /sbin/mount.zarrfs, /etc/systemd/system/zarrfs@.service"

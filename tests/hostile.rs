@@ -810,6 +810,39 @@ fn a_change_on_a_full_disk_happens_with_its_consolidated_metadata_or_not_at_all(
 }
 
 #[test]
+fn a_prepend_on_a_full_disk_fails_its_close_and_leaves_nothing_behind() {
+    if !root() {
+        return;
+    }
+    // Rows of 64 KiB, one per chunk; four rows to prepend where about two fit.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s.zarr");
+    let _mounted = small_tmpfs(&root);
+    std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let doc = array_doc("[2, 65536]", "[1, 65536]", "uint8", BYTES).replace(
+        r#"{"name": "default", "configuration": {"separator": "/"}}"#,
+        r#"{"name": "offset", "configuration": {"offset": [0, 0]}}"#,
+    );
+    std::fs::create_dir(root.join("a")).unwrap();
+    std::fs::write(root.join("a/zarr.json"), &doc).unwrap();
+    let filler = root.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    while f.write_all(&[0u8; 4096]).is_ok() {}
+    drop(f);
+    let full = std::fs::metadata(&filler).unwrap().len();
+    std::fs::File::options().write(true).open(&filler).unwrap().set_len(full - 160 * 1024).unwrap();
+    let m = Mount::new(&root, &[]);
+    let before = common::snapshot(&root.join("a"));
+    let rows: Vec<u8> = (0..4 * 65536u32).map(|i| (i % 251) as u8).collect();
+    let err = common::write_and_close(&m.path("a/prepend"), std::fs::OpenOptions::new().write(true), &rows).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // Nothing stays: no chunk, no directory made for one, the document as it was.
+    assert_eq!(common::snapshot(&root.join("a")), before);
+    assert!(!root.join("a/c").exists() || std::fs::read_dir(root.join("a/c")).unwrap().next().is_none());
+    assert_eq!(std::fs::metadata(m.path("a/data")).unwrap().len(), 2 * 65536);
+}
+
+#[test]
 fn a_text_chunk_that_inflates_past_its_elements_is_refused_at_a_small_cost() {
     // Two strings, one of 1 GiB of "a": some 32 KiB as zstd.
     let doc = array_doc("[2]", "[2]", "string", r#"[{"name": "vlen-utf8"}, {"name": "zstd", "configuration": {"level": 1}}]"#)

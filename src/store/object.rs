@@ -138,7 +138,10 @@ impl ObjectStore {
                 let remote: Arc<dyn Remote> = if prefix.is_empty() {
                     s3
                 } else {
-                    Arc::new(object_store::prefix::PrefixStore::new(s3, ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?))
+                    Arc::new(object_store::prefix::PrefixStore::new(
+                        s3,
+                        ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?,
+                    ))
                 };
                 (remote, Listing::Bucket, Some(raw))
             }

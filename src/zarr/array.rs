@@ -502,6 +502,17 @@ impl Array {
                     tracing::warn!(key, "a chunk of a failed prepend stays behind: {d}");
                 }
             }
+            // And none of the directories made for them (a chunk that failed may have made
+            // its own): those named by a new index along `axis` hold new keys only, so the walk
+            // costs what the prepend stored.
+            let dirs = (0..new_chunks).filter_map(|i| {
+                let mut coords = vec![0; cells.len()];
+                coords[axis] = i;
+                new_key_dir(&self.path, &next.chunk_key(&coords), axis)
+            });
+            for dir in dirs {
+                let _ = self.store.remove_empty_dirs(&dir);
+            }
             return Err(e);
         }
         Ok(Some((next, Touched { keys })))
@@ -595,5 +606,29 @@ impl Array {
         }
         keys.insert(0, key);
         Ok(Touched { keys })
+    }
+}
+
+/// The directory of a new key of a prepend along `axis` that holds new keys only: the key's
+/// parts below the array up to its index along `axis` (`c/-1` of `c/-1/0` along axis 0).
+/// `None` where that part is the key itself (the last axis, or the `.` separator).
+fn new_key_dir(array: &str, key: &str, axis: usize) -> Option<String> {
+    let relative = if array.is_empty() { key } else { key.strip_prefix(array)?.strip_prefix('/')? };
+    let parts: Vec<&str> = relative.split('/').collect();
+    (parts.len() > axis + 2).then(|| store::join(array, &parts[..axis + 2].join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_key_dir;
+
+    #[test]
+    fn the_directories_of_new_keys_hold_new_keys_only() {
+        assert_eq!(new_key_dir("a", "a/c/-1/0", 0).as_deref(), Some("a/c/-1"));
+        assert_eq!(new_key_dir("g/a", "g/a/c/0/-1/3", 1).as_deref(), Some("g/a/c/0/-1"));
+        assert_eq!(new_key_dir("", "c/-2/0", 0).as_deref(), Some("c/-2"));
+        // The last axis's index is the key itself; the `.` separator makes no directories.
+        assert_eq!(new_key_dir("a", "a/c/0/-1", 1), None);
+        assert_eq!(new_key_dir("a", "a/c.-1.0", 0), None);
     }
 }

@@ -152,7 +152,8 @@ mod tests {
         let xml = "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>s/a%2Bb+c</Key></Contents>\
                    <CommonPrefixes><Prefix>s/grp%2F</Prefix></CommonPrefixes><NextContinuationToken>t1</NextContinuationToken></ListBucketResult>";
         assert_eq!(tags(xml, "Key").map(|k| decode(&k)).collect::<Vec<_>>(), ["s/a+b c"]);
-        let prefixes: Vec<String> = tags(xml, "CommonPrefixes").flat_map(|p| tags(&p, "Prefix").map(|x| decode(&x)).collect::<Vec<_>>()).collect();
+        let prefixes: Vec<String> =
+            tags(xml, "CommonPrefixes").flat_map(|p| tags(&p, "Prefix").map(|x| decode(&x)).collect::<Vec<_>>()).collect();
         assert_eq!(prefixes, ["s/grp/"]);
         assert_eq!(tags(xml, "NextContinuationToken").next().as_deref(), Some("t1"));
         assert_eq!(encode("a b/c"), "a%20b%2Fc");
