@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prepend interop: arrays prepended through a zarrfs mount are read by zarr-python 3.4 with a
-small plugin for the `offset` chunk key encoding (zarr-format.md §3.3) — an independent decode
+small plugin for the `offset` chunk key encoding (docs/offset-encoding.md) — an independent decode
 of what zarrfs wrote — and must equal a numpy model.
 
     scripts/check-prepend.py target/release/zarrfs

@@ -3,6 +3,7 @@
 array's `data` file must show (C order, little-endian).
 
     scripts/make-fixtures.py            # rewrites tests/fixtures/ and demo/weather.zarr
+    scripts/make-fixtures.py demo       # rewrites demo/weather.zarr only
 
 Output:
   tests/fixtures/<store>.zarr/...           the stores
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 import numcodecs
 import numpy as np
@@ -355,9 +357,9 @@ def vlen(name):
     record(name, "v2/strings", a)
 
 
-def zarrs_fixtures(name):
-    """The zarrs-written stores from ../shared/fixtures, with their expected text."""
-    src = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "zarrs-vlen")
+def zarrs_fixtures(name, src):
+    """The zarrs-written stores (kept as committed: zarrs is a Rust library, not run here), with
+    their expected text."""
     dst = os.path.join(OUT, name)
     shutil.copytree(src, dst)
     for root_, dirs, files in os.walk(dst):
@@ -424,19 +426,37 @@ def damaged(name):
 
 
 def demo():
-    """The README's demo store."""
+    """The demo store: a day of a smooth temperature field (a warm blob drifting east, a daily
+    cycle), and a small pressure grid."""
     path = os.path.join(ROOT, "demo", "weather.zarr")
     root = zarr.open_group(path, mode="w", zarr_format=3, attributes={"title": "zarrfs demo"})
-    t = root.create_array("temp", shape=(24, 4, 6), chunks=(6, 2, 3), dtype="float32", fill_value=np.nan,
-                          dimension_names=["hour", "lat", "lon"], attributes={"units": "degC"})
-    hours = np.arange(24, dtype="float32")[:, None, None]
-    t[...] = 10 + 8 * np.sin(hours / 24 * 2 * np.pi) + np.zeros((24, 4, 6), dtype="float32")
+    hours, nlat, nlon = 24, 16, 32
+    h = np.arange(hours, dtype="float32")[:, None, None]
+    lat = np.linspace(-1, 1, nlat, dtype="float32")[None, :, None]
+    lon = np.linspace(-1, 1, nlon, dtype="float32")[None, None, :]
+    centre = -0.8 + 1.6 * h / (hours - 1)
+    blob = 12 * np.exp(-((lon - centre) ** 2 / 0.15 + lat ** 2 / 0.3))
+    values = 8 + 6 * np.sin((h - 6) / 24 * 2 * np.pi) - 5 * lat ** 2 + blob
+    t = root.create_array("temp", shape=(hours, nlat, nlon), chunks=(6, 8, 16), dtype="float32", fill_value=np.nan,
+                          dimension_names=["hour", "lat", "lon"], attributes={"units": "degC", "long_name": "air temperature"})
+    t[...] = values.astype("float32")
+    for name, n, lo, hi in (("lat", nlat, -60.0, 60.0), ("lon", nlon, -90.0, 90.0)):
+        c = root.create_array(name, shape=(n,), chunks=(n,), dtype="float32", fill_value=0, dimension_names=[name],
+                              attributes={"units": "degrees"})
+        c[...] = np.linspace(lo, hi, n, dtype="float32")
     s = root.create_group("surface")
     p = s.create_array("pressure", shape=(4, 6), chunks=(2, 6), dtype="int16", fill_value=-1)
     p[...] = (1013 + np.arange(24).reshape(4, 6)).astype("int16")
 
 
 def main():
+    if sys.argv[1:] == ["demo"]:
+        demo()
+        print("demo/weather.zarr written")
+        return
+    kept = tempfile.mkdtemp()
+    zarrs = os.path.join(kept, "zarrs-vlen")
+    shutil.copytree(os.path.join(OUT, "zarrs-vlen"), zarrs)
     if os.path.exists(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
@@ -446,7 +466,8 @@ def main():
     tensorstore_v2("tensorstore_v2.zarr")
     rectilinear("rectilinear.zarr")
     vlen("vlen.zarr")
-    zarrs_fixtures("zarrs-vlen")
+    zarrs_fixtures("zarrs-vlen", zarrs)
+    shutil.rmtree(kept)
     damaged("damaged.zarr")
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

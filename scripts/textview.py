@@ -1,4 +1,4 @@
-"""The text view of variable-length arrays (design.md §1), as an independent oracle for the
+"""The text view of variable-length arrays (docs/design.md §1), as an independent oracle for the
 check scripts and the fixture generator."""
 
 

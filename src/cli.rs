@@ -15,8 +15,25 @@ use crate::daemon::MountPlan;
 use crate::headers::HeaderFormat;
 use crate::store::{Location, RemoteOptions};
 
+const EXAMPLES: &str = "\
+Examples:
+  zarrfs mount weather.zarr /mnt/w                  mount; returns once the mount is live
+  zarrfs mount s3://bucket/weather.zarr /mnt/w -o ro,cache_size=4G
+  python3 -c 'import numpy as np; print(np.load(\"/mnt/w/temp/data.npy\", mmap_mode=\"r\").mean())'
+  zarrfs info weather.zarr                          arrays, shapes, dimension names, codecs
+  zarrfs unmount /mnt/w                             store every change, then unmount
+
+Documentation: man zarrfs, and docs/ in the source tree.";
+
 #[derive(Parser, Debug)]
-#[command(name = "zarrfs", version, about = "Mount a Zarr store as a directory tree in which every array is one flat raw file")]
+#[command(
+    name = "zarrfs",
+    version,
+    about = "Mount a Zarr store as a directory tree in which every array is one flat raw file",
+    after_help = EXAMPLES,
+    // `zarrfs` alone shows the help, not an error.
+    arg_required_else_help = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,9 +42,15 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Mount STORE on MOUNTPOINT; returns once the mount is live (the daemon keeps running).
+    #[command(after_help = MOUNT_EXAMPLES)]
     Mount(MountArgs),
-    /// Unmount a zarrfs mount point: the daemon stores every change, unmounts and exits; what it
-    /// could not store is said, and the exit status is not 0.
+    /// Unmount a zarrfs mount point: the daemon stores every change, unmounts and exits. Exit
+    /// status 1 when a change could not be stored (what, and why, is said), 3 when the mount is
+    /// in use (nothing is done).
+    #[command(
+        visible_alias = "umount",
+        after_help = "Examples:\n  zarrfs unmount /mnt/w\n  zarrfs unmount --lazy /mnt/w   detach it even while files on it are open"
+    )]
     Unmount {
         mountpoint: PathBuf,
         /// Detach the mount even while files on it are open (their later changes are refused).
@@ -35,19 +58,43 @@ enum Command {
         lazy: bool,
     },
     /// What a mount's daemon holds, what it failed to store, and its recent warnings and errors.
+    /// Exit status 1 when changes that failed to store are held.
     Status { mountpoint: PathBuf },
     /// The daemon's own helper (`auto_unmount`): once process PID has exited, unmount what is
     /// still mounted on MOUNTPOINT from device DEV (major:minor).
     #[command(hide = true)]
     UnmountWhenGone { pid: i32, dev: String, mountpoint: PathBuf },
-    /// Switch an array to the offset chunk key encoding with zero offsets (metadata only).
+    /// Print the hierarchy: one block per array (shape and dimension names, data type, fill
+    /// value, chunks, codecs, stored bytes, views, what can be edited, problems).
+    #[command(
+        after_help = "Examples:\n  zarrfs info weather.zarr\n  zarrfs info weather.zarr temp --attributes\n  zarrfs info s3://bucket/weather.zarr --json"
+    )]
+    Info {
+        store: OsString,
+        /// A node inside the store (default: the root).
+        path: Option<String>,
+        /// Show each node's attributes too.
+        #[arg(long)]
+        attributes: bool,
+        /// Machine-readable output: everything the text shows, attributes included.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Switch an array to the offset chunk key encoding with zero offsets (metadata only), so
+    /// that it can be prepended to.
     Adopt {
         store: OsString,
         array: String,
         #[command(flatten)]
         remote: RemoteArgs,
     },
-    /// Prepend FILE (raw, C order, little-endian; whole chunks along the axis) to an array.
+    /// Prepend FILE (raw, C order, little-endian; whole chunks along the axis) to an array with
+    /// the offset chunk key encoding. No existing chunk is touched.
+    #[command(
+        after_help = "Examples:\n  zarrfs adopt weather.zarr temp                    once, for a default-encoded array\n  zarrfs prepend weather.zarr temp new-hours.raw"
+    )]
     Prepend {
         store: OsString,
         array: String,
@@ -58,18 +105,33 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
-    /// Print the hierarchy: arrays, shapes, data types, grids, chunk keys, codecs, problems.
-    Info {
+    /// Rewrite an offset-encoded (prepended) array to the default chunk key encoding, so that
+    /// any Zarr reader opens it. Safe to interrupt: run it again to finish.
+    Normalize {
         store: OsString,
-        /// A node inside the store (default: the root).
-        path: Option<String>,
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
+        array: String,
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  zarrfs completions bash > /etc/bash_completion.d/zarrfs\n  zarrfs completions zsh > \"${fpath[1]}/_zarrfs\""
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (zarrfs.1), or write every page (zarrfs.1, zarrfs-mount.1, …) into DIR.
+    Man { dir: Option<PathBuf> },
 }
+
+const MOUNT_EXAMPLES: &str = "\
+Examples:
+  zarrfs mount weather.zarr /mnt/w
+  zarrfs mount weather.zarr /mnt/w -o ro,allow_other,cache_size=4G
+  zarrfs mount -f weather.zarr /mnt/w -v            in the foreground, logging to stderr
+  zarrfs mount s3://bucket/weather.zarr /mnt/w --region eu-west-1
+  zarrfs /data/weather.zarr /mnt/w -o ro            the form mount(8) and fstab use
+
+Every flag has an -o form (cache_size=2G, read_only is ro); generic mount(8) options (nodev,
+nosuid, nofail, _netdev, x-systemd.*) are accepted and ignored.";
 
 /// How to reach an object store (`s3://bucket/prefix`, `https://...`); the rest comes from the
 /// conventional AWS environment.
@@ -114,42 +176,48 @@ struct MountArgs {
     /// Switch default-encoded arrays to the offset chunk key encoding when prepend is opened.
     #[arg(long)]
     adopt_offset: bool,
-    /// Where bytes written to prepend are staged (default: a private directory made at the first
-    /// prepend in $XDG_RUNTIME_DIR, else in the system's temporary directory).
-    #[arg(long)]
+    /// Where bytes written to prepend and text rewrites are staged [default: a private
+    /// directory made at the first need in $XDG_RUNTIME_DIR, else the temporary directory].
+    #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
-    /// Decoded-chunk cache size, e.g. 512M or 2G.
-    #[arg(long, value_parser = parse_size)]
+    /// Decoded chunks kept for re-reads and partial writes, e.g. 512M or 2G [default: 1G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache_size: Option<u64>,
     /// Seconds the shutdown may spend storing changes before it gives up.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     flush_timeout: u64,
     /// Leave the mount of a daemon that dies (by default a helper process unmounts it).
     #[arg(long)]
     no_auto_unmount: bool,
-    /// Changed chunks held in memory before they are written back, e.g. 256M.
-    #[arg(long, value_parser = parse_size)]
+    /// Changed chunks held in memory before they are written back [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     dirty_limit: Option<u64>,
-    /// FUSE request threads (1 to 1024).
-    #[arg(long, value_parser = parse_threads)]
+    /// FUSE request threads, 1 to 1024 [default: 8].
+    #[arg(long, value_name = "N", value_parser = parse_threads)]
     threads: Option<NonZeroUsize>,
-    /// The most bytes one decoded chunk (or shard) may take, e.g. 2G: arrays whose chunks are
-    /// larger show an `error` file instead.
-    #[arg(long, value_parser = parse_size)]
+    /// The most bytes one decoded chunk (or shard) may take: arrays whose chunks are larger
+    /// show an `error` file instead [default: 2G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_chunk_size: Option<u64>,
-    /// Header views beside `data`: npy, envi, nrrd, mhd (comma-separated), all or none.
-    #[arg(long)]
+    /// Header views beside `data`: npy, tiff, nifti, envi, nrrd, mhd (comma-separated), all
+    /// or none [default: all].
+    #[arg(long, value_name = "LIST")]
     views: Option<String>,
-    /// Seconds a node's metadata is trusted before it is read again (other writers' changes).
-    #[arg(long)]
+    /// Seconds a node's metadata is trusted before its version is checked again (other
+    /// writers' changes) [default: 5].
+    #[arg(long, value_name = "SECONDS")]
     metadata_ttl: Option<u64>,
     #[command(flatten)]
     remote: RemoteArgs,
-    /// Log to this file (a background daemon otherwise logs to syslog, `-f` to stderr).
-    #[arg(long)]
+    /// Log to this file [default: syslog for a background daemon (a file under
+    /// ~/.local/state/zarrfs where none listens), stderr with -f].
+    #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
-    /// Mount options, comma-separated: ro, allow_other, auto_unmount, cache_size=2G, threads=16, views=npy:nrrd, …
-    #[arg(short = 'o', action = clap::ArgAction::Append)]
+    /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
+    /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, spool_dir=, flush_timeout=,
+    /// metadata_ttl=, max_chunk_size=, noauto_unmount, endpoint=, region=, no_sign_request,
+    /// virtual_hosted; generic mount(8) options are ignored.
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// More log output (-v debug, -vv trace).
     #[arg(short, action = clap::ArgAction::Count)]
@@ -248,38 +316,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
                 Some((k, v)) => (k, Some(v)),
                 None => (o.as_str(), None),
             };
-            match (key, value) {
-                // As in libfuse, the last of ro and rw wins.
-                ("ro", None) => plan.read_only = true,
-                ("rw", None) => plan.read_only = false,
-                ("allow_other", None) => plan.allow_other = true,
-                ("allow_root", None) => plan.allow_root = true,
-                ("auto_unmount", None) => plan.auto_unmount = true,
-                ("noauto_unmount", None) => plan.auto_unmount = false,
-                ("flush_timeout", Some(v)) => {
-                    plan.flush_timeout = Duration::from_secs(v.parse().map_err(|_| format!("option flush_timeout={v}: expected seconds"))?)
-                }
-                // Always on (see `crate::fuse::Session::mount`).
-                ("default_permissions", None) => {}
-                ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
-                ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
-                ("adopt_offset", None) => plan.adopt_offset = true,
-                ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
-                ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
-                ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
-                ("views", Some(v)) => plan.views = Some(HeaderFormat::parse_list(v)?),
-                ("metadata_ttl", Some(v)) => {
-                    plan.metadata_ttl =
-                        Some(Duration::from_secs(v.parse().map_err(|_| format!("option metadata_ttl={v}: expected seconds"))?))
-                }
-                ("endpoint", Some(v)) => plan.remote.endpoint = Some(v.to_string()),
-                ("region", Some(v)) => plan.remote.region = Some(v.to_string()),
-                ("no_sign_request", None) => plan.remote.no_sign_request = true,
-                ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
-                (k, None) if is_generic_option(k) => {}
-                (k, _) if k.starts_with("x-") => {}
-                _ => return Err(format!("unknown mount option {o:?}")),
-            }
+            apply_option(&mut plan, key, value).map_err(|e| format!("option {o}: {e}"))?;
         }
     }
     if plan.store.read_only() {
@@ -290,6 +327,75 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         return Err("allow_other and allow_root cannot be combined".into());
     }
     Ok(plan)
+}
+
+/// One `-o` option, applied to the plan.
+fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<(), String> {
+    match (key, value) {
+        // As in libfuse, the last of ro and rw wins.
+        ("ro", None) => plan.read_only = true,
+        ("rw", None) => plan.read_only = false,
+        ("allow_other", None) => plan.allow_other = true,
+        ("allow_root", None) => plan.allow_root = true,
+        ("auto_unmount", None) => plan.auto_unmount = true,
+        ("noauto_unmount", None) => plan.auto_unmount = false,
+        ("flush_timeout", Some(v)) => {
+            plan.flush_timeout = Duration::from_secs(v.parse().map_err(|_| "expected whole seconds".to_string())?)
+        }
+        // Always on (see `crate::fuse::Session::mount`).
+        ("default_permissions", None) => {}
+        ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
+        ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
+        ("adopt_offset", None) => plan.adopt_offset = true,
+        ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
+        ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
+        ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
+        ("views", Some(v)) => plan.views = Some(HeaderFormat::parse_list(v)?),
+        ("metadata_ttl", Some(v)) => {
+            plan.metadata_ttl = Some(Duration::from_secs(v.parse().map_err(|_| "expected whole seconds".to_string())?))
+        }
+        ("endpoint", Some(v)) => plan.remote.endpoint = Some(v.to_string()),
+        ("region", Some(v)) => plan.remote.region = Some(v.to_string()),
+        ("no_sign_request", None) => plan.remote.no_sign_request = true,
+        ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
+        (k, None) if is_generic_option(k) => {}
+        (k, _) if k.starts_with("x-") => {}
+        (k, Some(_)) if is_flag_option(k) => return Err(format!("{k} takes no value")),
+        (k, None) if VALUE_OPTIONS.contains(&k) => return Err(format!("{k} needs a value ({k}=...)")),
+        _ => return Err("unknown mount option (zarrfs mount --help lists them)".into()),
+    }
+    Ok(())
+}
+
+/// The `-o` options that take no value.
+const FLAG_OPTIONS: &[&str] = &[
+    "ro",
+    "rw",
+    "allow_other",
+    "allow_root",
+    "auto_unmount",
+    "noauto_unmount",
+    "default_permissions",
+    "adopt_offset",
+    "no_sign_request",
+    "virtual_hosted",
+];
+/// The `-o` options that take one.
+const VALUE_OPTIONS: &[&str] = &[
+    "flush_timeout",
+    "cache_size",
+    "dirty_limit",
+    "spool_dir",
+    "threads",
+    "max_chunk_size",
+    "views",
+    "metadata_ttl",
+    "endpoint",
+    "region",
+];
+
+fn is_flag_option(key: &str) -> bool {
+    FLAG_OPTIONS.contains(&key)
 }
 
 /// Split a `-o` list on commas, honouring `\,` escapes.
@@ -315,15 +421,17 @@ fn split_options(list: &str) -> Vec<String> {
 }
 
 /// `zarrfs SOURCE MOUNTPOINT -o …` (as mount.fuse3 and a `mount.zarrfs` link run it) means
-/// `zarrfs mount SOURCE MOUNTPOINT -o …`.
+/// `zarrfs mount SOURCE MOUNTPOINT -o …`: when the first argument is no command and names a
+/// path or URL (holds a `/`, or exists). Anything else is left to clap, which says what it does
+/// not know and what it may have meant.
 fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
-    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let Some(first) = args.get(1) else { return args };
+    let name = first.to_str().unwrap_or("");
     // clap adds `help` only when it parses.
-    let is_command = first == "help"
-        || <Cli as clap::CommandFactory>::command().find_subcommand(first).is_some()
-        || first.starts_with('-')
-        || first.is_empty();
-    if !is_command {
+    let is_command = name == "help" || <Cli as clap::CommandFactory>::command().find_subcommand(name).is_some();
+    let is_source =
+        !name.starts_with('-') && (std::os::unix::ffi::OsStrExt::as_bytes(first.as_os_str()).contains(&b'/') || Path::new(first).exists());
+    if !is_command && is_source {
         args.insert(1, OsString::from("mount"));
     }
     args
@@ -390,6 +498,12 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
+    // Commands that only print end quietly when their reader goes away (`zarrfs info S | head`),
+    // as other Unix tools do. Not the daemon: a peer closing a socket must not kill it.
+    if matches!(cli.command, Command::Info { .. } | Command::Status { .. } | Command::Completions { .. } | Command::Man { .. }) {
+        // SAFETY: restores the default disposition before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Mount(args) => match plan(args) {
             Ok(plan) => crate::daemon::run(plan),
@@ -403,24 +517,73 @@ pub fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
                 eprintln!("zarrfs: {}: {e}", mountpoint.display());
-                ExitCode::from(2)
+                ExitCode::FAILURE
             }
         },
         Command::UnmountWhenGone { pid, dev, mountpoint } => crate::daemon::unmount_when_gone(pid, &dev, &mountpoint),
         Command::Unmount { mountpoint, lazy } => match crate::daemon::stop(&mountpoint, lazy) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("zarrfs: cannot unmount {}: {e}", mountpoint.display());
-                ExitCode::FAILURE
+            Err(refusal) => {
+                eprintln!("zarrfs: cannot unmount {}: {refusal}", mountpoint.display());
+                match refusal {
+                    crate::daemon::Refusal::Busy(_) => ExitCode::from(EXIT_BUSY),
+                    crate::daemon::Refusal::Failed(_) => ExitCode::FAILURE,
+                }
             }
         },
         Command::Adopt { store, array, remote } => offline(&store, &remote, |s| crate::commands::adopt(s, &array)),
         Command::Prepend { store, array, file, axis, remote } => {
             offline(&store, &remote, |s| crate::commands::prepend(s, &array, &file, axis))
         }
-        Command::Info { store, path, json, remote } => offline(&store, &remote, |s| crate::commands::info(s, path, json)),
+        Command::Normalize { store, array, remote } => offline(&store, &remote, |s| crate::commands::normalize(s, &array)),
+        Command::Info { store, path, attributes, json, remote } => {
+            offline(&store, &remote, |s| crate::commands::info(s, path, attributes, json))
+        }
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "zarrfs", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => match man_pages(dir.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("zarrfs: cannot write the manual pages: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
+
+/// `zarrfs unmount`'s exit status when the mount is in use and nothing was done.
+const EXIT_BUSY: u8 = 3;
+
+/// The manual: `zarrfs.1` on stdout, or every page (`zarrfs.1` and one per command,
+/// `zarrfs-mount.1`, …) into `dir`, all from the same definitions as `--help`.
+fn man_pages(dir: Option<&Path>) -> std::io::Result<()> {
+    let command = <Cli as clap::CommandFactory>::command().after_help(MAN_NOTES);
+    let Some(dir) = dir else {
+        return clap_mangen::Man::new(command).render(&mut std::io::stdout());
+    };
+    std::fs::create_dir_all(dir)?;
+    clap_mangen::generate_to(command, dir)
+}
+
+/// What the manual adds to `--help`: the files a mount shows, where to read more.
+const MAN_NOTES: &str = "\
+A mounted array is a directory holding its metadata documents, `data` (every element, C order,
+little-endian), header views of it (data.npy, data.tif, data.nii, data.hdr, data.nhdr,
+data.mhd) and the write-only `prepend`. Groups are directories. `.zarrfs/stats` and
+`.zarrfs/errors` at the mount root are the daemon's counters and recent errors.
+
+Exit status: 0 done; 1 failed (the message says why); 2 a wrong command line; 3 `unmount` of a
+mount in use (nothing done).
+
+Examples:
+  zarrfs mount weather.zarr /mnt/w
+  zarrfs info weather.zarr
+  zarrfs unmount /mnt/w
+
+Documentation: the docs/ directory of the source tree (installed in /usr/share/doc/zarrfs).";
 
 #[cfg(test)]
 mod tests {

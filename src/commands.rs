@@ -1,73 +1,134 @@
 //! The offline commands, which change or describe a store without mounting it: `adopt`,
-//! `prepend` and `info` (the hierarchy with each array's shape, type, grid, keys and codecs,
-//! and any problem — from metadata alone, never reading a chunk).
+//! `prepend`, `normalize` and `info` (the hierarchy, one block per array, from the metadata
+//! and a count of what each array stores — never reading a chunk).
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
 use crate::headers::HeaderFormat;
+use crate::progress::{human_bytes, while_counting};
 use crate::store::{self, Location, Store};
+use crate::zarr::array::{Array, PrependSource};
+use crate::zarr::key::ChunkKeyEncoding;
+use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
+use crate::zarr::node::{is_hidden, is_node, read_node};
+use crate::zarr::normalize::Normalization;
+use crate::{Error, Result};
 
 /// The store an offline command works on, opened, and where it is (for messages).
 pub struct OpenedStore {
     pub store: Arc<dyn Store>,
     pub location: Location,
 }
-use crate::zarr::array::Array;
-use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
-use crate::zarr::node::{is_hidden, is_node, read_node};
-use crate::{Error, Result};
+
+/// A line on stdout; a reader that went away is not an error of the command's.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 /// `zarrfs adopt`: switch an array to the offset chunk key encoding (metadata only).
 pub fn adopt(store: &OpenedStore, array: &str) -> ExitCode {
     offline(store, array, |a| {
+        if matches!(a.meta.key_encoding, ChunkKeyEncoding::Offset { .. }) {
+            say!("{array}: already uses the offset chunk key encoding; nothing to do");
+            return Ok(());
+        }
         let adopted = a.adopted_offset()?;
         adopted.store_metadata()?;
-        println!("{}: chunk key encoding {}", array, adopted.meta.key_encoding.describe());
+        say!("{array}: chunk key encoding {} (no chunk moved); it can be prepended to", adopted.meta.key_encoding.describe());
         Ok(())
     })
 }
 
-/// `zarrfs prepend`: prepend a raw file's rows along `axis`.
+/// `zarrfs prepend`: prepend a raw file's rows along `axis`, with progress on a terminal.
 pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> ExitCode {
     offline(store, array, |a| {
-        let f = std::fs::File::open(file)?;
+        if let Some(why) = a.meta.prepend_refusal() {
+            return Err(Error::Unsupported(format!("cannot prepend: {why}")));
+        }
+        let f = std::fs::File::open(file).map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
         let len = f.metadata()?.len();
-        let started = std::time::Instant::now();
-        match a.prepend(axis, len, Arc::new(f), &crate::pool::WorkerPool::per_core())? {
+        let source = Arc::new(CountingSource { file: f, read: AtomicU64::new(0) });
+        let prepended = while_counting("prepending", None, len, &source.read, || {
+            a.prepend(axis, len, source.clone(), &crate::pool::WorkerPool::per_core())
+        })?;
+        match prepended {
             Some((next, _)) => {
-                let chunks = started.elapsed();
                 next.store_metadata()?;
-                let metadata = started.elapsed() - chunks;
-                println!("{}: shape {:?}, chunk key encoding {}", array, next.meta.shape, next.meta.key_encoding.describe());
-                eprintln!("new chunks stored in {:.6} s; metadata written in {:.6} s", chunks.as_secs_f64(), metadata.as_secs_f64());
+                say!(
+                    "{array}: prepended {} along axis {axis}; shape {:?}, chunk key encoding {}",
+                    human_bytes(len),
+                    next.meta.shape,
+                    next.meta.key_encoding.describe()
+                );
             }
-            None => println!("{array}: nothing to prepend"),
+            None => say!("{array}: {} is empty; nothing to prepend", file.display()),
         }
         Ok(())
     })
 }
 
-/// `zarrfs info`: the hierarchy under `path`, as text or JSON.
-pub fn info(opened: &OpenedStore, path: Option<String>, as_json: bool) -> ExitCode {
+/// A prepend's source that counts the bytes read from it, for the progress line.
+struct CountingSource {
+    file: std::fs::File,
+    read: AtomicU64,
+}
+
+impl PrependSource for CountingSource {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.file.read_exact_at(buf, offset)?;
+        self.read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        let hole = self.file.is_hole(offset, len);
+        if hole {
+            self.read.fetch_add(len, Ordering::Relaxed);
+        }
+        hole
+    }
+}
+
+/// `zarrfs normalize`: rewrite an offset-encoded array to the default encoding, with
+/// progress on a terminal.
+pub fn normalize(store: &OpenedStore, array: &str) -> ExitCode {
+    offline(store, array, |a| {
+        let Some(plan) = Normalization::plan(a)? else {
+            say!("{array}: not offset-encoded ({}); nothing to do", a.meta.key_encoding.describe());
+            return Ok(());
+        };
+        let done = AtomicU64::new(0);
+        let renamed = while_counting("renaming chunk keys", Some("moves"), plan.moves(), &done, || plan.run(&done))?;
+        say!("{array}: chunk key encoding default; {renamed} chunk(s) renamed; every Zarr reader opens it now");
+        Ok(())
+    })
+}
+
+/// `zarrfs info`: the hierarchy under `path`, as text or JSON. A path that names no node fails.
+pub fn info(opened: &OpenedStore, path: Option<String>, attributes: bool, as_json: bool) -> ExitCode {
     let path = path.unwrap_or_default().trim_matches('/').to_string();
-    match collect(opened.store.as_ref(), &path) {
-        Ok(nodes) if as_json => {
-            println!("{}", serde_json::to_string_pretty(&nodes).unwrap_or_default());
-            ExitCode::SUCCESS
-        }
-        Ok(nodes) => {
-            print!("{}", render(&nodes));
-            ExitCode::SUCCESS
-        }
+    let nodes = match collect(opened.store.as_ref(), &path) {
+        Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("zarrfs: {}: {e}", opened.location);
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    if as_json {
+        say!("{}", serde_json::to_string_pretty(&nodes).unwrap_or_default());
+    } else {
+        let _ = write!(std::io::stdout(), "{}", render(&nodes, attributes));
     }
+    ExitCode::SUCCESS
 }
 
 /// Run an offline change on one array of a store.
@@ -76,6 +137,10 @@ fn offline(opened: &OpenedStore, array: &str, change: impl FnOnce(&Array) -> Res
     let result = Array::open(opened.store.clone(), path).and_then(|a| change(&a));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Error::NotFound) => {
+            eprintln!("zarrfs: {}: no array at {path:?}", opened.location);
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("zarrfs: {}/{path}: {e}", opened.location);
             ExitCode::FAILURE
@@ -83,12 +148,17 @@ fn offline(opened: &OpenedStore, array: &str, change: impl FnOnce(&Array) -> Res
     }
 }
 
+/// How many of an array's stored values `info` counts before it says "at least".
+const MOST_COUNTED: u64 = 100_000;
+
 /// One node of the report.
-fn describe(path: &str, node: &Result<Option<NodeMetadata>>) -> Value {
+fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>) -> Value {
     let shown = format!("/{path}");
     match node {
-        Ok(Some(NodeMetadata::Group)) => json!({"path": shown, "node_type": "group"}),
-        Ok(Some(NodeMetadata::Array(a))) => describe_array(&shown, a),
+        Ok(Some(NodeMetadata::Group)) => {
+            json!({"path": shown, "node_type": "group", "attributes": attributes_of(store, path, None)})
+        }
+        Ok(Some(NodeMetadata::Array(a))) => describe_array(store, path, a),
         Ok(None) => {
             json!({"path": shown, "node_type": null, "problem": "no zarr.json, .zarray or .zgroup here"})
         }
@@ -96,20 +166,72 @@ fn describe(path: &str, node: &Result<Option<NodeMetadata>>) -> Value {
     }
 }
 
-fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
+/// A node's attributes: v3 documents hold them, v2 nodes keep them in `.zattrs`.
+fn attributes_of(store: &dyn Store, path: &str, array: Option<&ArrayMetadata>) -> Value {
+    if let Some(a) = array
+        && a.format == ZarrFormat::V3
+    {
+        return a.document.get("attributes").cloned().unwrap_or_else(|| json!({}));
+    }
+    let read = |name: &str| {
+        store
+            .get(&store::join(path, name), crate::zarr::limits::MAX_DOCUMENT_BYTES)
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    };
+    match array {
+        Some(_) => read(".zattrs").unwrap_or_else(|| json!({})),
+        // A v3 group's attributes are in zarr.json; a v2 group's in .zattrs.
+        None => read("zarr.json").and_then(|d| d.get("attributes").cloned()).or_else(|| read(".zattrs")).unwrap_or_else(|| json!({})),
+    }
+}
+
+fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata) -> Value {
+    let chunk_shape: Vec<u64> = a.grid.axes.iter().map(|axis| axis.chunk_len(0)).collect();
+    let chunks = a.shape.iter().zip(&a.grid.axes).fold(1u128, |n, (&extent, axis)| n.saturating_mul(u128::from(axis.chunks_for(extent))));
+    let codecs = a.codecs.describe();
+    // Sharded: the outer grid's cells are shards, of inner chunks of the codec's chunk shape.
+    let inner = codecs.iter().find(|c| c["name"] == "sharding_indexed").map(|c| c["configuration"]["chunk_shape"].clone());
+    let data_bytes = if a.dtype.is_variable() { None } else { Some(a.byte_len()) };
+    let stored = store.usage(path, MOST_COUNTED).ok().flatten().map(|u| {
+        // The documents are the node's own, not its data.
+        let documents = crate::zarr::node::METADATA_DOCUMENTS
+            .iter()
+            .filter_map(|d| store.head(&store::join(path, d)).ok().flatten())
+            .fold((0u64, 0u64), |(n, b), h| (n + 1, b + h.len));
+        json!({"objects": u.values.saturating_sub(documents.0), "bytes": u.bytes.saturating_sub(documents.1), "complete": u.complete})
+    });
+    let ratio = match (data_bytes, &stored) {
+        (Some(data), Some(s)) if s["complete"] == true && s["bytes"].as_u64().is_some_and(|b| b > 0) => {
+            json!((data as f64 / s["bytes"].as_u64().unwrap_or(1) as f64 * 100.0).round() / 100.0)
+        }
+        _ => Value::Null,
+    };
+    let offset_encoded = matches!(a.key_encoding, ChunkKeyEncoding::Offset { .. });
     json!({
-        "path": path,
+        "path": format!("/{path}"),
         "node_type": "array",
         "zarr_format": if a.format == ZarrFormat::V2 { 2 } else { 3 },
         "shape": a.shape,
+        "dimension_names": a.dimension_names,
         "data_type": a.dtype.name(),
+        "fill_value": a.document.get("fill_value").cloned().unwrap_or(Value::Null),
         "chunk_grid": a.grid.describe(),
+        "chunk_shape": if a.grid.rectilinear { Value::Null } else { json!(chunk_shape) },
+        "inner_chunk_shape": inner,
+        "chunks": chunks.to_string(),
         "chunk_key_encoding": a.key_encoding.describe(),
-        "codecs": a.codecs.describe(),
+        "codecs": codecs,
         // Variable-length arrays show text, whose size is known only once rendered.
-        "data_bytes": if a.dtype.is_variable() { Value::Null } else { json!(a.byte_len()) },
+        "data_bytes": data_bytes,
+        "stored": stored,
+        "ratio": ratio,
         // What a rewrite of the document through a mount may change in place.
         "edits": a.in_place_edits(),
+        "prepend": a.prepend_refusal().map_or(json!(true), Value::from),
+        // Stock readers refuse the offset encoding: `zarrfs normalize` rewrites it away.
+        "needs_normalize": offset_encoded,
         // Why writes are refused, when they are (a filter that would not give back what is written).
         "read_only": a.codecs.write_refusal(),
         // Each header view: shown (true), or why the format cannot express the array.
@@ -117,17 +239,29 @@ fn describe_array(path: &str, a: &ArrayMetadata) -> Value {
             .iter()
             .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape).map_or_else(Value::from, |_| Value::Bool(true))))
             .collect::<serde_json::Map<_, _>>(),
+        "attributes": attributes_of(store, path, Some(a)),
     })
 }
 
-/// Every node under `path`, depth first.
+/// Every node under `path`, depth first. A `path` that names no node is an error.
 fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
     let node = read_node(store, path).map(|n| n.map(|(meta, _)| meta));
-    if matches!(node, Ok(None)) && path.is_empty() {
-        return Err(Error::metadata("not a Zarr store: no zarr.json, .zgroup or .zarray at its root"));
+    if matches!(node, Ok(None)) {
+        return Err(if path.is_empty() {
+            Error::metadata("not a Zarr store: no zarr.json, .zgroup or .zarray at its root")
+        } else {
+            Error::metadata(format!("no node at {path:?}: no zarr.json, .zarray or .zgroup there"))
+        });
     }
+    let mut out = Vec::new();
+    walk(store, path, node, &mut out)?;
+    mark_coordinates(&mut out);
+    Ok(out)
+}
+
+fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, out: &mut Vec<Value>) -> Result<()> {
     let is_group = matches!(node, Ok(Some(NodeMetadata::Group)));
-    let mut out = vec![describe(path, &node)];
+    out.push(describe(store, path, &node));
     if is_group {
         for e in store.list_dir(path)? {
             if !e.is_dir || is_hidden(&e.name) {
@@ -136,51 +270,180 @@ fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
             let child = store::join(path, &e.name);
             // A node that cannot be read is described with its problem.
             if is_node(store, &child).unwrap_or(true) {
-                out.extend(collect(store, &child)?);
+                walk(store, &child, read_node(store, &child).map(|n| n.map(|(meta, _)| meta)), out)?;
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The text form: one line per node.
-fn render(nodes: &[Value]) -> String {
+/// Mark the 1-D arrays that are coordinates (the xarray convention): named like a dimension of
+/// another array of the same group.
+fn mark_coordinates(nodes: &mut [Value]) {
+    let parent = |p: &str| p.rsplit_once('/').map_or(String::new(), |(dir, _)| dir.to_string());
+    let mut users: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for n in nodes.iter() {
+        let path = n["path"].as_str().unwrap_or("");
+        for name in n["dimension_names"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            users.entry((parent(path), name.to_string())).or_default().push(path.rsplit('/').next().unwrap_or("").to_string());
+        }
+    }
+    for n in nodes.iter_mut() {
+        let path = n["path"].as_str().unwrap_or("").to_string();
+        let name = path.rsplit('/').next().unwrap_or("").to_string();
+        if n["node_type"] != "array" || n["shape"].as_array().map(Vec::len) != Some(1) {
+            continue;
+        }
+        if let Some(of) = users.get(&(parent(&path), name.clone())) {
+            let of: Vec<&String> = of.iter().filter(|o| **o != name).collect();
+            if !of.is_empty() {
+                n["coordinate_of"] = json!(of);
+            }
+        }
+    }
+}
+
+/// The text form: a line per group, a block per array.
+fn render(nodes: &[Value], attributes: bool) -> String {
     let mut s = String::new();
     for n in nodes {
         let path = n["path"].as_str().unwrap_or("?");
-        match (n["node_type"].as_str(), n.get("problem")) {
-            (_, Some(p)) => s.push_str(&format!("{path}  PROBLEM: {}\n", p.as_str().unwrap_or(""))),
-            (Some("group"), _) => s.push_str(&format!("{path}  group\n")),
-            _ => {
-                let codecs: Vec<String> = n["codecs"]
-                    .as_array()
-                    .map(|a| a.iter().map(|c| format!("{}{}", c["name"].as_str().unwrap_or("?"), c["configuration"])).collect())
-                    .unwrap_or_default();
-                let size = match n["data_bytes"].as_u64() {
-                    Some(b) => format!("{b} bytes"),
-                    None => "text".to_string(),
-                };
-                let views = n["views"].as_object().map_or_else(String::new, |views| {
-                    let (shown, absent): (Vec<_>, Vec<_>) = views.iter().partition(|(_, v)| v.as_bool() == Some(true));
-                    let mut s = format!("  views {}", shown.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "));
-                    for (name, why) in absent {
-                        s.push_str(&format!(" (no {name}: {})", why.as_str().unwrap_or("?")));
-                    }
-                    s
-                });
-                let edits: Vec<&str> = n["edits"].as_array().map(|e| e.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-                s.push_str(&format!(
-                    "{path}  array v{}  {} {}  chunks {}  keys {}  codecs {}  ({size}){views}  edits {}\n",
-                    n["zarr_format"],
-                    n["data_type"].as_str().unwrap_or("?"),
-                    n["shape"],
-                    n["chunk_grid"].as_str().unwrap_or("?"),
-                    n["chunk_key_encoding"].as_str().unwrap_or("?"),
-                    codecs.join(" | "),
-                    edits.join(" ")
-                ));
+        if let Some(p) = n.get("problem") {
+            s.push_str(&format!("{path}  PROBLEM: {}\n", p.as_str().unwrap_or("")));
+            continue;
+        }
+        if n["node_type"] == "group" {
+            s.push_str(&format!("{path}  group\n"));
+            if attributes {
+                push_attributes(&mut s, &n["attributes"]);
+            }
+            continue;
+        }
+        s.push_str(&render_array(n, attributes));
+    }
+    s
+}
+
+fn render_array(n: &Value, attributes: bool) -> String {
+    let mut s = format!("{}  array (Zarr v{})\n", n["path"].as_str().unwrap_or("?"), n["zarr_format"]);
+    let mut line = |label: &str, text: String| s.push_str(&format!("  {label:<12}{text}\n"));
+    let dims = |v: &Value| v.as_array().map(|a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" × ")).unwrap_or_default();
+    let names: Vec<String> = n["dimension_names"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().map_or("-".to_string(), str::to_string)).collect())
+        .unwrap_or_default();
+    let shape = dims(&n["shape"]);
+    line("shape", if names.is_empty() { shape } else { format!("{shape}  ({})", names.join(", ")) });
+    line("data type", format!("{}, fill value {}", n["data_type"].as_str().unwrap_or("?"), n["fill_value"]));
+    let grid = n["chunk_grid"].as_str().unwrap_or("?");
+    let chunks = match n["chunk_shape"].as_array() {
+        Some(_) => format!("{} ({} in all)", dims(&n["chunk_shape"]), n["chunks"].as_str().unwrap_or("?")),
+        None => format!("{grid} ({} in all)", n["chunks"].as_str().unwrap_or("?")),
+    };
+    match n["inner_chunk_shape"].as_array() {
+        Some(_) => {
+            line("shards", chunks);
+            line("chunks", format!("{} inside each shard", dims(&n["inner_chunk_shape"])));
+        }
+        None => line("chunks", chunks),
+    }
+    let mut keys = n["chunk_key_encoding"].as_str().unwrap_or("?").to_string();
+    if n["needs_normalize"] == true {
+        keys.push_str("  (stock readers need `zarrfs normalize`, or zarr-python with the zarrfs package)");
+    }
+    line("keys", keys);
+    let codecs: Vec<Value> = n["codecs"].as_array().cloned().unwrap_or_default();
+    let joined = codecs.iter().map(codec_text).collect::<Vec<_>>().join(" → ");
+    if joined.chars().count() <= 64 {
+        line("codecs", joined);
+    } else {
+        for (i, c) in codecs.iter().enumerate() {
+            line(if i == 0 { "codecs" } else { "" }, codec_text(c));
+            // A sharding codec's own chains, a line each.
+            for (key, label) in [("codecs", "inner chunks"), ("index_codecs", "shard index")] {
+                if let Some(chain) = c["configuration"][key].as_array() {
+                    line("", format!("  {label}: {}", chain.iter().map(codec_text).collect::<Vec<_>>().join(" → ")));
+                }
             }
         }
     }
+    let size = match n["data_bytes"].as_u64() {
+        Some(b) => format!("{} as data", human_bytes(b)),
+        None => "text (variable-length elements)".to_string(),
+    };
+    let stored = match &n["stored"] {
+        Value::Null => String::new(),
+        st => {
+            let at_least = if st["complete"] == true { "" } else { "at least " };
+            let mut t = format!(
+                "; {at_least}{} stored in {at_least}{} object(s)",
+                human_bytes(st["bytes"].as_u64().unwrap_or(0)),
+                st["objects"].as_u64().unwrap_or(0)
+            );
+            if let Some(r) = n["ratio"].as_f64() {
+                t.push_str(&format!(", ratio {r}"));
+            }
+            t
+        }
+    };
+    line("size", format!("{size}{stored}"));
+    if let Some(views) = n["views"].as_object() {
+        let (shown, absent): (Vec<_>, Vec<_>) = views.iter().partition(|(_, v)| v.as_bool() == Some(true));
+        let shown: Vec<&str> = shown.iter().map(|(k, _)| k.as_str()).collect();
+        line("views", if shown.is_empty() { "none".to_string() } else { shown.join(" ") });
+        for (name, why) in absent {
+            line("", format!("no {name}: {}", why.as_str().unwrap_or("?")));
+        }
+    }
+    let edits: Vec<&str> = n["edits"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    line("edits", edits.join(", "));
+    match n["prepend"].as_str() {
+        None => line("prepend", "yes".to_string()),
+        // The text keeps to one line: the whole reason is in --json.
+        Some(why) if why.contains("zarrfs adopt") => line("prepend", "after `zarrfs adopt` (a metadata-only switch to offset)".into()),
+        Some(why) => line("prepend", format!("no: {why}")),
+    }
+    if let Some(why) = n["read_only"].as_str() {
+        line("read-only", why.to_string());
+    }
+    if let Some(of) = n["coordinate_of"].as_array() {
+        line("coordinate", format!("of {}", of.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")));
+    }
+    if attributes {
+        push_attributes(&mut s, &n["attributes"]);
+    }
     s
+}
+
+/// `name(key=value, …)` for a codec; its nested codec chains (sharding's) are shown apart.
+fn codec_text(c: &Value) -> String {
+    let name = c["name"].as_str().unwrap_or("?");
+    match c["configuration"].as_object() {
+        Some(conf) if !conf.is_empty() => {
+            let parts: Vec<String> = conf
+                .iter()
+                .filter(|(k, _)| *k != "codecs" && *k != "index_codecs")
+                .map(|(k, v)| match v {
+                    Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            format!("{name}({})", parts.join(", "))
+        }
+        _ => name.to_string(),
+    }
+}
+
+fn push_attributes(s: &mut String, attributes: &Value) {
+    match attributes.as_object() {
+        Some(a) if !a.is_empty() => {
+            s.push_str("  attributes\n");
+            for (k, v) in a {
+                let text = v.to_string();
+                let text = if text.chars().count() > 80 { format!("{}…", text.chars().take(80).collect::<String>()) } else { text };
+                s.push_str(&format!("    {k}: {text}\n"));
+            }
+        }
+        _ => s.push_str("  attributes  none\n"),
+    }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::fs::{Config, ZarrFs};
 use crate::fuse::{Session, SessionOptions};
+use crate::progress::{Progress, human_bytes};
 use crate::store::{Location, REMOTE_WORKERS, RemoteOptions, Store};
 
 /// Everything a mount needs, after flags and `-o` options are merged (`crate::cli`).
@@ -51,14 +52,10 @@ pub struct MountPlan {
 /// its client starts threads, which must not exist when the daemon forks.
 fn preflight(plan: &MountPlan) -> Result<(), String> {
     if let Location::Local(path) = &plan.store {
-        if !path.is_dir() {
-            return Err(format!("store {} is not a directory", path.display()));
-        }
+        crate::store::check_dir("store", path)?;
         check_is_store(&plan.store, plan.store.open(&plan.remote)?.as_ref())?;
     }
-    if !plan.mountpoint.is_dir() {
-        return Err(format!("mount point {} is not a directory", plan.mountpoint.display()));
-    }
+    crate::store::check_dir("mount point", &plan.mountpoint)?;
     if is_mount_point(&plan.mountpoint) {
         return Err(format!("mount point {} is busy: something is mounted there", plan.mountpoint.display()));
     }
@@ -84,7 +81,7 @@ fn not_a_store(location: &Location) -> String {
 pub fn run(plan: MountPlan) -> ExitCode {
     if let Err(e) = preflight(&plan) {
         eprintln!("zarrfs: {e}");
-        return ExitCode::from(2);
+        return ExitCode::FAILURE;
     }
     // In the background: fork now, before any thread exists; the parent waits for the child's
     // word that the mount is live.
@@ -320,7 +317,9 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     crossbeam_channel::select! {
         recv(session.ended()) -> _ => {
             tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted from outside");
-            return flush_within(&fs, plan.flush_timeout, |_| {});
+            let flushed = flush_within(&fs, plan.flush_timeout, |_| {});
+            fs.remove_spool();
+            return flushed;
         }
         recv(signalled) -> sig => tracing::info!(signal = sig.unwrap_or(0), "shutting down"),
         recv(stop_requests.as_ref().unwrap_or(&never)) -> request => {
@@ -349,6 +348,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         }
     }
     tracing::info!(mountpoint = %plan.mountpoint.display(), "unmounted");
+    fs.remove_spool();
     if let Some(asked) = asked {
         asked.finish(&flushed);
     }
@@ -538,29 +538,47 @@ fn is_dead(mountpoint: &Path) -> bool {
     failed && matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
 }
 
+/// Why `zarrfs unmount` did not (wholly) succeed.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The mount is in use; nothing was done.
+    Busy(String),
+    /// It failed: nothing to unmount, or changes that could not be stored (the mount is gone).
+    Failed(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Busy(why) | Refusal::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// `zarrfs unmount`: ask the daemon serving `mountpoint` to stop (it stores every change, then
 /// unmounts), wait for it to exit, and say what it could not store. A mount in use is refused,
 /// naming who uses it, unless `lazy` (the mount is then detached under them). Only zarrfs
 /// mounts are touched: anything else at that path (another file system, a directory holding a
 /// `.zarrfs/stats` of its own) is refused.
-pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), String> {
+pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), Refusal> {
+    use Refusal::Failed;
     // Mounted as root without fusermount3 the type is plain `fuse`; through it, `fuse.zarrfs`.
-    let fstype = mount_type(mountpoint).ok_or("nothing is mounted there")?;
+    let fstype = mount_type(mountpoint).ok_or_else(|| Failed("nothing is mounted there".into()))?;
     if fstype != "fuse" && fstype != "fuse.zarrfs" {
-        return Err(format!("it is a {fstype} mount, not a zarrfs one"));
+        return Err(Failed(format!("it is a {fstype} mount, not a zarrfs one")));
     }
     let stats = std::fs::read(mountpoint.join(crate::fs::CONTROL_DIR).join(crate::fs::STATS)).ok();
     let pid = stats.and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok()).and_then(|v| v["pid"].as_i64());
     let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0 && serves(p, mountpoint)) else {
         return match fstype.as_str() {
-            "fuse.zarrfs" => unmount(mountpoint),
-            _ => Err("it is a FUSE mount no zarrfs daemon serves".into()),
+            "fuse.zarrfs" => unmount(mountpoint).map_err(Failed),
+            _ => Err(Failed("it is a FUSE mount no zarrfs daemon serves".into())),
         };
     };
     if !lazy {
         let users = users_of(mountpoint, pid);
         if !users.is_empty() {
-            return Err(format!("it is busy: {}; close them, or unmount with --lazy", users.join(", ")));
+            return Err(Refusal::Busy(format!("it is busy: {}; close them, or unmount with --lazy", users.join(", "))));
         }
     }
     let progress = Progress::new("storing the changes");
@@ -575,18 +593,18 @@ pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), String> {
         None => {
             // SAFETY: a signal to the daemon that reported this pid.
             if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-                return unmount(mountpoint);
+                return unmount(mountpoint).map_err(Failed);
             }
             Ok(())
         }
     };
     if !wait_for_exit(pid, Duration::from_secs(120)) {
-        return Err(format!("the daemon (pid {pid}) did not stop within 120 s"));
+        return Err(Failed(format!("the daemon (pid {pid}) did not stop within 120 s")));
     }
     if is_mount_point(mountpoint) {
-        unmount(mountpoint)?;
+        unmount(mountpoint).map_err(Failed)?;
     }
-    outcome
+    outcome.map_err(Failed)
 }
 
 /// `zarrfs status`: what the daemon serving `mountpoint` holds and has failed to store, and its
@@ -675,55 +693,6 @@ fn users_of(mountpoint: &Path, daemon: i32) -> Vec<String> {
         }
     }
     out
-}
-
-/// A progress line on the terminal for long work: bytes left and the rate. Silent when stderr
-/// is not a terminal.
-pub struct Progress {
-    what: &'static str,
-    terminal: bool,
-    started: std::time::Instant,
-    first: std::cell::Cell<Option<u64>>,
-    shown: std::cell::Cell<bool>,
-}
-
-impl Progress {
-    pub fn new(what: &'static str) -> Progress {
-        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        Progress { what, terminal, started: std::time::Instant::now(), first: Default::default(), shown: Default::default() }
-    }
-
-    /// `left` bytes are left.
-    pub fn left(&self, left: u64) {
-        if !self.terminal {
-            return;
-        }
-        let first = self.first.get().unwrap_or(left);
-        self.first.set(Some(first));
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
-        let rate = first.saturating_sub(left) as f64 / secs;
-        eprint!("\rzarrfs: {}: {} left, {}/s   ", self.what, human_bytes(left), human_bytes(rate as u64));
-        self.shown.set(true);
-    }
-
-    /// The work is over: the line is cleared.
-    pub fn done(&self) {
-        if self.shown.get() {
-            eprint!("\r\x1b[K");
-        }
-    }
-}
-
-/// A size for people: `512 B`, `1.5 KiB`, `2.0 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 /// Wait until process `pid` has exited (a zombie nobody reaps yet counts), at most `limit`:

@@ -216,6 +216,24 @@ fn offline_adopt_and_prepend_along_any_axis() {
     assert_eq!((el(0, 0), el(1, 5)), (900, 911), "the rows prepended last come first");
     assert_eq!((el(2, 0), el(2, 2), el(2, 3), el(2, 5)), (200, 202, 0, 2), "then the columns in front of the old ones");
     assert_eq!((el(5, 0), el(5, 5)), (209, 11));
+    drop(m);
+    // The way back: the same array under the default encoding, every chunk renamed, nothing
+    // left of the staging.
+    let before = got.clone();
+    let out = Command::new(bin()).args(["normalize", &s, "a"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("chunk key encoding default"));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(store.join("a/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["chunk_key_encoding"]["name"], "default");
+    assert_eq!(doc["attributes"]["keep"], "me");
+    let lead = format!("{}/", store.join("a").display());
+    let keys: Vec<String> = snapshot(&store.join("a")).into_keys().map(|k| k.replace(&lead, "")).collect();
+    assert!(keys.iter().all(|k| !k.contains('-') && !k.contains(".zarrfs-normalize")), "{keys:?}");
+    let m = Mount::new(&store, &[]);
+    assert_eq!(std::fs::read(m.path("a/data")).unwrap(), before, "the same bytes after normalize");
+    drop(m);
+    let out = Command::new(bin()).args(["normalize", &s, "a"]).output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("nothing to do"));
 }
 
 #[test]

@@ -597,6 +597,11 @@ impl ZarrFs {
         writeback::sync(array, self.cx.store.as_ref())
     }
 
+    /// The daemon stops: its private spool directory goes.
+    pub fn remove_spool(&self) {
+        self.cx.spool.remove();
+    }
+
     /// Store everything still dirty (unmount): what could not be stored, array by array.
     pub fn flush_all(&self) -> FlushReport {
         let mut unstored = Vec::new();

@@ -1,6 +1,6 @@
 //! `prepend`: bytes written to it are staged in a spool file and committed on close as one
 //! prepend along axis 0 — new chunks first, the metadata last — so that no existing chunk is
-//! read, rewritten or moved (design.md §3).
+//! read, rewritten or moved (docs/design.md §3).
 
 use std::sync::Arc;
 
@@ -31,11 +31,11 @@ pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
             open.replace(Arc::new(adopted), open.cache_id());
             Ok(())
         }
-        (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) => Err(Error::Unsupported(format!(
-            "{} uses the default chunk key encoding: mount with --adopt-offset (or run `zarrfs adopt`) to prepend",
-            display_path(&array.path)
+        _ => Err(Error::Unsupported(format!(
+            "{} cannot be prepended to: {}",
+            display_path(&array.path),
+            array.meta.prepend_refusal().unwrap_or_default()
         ))),
-        _ => Err(Error::Unsupported(format!("{}: v2 chunk keys cannot be offset without renaming every chunk", display_path(&array.path)))),
     }
 }
 

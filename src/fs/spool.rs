@@ -94,6 +94,16 @@ impl SpoolDir {
         }
         Spool::create(made.as_ref().map_or(Path::new("."), |d| d.path()))
     }
+
+    /// Remove the directory made, as the daemon stops (whoever still holds the file system):
+    /// the spool files in it have no names, so it is empty.
+    pub fn remove(&self) {
+        if let Some(dir) = crate::error::lock(&self.made).take()
+            && let Err(e) = dir.close()
+        {
+            tracing::warn!("the spool directory could not be removed: {e}");
+        }
+    }
 }
 
 fn make_private_dir() -> Result<tempfile::TempDir> {

@@ -124,8 +124,8 @@ fn raise_read_ahead(mountpoint: &Path) {
 /// Tells the kernel to drop what it cached of a file the daemon changed itself. Attributes at
 /// once (an attribute-only invalidation touches no page, so it is safe inside a request handler,
 /// and the new size is seen as soon as the change returns); pages on a thread of its own, never
-/// from a request handler, which may hold the very pages (fuse-notes.md §6). The next open drops
-/// them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
+/// from a request handler, whose pages the kernel may hold locked while it waits for the reply
+/// (a deadlock). The next open drops them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
 struct Invalidator {
     notifier: Notifier,
     tx: crossbeam_channel::Sender<u64>,

@@ -1,4 +1,4 @@
-//! Headers that let legacy tools open an array's flat file by themselves (legacy-headers.md):
+//! Headers that let legacy tools open an array's flat file by themselves (docs/views.md):
 //! views that carry the bytes of `data` after a 4096-byte header — `.npy`, `.tif` (whose page
 //! directories follow the data) and `.nii` — and the sidecars ENVI `.hdr`, NRRD `.nhdr` and
 //! MetaImage `.mhd`, which name `data`. Each is a pure function of the data type and shape; a

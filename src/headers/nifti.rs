@@ -1,6 +1,6 @@
 //! `.nii`: a single-file NIfTI-1 header (348 bytes and the 4-byte extension flag) with
-//! `vox_offset` 4096, then the bytes of `data`; dims fastest-first, up to 7 (legacy-headers.md
-//! §7). Each dim is an i16.
+//! `vox_offset` 4096, then the bytes of `data`; dims fastest-first, up to 7 (the NIfTI-1
+//! standard). Each dim is an i16.
 
 use super::{CARRIED_DATA_OFFSET, no_type, padded};
 use crate::zarr::dtype::DataType;

@@ -1,5 +1,5 @@
 //! `.npy` format 1.0, padded so that the data starts at `CARRIED_DATA_OFFSET` (numpy reads any
-//! header length; legacy-headers.md §1).
+//! header length; the NPY format 1.0).
 
 use super::{CARRIED_DATA_OFFSET, no_type};
 use crate::zarr::dtype::DataType;

@@ -1,5 +1,5 @@
 //! The sidecar headers, which name `data`: ENVI `.hdr` (GDAL opens `data` and finds it),
-//! NRRD `.nhdr` and MetaImage `.mhd` (legacy-headers.md §2–§4). Sizes are listed fastest axis
+//! NRRD `.nhdr` and MetaImage `.mhd`. Sizes are listed fastest axis
 //! first.
 
 use super::no_type;

@@ -1,4 +1,4 @@
-//! `.tif` over the bytes of `data` (TIFF 6.0, BigTIFF past 4 GiB; legacy-headers.md §6): the
+//! `.tif` over the bytes of `data` (TIFF 6.0, BigTIFF past 4 GiB): the
 //! 8- or 16-byte TIFF header padded to `CARRIED_DATA_OFFSET`, the data, then one page
 //! directory per 2-D plane (a 2-D array: one page; 3-D: one per index of axis 0), each with one
 //! uncompressed strip pointing into the data. Growth moves only the directories. A stack of

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Entry, Head, Permissions, Store, Value, Version, resolve_range};
+use super::{ByteRange, Entry, Head, Permissions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -309,6 +309,27 @@ impl Store for LocalStore {
         Ok(Some(names))
     }
 
+    fn move_value(&self, from: &str, to: &str) -> Result<()> {
+        let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
+        let source = self.open_beneath(from_dir)?.ok_or(Error::NotFound)?;
+        let target = self.make_dir(to_dir)?;
+        rustix::fs::renameat(&source, from_name, &target, to_name).map_err(|e| match e {
+            Errno::NOENT => Error::NotFound,
+            Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => Error::refused(to, "a directory stands where the value goes"),
+            e => Error::Io(io(e)),
+        })
+    }
+
+    fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
+        let mut usage = Usage { complete: true, ..Usage::default() };
+        match self.resolve(prefix, OFlags::RDONLY | OFlags::DIRECTORY)? {
+            Ok(dir) => count_within(&dir, &mut usage, most, 0)?,
+            Err(e) if is_absent(e) => {}
+            Err(e) => return Err(Error::Io(io(e))),
+        }
+        Ok(Some(usage))
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let Some(dir) = self.open_dir(prefix)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
@@ -384,6 +405,41 @@ fn remove_tree_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Re
 
 /// Remove `name` in `dir` if it is a directory holding only empty directories. Links are not
 /// followed; files are left.
+/// Count the regular files beneath `dir` and their bytes into `usage`, at most `most` of them;
+/// links are not followed.
+fn count_within(dir: &OwnedFd, usage: &mut Usage, most: u64, depth: usize) -> Result<()> {
+    let mut subdirs = Vec::new();
+    for entry in Dir::read_from(dir).map_err(|e| Error::Io(io(e)))? {
+        let entry = entry.map_err(|e| Error::Io(io(e)))?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory if depth < MAX_REMOVE_DEPTH => subdirs.push(name.to_owned()),
+            FileType::RegularFile => {
+                if usage.values >= most {
+                    usage.complete = false;
+                    return Ok(());
+                }
+                usage.values += 1;
+                usage.bytes += stat.st_size as u64;
+            }
+            _ => {}
+        }
+    }
+    for sub in subdirs {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Ok(child) = rustix::fs::openat(dir, sub.as_c_str(), flags, Mode::empty()) else { continue };
+        count_within(&child, usage, most, depth + 1)?;
+        if !usage.complete {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 fn remove_empty_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Result<()> {
     if depth > MAX_REMOVE_DEPTH {
         return Ok(());

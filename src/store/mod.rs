@@ -20,7 +20,7 @@ pub use remote::{RemoteLocation, RemoteOptions};
 /// (5 interleaved runs each).
 pub const REMOTE_WORKERS: usize = 64;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::Result;
@@ -39,6 +39,15 @@ pub enum ByteRange {
 pub struct Entry {
     pub name: String,
     pub is_dir: bool,
+}
+
+/// What a prefix of the store holds (`Store::usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub values: u64,
+    pub bytes: u64,
+    /// Every value was counted (else the count stopped at its bound).
+    pub complete: bool,
 }
 
 /// Which write of a value is stored: it changes whenever the value is replaced or rewritten
@@ -134,6 +143,20 @@ pub trait Store: Send + Sync {
         let _ = (from, to);
         Err(crate::Error::CrossDevice("an object store cannot rename a prefix in one step".into()))
     }
+    /// Move the value at `from` to `to`, replacing what `to` holds: by a rename where the
+    /// store has them, else a copy and then the deletion of `from` (a crash between them leaves
+    /// both, never neither). An absent `from` is `NotFound`.
+    fn move_value(&self, from: &str, to: &str) -> Result<()> {
+        let value = self.get(from, u64::MAX)?.ok_or(crate::Error::NotFound)?;
+        self.set(to, &value)?;
+        self.delete(from)
+    }
+    /// How many values the store holds under `prefix` (its own documents included) and their
+    /// bytes, counting at most `most` values; `None` where the store cannot say (plain HTTP).
+    fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
+        let _ = (prefix, most);
+        Ok(None)
+    }
     /// Why the directory at `key` is not followed, when it is a link (to another directory of
     /// the store, or out of it): links can make a tree without end, and a node is one place.
     fn dir_link(&self, key: &str) -> Result<Option<String>> {
@@ -166,6 +189,16 @@ pub enum Location {
     Remote(RemoteLocation),
 }
 
+/// `path` is a directory, or the message says what it is instead.
+pub fn check_dir(what: &str, path: &Path) -> std::result::Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{what} {} is not a directory", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!("{what} {} does not exist", path.display())),
+        Err(e) => Err(format!("{what} {}: {e}", path.display())),
+    }
+}
+
 impl Location {
     /// `s3://`, `s3a://`, `http://` and `https://` name object stores; anything else is a path.
     pub fn parse(s: &std::ffi::OsStr) -> std::result::Result<Location, String> {
@@ -179,7 +212,10 @@ impl Location {
     /// metadata, or `Store::reach`) tells whether it can be used.
     pub fn open(&self, options: &RemoteOptions) -> std::result::Result<Arc<dyn Store>, String> {
         match self {
-            Location::Local(path) => Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?)),
+            Location::Local(path) => {
+                check_dir("store", path)?;
+                Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?))
+            }
             #[cfg(feature = "object-store")]
             Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| e.to_string())?)),
             #[cfg(not(feature = "object-store"))]

@@ -24,7 +24,7 @@ use object_store::{
 
 mod listing;
 
-use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Value, Version};
+use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
 use crate::error::lock;
 use crate::{Error, Result};
 
@@ -583,6 +583,48 @@ impl Store for ObjectStore {
             // A key object_store cannot parse: the caller probes each key instead.
             Err(object_store::Error::InvalidPath { .. }) => Ok(None),
             other => other.map_err(|e| self.failed("LIST", prefix, e)),
+        }
+    }
+
+    fn move_value(&self, from: &str, to: &str) -> Result<()> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let (source, target) = (Self::path(from)?, Self::path(to)?);
+        // A copy the server makes, then the deletion: a crash between them leaves both.
+        self.count(&self.requests.put);
+        match self.run(self.remote.copy(&source, &target)) {
+            Ok(()) => self.remember_etag(to, None),
+            Err(object_store::Error::NotFound { .. }) => return Err(Error::NotFound),
+            Err(e) => return Err(self.failed("COPY", from, e)),
+        }
+        self.delete(from)
+    }
+
+    fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
+        if let Listing::Consolidated(_) = self.listing {
+            return Ok(None);
+        }
+        let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
+        self.count(&self.requests.list);
+        let usage = self.run(async {
+            let mut stream = self.remote.list(dir.as_ref());
+            let mut usage = Usage { complete: true, ..Usage::default() };
+            while let Some(meta) = stream.next().await {
+                let meta = meta?;
+                if usage.values >= most {
+                    usage.complete = false;
+                    break;
+                }
+                usage.values += 1;
+                usage.bytes += meta.size;
+            }
+            Ok(usage)
+        });
+        match usage {
+            // A key object_store cannot parse: no count rather than a wrong one.
+            Err(object_store::Error::InvalidPath { .. }) => Ok(None),
+            other => other.map(Some).map_err(|e| self.failed("LIST", prefix, e)),
         }
     }
 

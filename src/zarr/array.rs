@@ -18,7 +18,7 @@ pub struct Array {
     /// The array's key prefix in the store (`""` when the store root is the array).
     pub path: String,
     pub meta: ArrayMetadata,
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// The grid of inner chunks, when shards are read one inner chunk at a time.
     inner_grid: Option<ChunkGrid>,
     /// The version of the metadata document as this array (and those derived from it) last
@@ -415,6 +415,11 @@ impl Array {
         Ok(self.derived(self.meta.adopted_offset()?))
     }
 
+    /// The same array under the `default` chunk key encoding (its keys are not moved here).
+    pub fn default_encoded(&self) -> Result<Array> {
+        Ok(self.derived(self.meta.default_encoded()?))
+    }
+
     /// Prepend `len` bytes along `axis`: the new region, C order, little-endian, read from
     /// `source`, with every dimension as the array's but `axis`, which must be a whole number of
     /// chunks. The new chunks are stored (their keys lie outside the old grid, so no reader sees
@@ -434,8 +439,8 @@ impl Array {
         if axis >= meta.shape.len() {
             return Err(Error::Invalid(format!("axis {axis} is not an axis of a {}-d array", meta.shape.len())));
         }
-        if !matches!(meta.key_encoding, super::key::ChunkKeyEncoding::Offset { .. }) {
-            return Err(Error::Unsupported("prepending needs the offset chunk key encoding".into()));
+        if let Some(why) = meta.prepend_refusal() {
+            return Err(Error::Unsupported(format!("cannot prepend: {why}")));
         }
         let others: u64 = meta.shape.iter().enumerate().filter(|&(a, _)| a != axis).map(|(_, &n)| n).product();
         let slab = others * meta.item_size() as u64;

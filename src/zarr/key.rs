@@ -10,7 +10,7 @@ pub enum ChunkKeyEncoding {
     Default { separator: char },
     /// `1.2` (or `1/2`); 0-d: `0`.
     V2 { separator: char },
-    /// The `default` key of `coords + offset` (this project's extension, zarr-format.md §3.3).
+    /// The `default` key of `coords + offset` (docs/offset-encoding.md).
     Offset { offset: Vec<i64>, separator: char },
 }
 

@@ -295,7 +295,7 @@ impl ArrayMetadata {
         })
     }
 
-    /// The same array after `rows` new elements in front along `axis` (zarr-format.md §3.3),
+    /// The same array after `rows` new elements in front along `axis` (docs/offset-encoding.md),
     /// and how many chunks they make. A regular axis takes whole chunks: `offset[axis]` drops by
     /// their count. A rectilinear edge list takes any number as one new edge: `offset[axis] -= 1`.
     pub fn prepended(&self, axis: usize, rows: u64) -> Result<(ArrayMetadata, u64)> {
@@ -338,9 +338,27 @@ impl ArrayMetadata {
                     json!({"name": "offset", "configuration": {"offset": vec![0; self.shape.len()], "separator": separator.to_string()}});
                 self.edited(|doc| doc["chunk_key_encoding"] = encoding)
             }
-            _ => Err(Error::Unsupported(
-                "only arrays with the default chunk key encoding can switch to offset without renaming every chunk".into(),
-            )),
+            _ => Err(Error::Unsupported(self.prepend_refusal().unwrap_or_default().into())),
+        }
+    }
+
+    /// The same array under the `default` chunk key encoding with the same separator (what
+    /// `zarrfs normalize` writes once the keys are renamed).
+    pub fn default_encoded(&self) -> Result<ArrayMetadata> {
+        let encoding = json!({"name": "default", "configuration": {"separator": self.key_encoding.separator().to_string()}});
+        self.edited(|doc| doc["chunk_key_encoding"] = encoding)
+    }
+
+    /// Why rows cannot be prepended to this array (as it is), if they cannot.
+    pub fn prepend_refusal(&self) -> Option<&'static str> {
+        match (&self.key_encoding, self.format) {
+            (ChunkKeyEncoding::Offset { .. }, _) => None,
+            (_, ZarrFormat::V2) => Some("it is a Zarr v2 array: its chunk keys cannot shift without renaming every chunk"),
+            (ChunkKeyEncoding::Default { .. }, _) => Some(
+                "it uses the default chunk key encoding: switch it to offset first with `zarrfs adopt STORE ARRAY` \
+                 (the metadata only), or mount with --adopt-offset",
+            ),
+            (ChunkKeyEncoding::V2 { .. }, _) => Some("its v2 chunk key encoding cannot shift without renaming every chunk"),
         }
     }
 

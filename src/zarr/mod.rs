@@ -10,4 +10,5 @@ pub mod key;
 pub mod limits;
 pub mod metadata;
 pub mod node;
+pub mod normalize;
 pub mod region;

@@ -15,6 +15,11 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// The demo store the README's quick start mounts (written by zarr-python).
+pub fn demo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/weather.zarr")
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_zarrfs")
 }
@@ -31,7 +36,7 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// The header views the contract shows for this array (legacy-headers.md): npy for every
+    /// The header views the contract shows for this array (docs/views.md): npy for every
     /// fixed-size type; TIFF (2-D and 3-D), NIfTI (up to 7-D, axes ≤ 32767), ENVI, NRRD and
     /// MetaImage for the numeric types each has a code for, with at least one axis and none of
     /// length 0.

@@ -1,4 +1,4 @@
-//! The reference model for writes: a flat `Vec<u8>` and the rules of design.md §2, plus the
+//! The reference model for writes: a flat `Vec<u8>` and the rules of docs/design.md §2, plus the
 //! arrays the model tests run on.
 #![allow(dead_code)]
 
@@ -161,7 +161,7 @@ pub fn payload(f: &Fixture, offset: u64, len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// The file as design.md §2 says it must be.
+/// The file as docs/design.md §2 says it must be.
 pub struct Model {
     pub bytes: Vec<u8>,
     pub row: u64,

@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn memcpyed_frame_from_the_spec_digest() {
-        // zarr-format.md §4.4: 02 01 33 08 20000000 20000000 30000000 + 32 raw bytes.
+        // the C-Blosc header: 02 01 33 08 20000000 20000000 30000000 + 32 raw bytes.
         let mut frame = vec![0x02, 0x01, 0x33, 0x08, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0];
         let raw: Vec<u8> = (0..32).collect();
         frame.extend(&raw);

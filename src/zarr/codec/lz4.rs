@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn numcodecs_layout() {
-        // zarr-format.md §5.4: b"hello" is 05000000 50 68656c6c6f.
+        // numcodecs LZ4: b"hello" is 05000000 50 68656c6c6f.
         let stored = vec![5, 0, 0, 0, 0x50, b'h', b'e', b'l', b'l', b'o'];
         let c = Lz4Codec::parse(&json!({"id": "lz4", "acceleration": 1})).unwrap();
         assert_eq!(c.decode(stored.clone(), 5).unwrap(), b"hello");

@@ -252,7 +252,7 @@ mod tests {
         CodecChain::parse_v3(&cfg, &DataType::UInt8, &[4, 4]).unwrap()
     }
 
-    /// Shard (0,0) of the worked example in zarr-format.md §4.8, as a 4x4 block.
+    /// Shard (0,0) of a worked example of the sharding spec, as a 4x4 block.
     fn expected_block() -> Vec<u8> {
         vec![1, 1, 3, 3, 1, 1, 3, 3, 2, 2, 0, 0, 2, 2, 0, 0]
     }

@@ -1,7 +1,7 @@
 //! Variable-length elements (array→bytes). `vlen-utf8` / `vlen-bytes` (and zarrs' `vlen_v2`,
 //! byte-identical): u32 count, then per element u32 length and bytes. zarrs' `vlen`: an index
 //! of n+1 offsets encoded with `index_codecs`, the concatenated bytes with `data_codecs`, and
-//! the encoded index's length as u64, at the start or the end (zarr-format.md §4.9–§4.10).
+//! the encoded index's length as u64, at the start or the end (as zarrs writes them).
 //! Names: v3 `{"name": "vlen-utf8"}`, `{"name": "vlen-bytes"}`, zarrs' `vlen` / `zarrs.vlen`
 //! (`{"name": "zarrs.vlen", "configuration": {"index_data_type": "uint64", "index_codecs": [...],
 //! "data_codecs": [...], "index_location": "end"}}`) and `vlen_v2` / `zarrs.vlen_v2`; v2 filters
