@@ -43,6 +43,16 @@ class OffsetChunkKeyEncoding(ChunkKeyEncoding):
 register_chunk_key_encoding("offset", OffsetChunkKeyEncoding)
 RESULTS = {"passed": 0, "failed": 0}
 
+# Run in a process of its own: zarr-python without the plugin above, and tensorstore.
+STOCK_READ = """
+import sys, numpy as np, zarr, tensorstore as ts
+store, name, want = sys.argv[1], sys.argv[2], np.load(sys.argv[3])
+got = zarr.open_array(store, path=name, mode="r")[...]
+assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True), "zarr-python"
+t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": f"{store}/{name}"}}).result().read().result()
+assert np.array_equal(t, want, equal_nan=True), "tensorstore"
+"""
+
 
 def check(name, got, want):
     if np.array_equal(got, want, equal_nan=True) and got.shape == want.shape:
@@ -93,6 +103,15 @@ def main():
         for name in cases:
             a = zarr.open_array(store, path=name, mode="r")
             check(f"zarr-python + offset plugin {name}", a[...], models[name])
+        # The way back: after `zarrfs normalize`, stock zarr-python (no plugin, a fresh process)
+        # and tensorstore read the arrays.
+        for name in cases:
+            subprocess.run([binary, "normalize", store, name], check=True, capture_output=True)
+            np.save(os.path.join(work, f"{name}.npy"), models[name])
+            stock = subprocess.run([sys.executable, "-c", STOCK_READ, store, name, os.path.join(work, f"{name}.npy")],
+                                   capture_output=True, text=True)
+            check(f"stock zarr-python and tensorstore after normalize {name} ({stock.stderr.strip()[-300:]})",
+                  np.array([stock.returncode]), np.array([0]))
     print(f"prepend: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
 

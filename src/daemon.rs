@@ -143,15 +143,18 @@ pub fn run(plan: MountPlan) -> ExitCode {
 }
 
 /// The log file of a background daemon where no syslog listens: `$XDG_STATE_HOME/zarrfs/`
-/// (else `~/.local/state/zarrfs/`), named after the mount point.
+/// (else `~/.local/state/zarrfs/`; for root with neither, as mount(8) runs helpers with a
+/// clean environment, `/var/log/zarrfs/`), named after the mount point.
 fn default_log_file(mountpoint: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt;
-    let state = std::env::var_os("XDG_STATE_HOME")
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let dir = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local/state")))
+        .map(|d| PathBuf::from(d).join("zarrfs"))
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local/state/zarrfs")))
+        .or_else(|| root.then(|| PathBuf::from("/var/log/zarrfs")))
         .ok_or("neither XDG_STATE_HOME nor HOME is set")?;
-    let dir = state.join("zarrfs");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let absolute = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let name: String = absolute.to_string_lossy().trim_matches('/').chars().map(|c| if c == '/' { '-' } else { c }).collect();
