@@ -570,7 +570,11 @@ pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), Refusal> {
     if fstype != "fuse" && fstype != "fuse.zarrfs" {
         return Err(Failed(format!("it is a {fstype} mount, not a zarrfs one")));
     }
-    let stats = std::fs::read(mountpoint.join(crate::fs::CONTROL_DIR).join(crate::fs::STATS)).ok();
+    let stats = match read_control_file(mountpoint, crate::fs::STATS) {
+        Ok(stats) => Some(stats),
+        Err(e) if e.contains("does not answer") => return Err(Failed(e)),
+        Err(_) => None,
+    };
     let pid = stats.and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok()).and_then(|v| v["pid"].as_i64());
     let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|&p| p > 0 && serves(p, mountpoint)) else {
         return match fstype.as_str() {
@@ -610,6 +614,30 @@ pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), Refusal> {
     outcome.map_err(Failed)
 }
 
+/// How long `status` and `unmount` wait for a daemon to answer a read of its control files.
+const CONTROL_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A file of the mount's `.zarrfs` directory, read through the mount on a thread of its own: a
+/// daemon that is stopped (SIGSTOP) or stuck would hold the read, and the command, for ever.
+/// A thread left waiting goes with the process.
+fn read_control_file(mountpoint: &Path, name: &str) -> Result<Vec<u8>, String> {
+    let path = mountpoint.join(crate::fs::CONTROL_DIR).join(name);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("zarrfs-control-read".into())
+        .spawn(move || {
+            let _ = tx.send(std::fs::read(&path));
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    match rx.recv_timeout(CONTROL_READ_TIMEOUT) {
+        Ok(read) => read.map_err(|e| e.to_string()),
+        Err(_) => Err(format!(
+            "the daemon does not answer within {} s (stopped, or stuck): `umount -l` (or `fusermount3 -uz`) detaches the mount",
+            CONTROL_READ_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// `zarrfs status`: what the daemon serving `mountpoint` holds and has failed to store, and its
 /// recent warnings and errors. Exit status 1 when changes it failed to store are still held.
 pub fn status(mountpoint: &Path) -> Result<bool, String> {
@@ -618,11 +646,10 @@ pub fn status(mountpoint: &Path) -> Result<bool, String> {
         Some(other) => return Err(format!("it is a {other} mount, not a zarrfs one")),
         None => return Err("nothing is mounted there".into()),
     }
-    let control = mountpoint.join(crate::fs::CONTROL_DIR);
-    let stats: serde_json::Value = std::fs::read(control.join(crate::fs::STATS))
+    let stats: serde_json::Value = read_control_file(mountpoint, crate::fs::STATS)
         .map_err(|e| format!("cannot read its stats: {e}"))
         .and_then(|s| serde_json::from_slice(&s).map_err(|e| format!("its stats are not JSON: {e}")))?;
-    let errors = std::fs::read_to_string(control.join(crate::fs::ERRORS)).unwrap_or_default();
+    let errors = read_control_file(mountpoint, crate::fs::ERRORS).map(|e| String::from_utf8_lossy(&e).into_owned()).unwrap_or_default();
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
     println!(
         "{}: store {} (zarrfs {}, pid {})",

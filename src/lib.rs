@@ -2,7 +2,7 @@
 //!
 //! Layers, each calling only the ones below it: `cli` → `daemon` / `commands` → `fuse` (the
 //! only fuser-aware code) → `fs` (the filesystem core) → `cache` → `zarr` (the format) →
-//! `store`. The README's development section maps the modules.
+//! `store`. CONTRIBUTING.md maps the modules.
 
 pub mod cache;
 pub mod cli;

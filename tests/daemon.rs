@@ -260,7 +260,7 @@ fn an_unmount_that_cannot_store_everything_says_what_and_fails() {
     // A mount in use is refused, naming who uses it.
     let out = unmount_cmd(&[], &m.mountpoint);
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a busy mount was unmounted: {said}");
+    assert_eq!(out.status.code(), Some(3), "a busy mount: exit 3, nothing done: {said}");
     assert!(said.contains("busy") && said.contains(&format!("{} (", std::process::id())) && said.contains("a/data open"), "{said}");
     assert!(is_mounted(&m.mountpoint));
     // What is held, from the daemon itself (the forks above flushed the writer's file when their
@@ -280,6 +280,26 @@ fn an_unmount_that_cannot_store_everything_says_what_and_fails() {
     use std::os::fd::IntoRawFd;
     // SAFETY: we own the descriptor.
     assert_ne!(unsafe { libc::close(writer.into_raw_fd()) }, 0, "the writer's close said its changes were stored");
+}
+
+#[test]
+fn status_and_unmount_of_a_daemon_that_does_not_answer_return_saying_so() {
+    let m = Mount::new(&fixtures().join("v3.zarr"), &["--read-only"]);
+    let pid = m.pid() as i32;
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let _resume = common::probe::OnDrop(move || unsafe {
+        libc::kill(pid, libc::SIGCONT);
+    });
+    for args in [vec!["status"], vec!["unmount"]] {
+        let started = Instant::now();
+        let out = Command::new(bin()).args(&args).arg(&m.mountpoint).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(started.elapsed() < Duration::from_secs(15), "{args:?} waited {:?}", started.elapsed());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
+        assert!(said.contains("does not answer") && said.contains("umount -l"), "{args:?}: {said}");
+    }
+    assert!(is_mounted(&m.mountpoint), "nothing was done to a mount whose daemon does not answer");
 }
 
 #[test]
