@@ -2,7 +2,7 @@
 """Header views read by the tools they are for: every array of the v3 and v2 fixtures with a
 view is read through a live mount by numpy (`np.load` of `data.npy`, with `mmap_mode="r"`),
 tifffile (`imread` and `memmap` of `data.tif`), Pillow (2-D `data.tif`), nibabel (`data.nii`),
-pynrrd (`data.nhdr`), SimpleITK (`data.mhd`) and GDAL through rasterio (`data` with its ENVI
+pynrrd (`data.raw.nhdr`), SimpleITK (`data.mhd`) and GDAL through rasterio (`data` with its ENVI
 `data.hdr`, and 2-D `data.tif`) — whichever of them is installed — and compared with
 zarr-python's array. Then, on a copy: a write through `np.load(mmap_mode="r+")` is read back
 through `data` and, after unmounting, by zarr-python; an array grown through `data` and one
@@ -70,7 +70,7 @@ def reread(d, want, when):
     if "nibabel" in readers:
         check(np.array_equal(np.asarray(readers["nibabel"].load(os.path.join(d, "data.nii")).dataobj), want.T), f"nibabel {when}")
     if "nrrd" in readers:
-        check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")[0], want), f"pynrrd {when}")
+        check(np.array_equal(readers["nrrd"].read(os.path.join(d, "data.raw.nhdr"), index_order="C")[0], want), f"pynrrd {when}")
     if "SimpleITK" in readers:
         sitk = readers["SimpleITK"]
         check(np.array_equal(sitk.GetArrayFromImage(sitk.ReadImage(os.path.join(d, "data.mhd"))), want), f"SimpleITK {when}")
@@ -99,12 +99,13 @@ try:
                 got = np.load(os.path.join(d, "data.npy"), mmap_mode="r")
                 # Byte for byte: NaN and NaT compare equal where their bits do.
                 check(got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes(), f"{what}: np.load(data.npy)")
-                if "nrrd" in readers and os.path.exists(os.path.join(d, "data.nhdr")):
-                    data, _ = readers["nrrd"].read(os.path.join(d, "data.nhdr"), index_order="C")
+                if "nrrd" in readers and os.path.exists(os.path.join(d, "data.raw.nhdr")):
+                    data, _ = readers["nrrd"].read(os.path.join(d, "data.raw.nhdr"), index_order="C")
                     check(np.array_equal(data, want.astype(data.dtype) if want.dtype == bool else want, equal_nan=True), f"{what}: pynrrd")
-                # SimpleITK reads 2 to 5 dimensions.
-                if "SimpleITK" in readers and os.path.exists(os.path.join(d, "data.mhd")) and 2 <= want.ndim <= 5:
+                # SimpleITK reads 2 to 5 dimensions: a 1-D array's header says N x 1.
+                if "SimpleITK" in readers and os.path.exists(os.path.join(d, "data.mhd")) and want.ndim <= 5:
                     img = readers["SimpleITK"].GetArrayFromImage(readers["SimpleITK"].ReadImage(os.path.join(d, "data.mhd")))
+                    img = img.reshape(want.shape)
                     check(np.array_equal(img, want.astype(img.dtype) if want.dtype == bool else want, equal_nan=True), f"{what}: SimpleITK")
                 tif = os.path.join(d, "data.tif")
                 as_stored = want.astype(np.uint8) if want.dtype == bool else want

@@ -4,6 +4,7 @@ array's `data` file must show (C order, little-endian).
 
     scripts/make-fixtures.py            # rewrites tests/fixtures/ and demo/weather.zarr
     scripts/make-fixtures.py demo       # rewrites demo/weather.zarr only
+    scripts/make-fixtures.py ome        # rewrites tests/fixtures/ome (OME-Zarr images) only
 
 Output:
   tests/fixtures/<store>.zarr/...           the stores
@@ -449,10 +450,125 @@ def demo():
     p[...] = (1013 + np.arange(24).reshape(4, 6)).astype("int16")
 
 
+def ome_image(group, name, levels, axes, scales, zarr_format, channels=None, shards=None, version="0.4", extra=None):
+    """An OME-NGFF image group: `levels` (numpy arrays, largest first) as arrays "0", "1", ...
+    with their scales; `channels` as omero (label, colour) pairs."""
+    g = group.create_group(name)
+    for i, data in enumerate(levels):
+        chunks = tuple(min(n, 16) if k >= data.ndim - 2 else 1 for k, n in enumerate(data.shape))
+        kw = {"compressors": numcodecs.Zstd(level=1)} if zarr_format == 2 else {"compressors": [ZstdCodec(level=1)]}
+        if zarr_format == 2:
+            kw["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
+        else:
+            kw["dimension_names"] = [a["name"] for a in axes]
+        if shards is not None and zarr_format == 3:
+            kw["shards"] = tuple(c * s for c, s in zip(chunks, shards))
+        a = g.create_array(str(i), shape=data.shape, chunks=chunks, dtype=data.dtype, fill_value=0, **kw)
+        a[...] = data
+    multiscale = {"name": name, "axes": axes,
+                  "datasets": [{"path": str(i), "coordinateTransformations": [{"type": "scale", "scale": s}]}
+                               for i, s in enumerate(scales)]}
+    omero = None
+    if channels:
+        omero = {"channels": [{"label": label, "color": colour, "active": True,
+                               "window": {"start": 0, "end": 255, "min": 0, "max": 65535}} for label, colour in channels],
+                 "rdefs": {"model": "color"}}
+    if version == "0.4":
+        multiscale["version"] = "0.4"
+        attrs = {"multiscales": [multiscale]}
+        if omero:
+            attrs["omero"] = omero
+    else:
+        ome = {"version": "0.5", "multiscales": [multiscale]}
+        if omero:
+            ome["omero"] = omero
+        attrs = {"ome": ome}
+    attrs.update(extra or {})
+    g.attrs.update(attrs)
+    return g
+
+
+def pyramid(data, n, spatial):
+    """`n` levels of `data`, halving its last `spatial` axes by taking every other pixel."""
+    out = [data]
+    for _ in range(n - 1):
+        index = tuple(slice(None, None, 2) if k >= data.ndim - spatial else slice(None) for k in range(data.ndim))
+        out.append(out[-1][index])
+    return out
+
+
+def axis(name, kind, unit=None):
+    a = {"name": name, "type": kind}
+    if unit:
+        a["unit"] = unit
+    return a
+
+
+def ome():
+    """OME-Zarr images: 0.4 on Zarr v2 and 0.5 on Zarr v3 (sharded), 2-D to 5-D, with and without
+    omero channels, a label image, a small plate, and images OME-TIFF cannot hold."""
+    out = os.path.join(OUT, "ome")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    um = "micrometer"
+    # 0.4 on v2.
+    root = zarr.open_group(os.path.join(out, "v04.zarr"), mode="w", zarr_format=2)
+    c, z, y, x = 2, 5, 64, 48
+    cells = (np.arange(c * z * y * x, dtype="uint32") % 65521).astype("uint16").reshape(c, z, y, x)
+    cells += (np.arange(c, dtype="uint16") * 1000)[:, None, None, None]
+    czyx = [axis("c", "channel"), axis("z", "space", um), axis("y", "space", um), axis("x", "space", um)]
+    g = ome_image(root, "cells", pyramid(cells, 3, 2), czyx, [[1, 2.0, 0.5 * 2 ** i, 0.5 * 2 ** i] for i in range(3)], 2,
+                  channels=[("DAPI", "0000FF"), ("GFP", "00FF00")])
+    labels = g.create_group("labels")
+    labels.attrs["labels"] = ["nuclei"]
+    nuclei = (np.arange(z * y * x, dtype="uint32") // 97).reshape(z, y, x)
+    zyx = czyx[1:]
+    ome_image(labels, "nuclei", pyramid(nuclei, 2, 2), zyx, [[2.0, 0.5 * 2 ** i, 0.5 * 2 ** i] for i in range(2)], 2,
+              extra={"image-label": {"version": "0.4", "source": {"image": "../../"}}})
+    # A time series whose third level also halves time: OME-TIFF leaves it out.
+    t = 4
+    movie = (np.arange(t * 40 * 30, dtype="uint32") % 251).astype("uint8").reshape(t, 40, 30)
+    tyx = [axis("t", "time", "second"), axis("y", "space", um), axis("x", "space", um)]
+    levels = pyramid(movie, 2, 2) + [movie[::2, ::4, ::4]]
+    ome_image(root, "movie", levels, tyx, [[5.0, 1, 1], [5.0, 2, 2], [10.0, 4, 4]], 2)
+    # A plate: one well, one field.
+    plate = root.create_group("plate")
+    plate.attrs["plate"] = {"version": "0.4", "rows": [{"name": "A"}], "columns": [{"name": "1"}],
+                            "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}], "field_count": 1}
+    well = plate.create_group("A").create_group("1")
+    well.attrs["well"] = {"version": "0.4", "images": [{"path": "0"}]}
+    field = np.linspace(0, 1, 3 * 32 * 24, dtype="float32").reshape(3, 32, 24)
+    ome_image(well, "0", pyramid(field, 2, 2), [axis("c", "channel")] + zyx[1:],
+              [[1, 0.65 * 2 ** i, 0.65 * 2 ** i] for i in range(2)], 2, channels=[("A", "FF0000"), ("B", "00FF00"), ("C", "0000FF")])
+    # 0.5 on v3, sharded.
+    root = zarr.open_group(os.path.join(out, "v05.zarr"), mode="w", zarr_format=3)
+    shape = (2, 3, 4, 40, 50)
+    embryo = (np.arange(np.prod(shape), dtype="uint32") % 4093).astype("uint16").reshape(shape)
+    tczyx = [axis("t", "time", "minute"), axis("c", "channel"), axis("z", "space", um), axis("y", "space", um),
+             axis("x", "space", um)]
+    ome_image(root, "embryo", pyramid(embryo, 2, 2), tczyx, [[2.0, 1, 1.5, 0.25 * 2 ** i, 0.25 * 2 ** i] for i in range(2)], 3,
+              channels=[("red", "FF0000"), ("green", "00FF00"), ("blue", "0000FF")], shards=(1, 1, 2, 2, 2), version="0.5")
+    flat = (np.arange(128 * 96, dtype="uint32") % 256).astype("uint8").reshape(128, 96)
+    ome_image(root, "slide", pyramid(flat, 4, 2), [axis("y", "space", "nanometer"), axis("x", "space", "nanometer")],
+              [[250 * 2 ** i, 250 * 2 ** i] for i in range(4)], 3, version="0.5")
+    ome_image(root, "float_zyx", [np.linspace(-1, 1, 3 * 20 * 30, dtype="float32").reshape(3, 20, 30)], zyx,
+              [[1.0, 0.3, 0.3]], 3, version="0.5")
+    # Images OME-TIFF cannot hold: a custom axis type, x and y downsampled by different factors.
+    ome_image(root, "custom_axis", [np.zeros((2, 8, 8), dtype="uint8")], [axis("w", "wavelength")] + zyx[1:],
+              [[1, 1, 1]], 3, version="0.5")
+    ome_image(root, "odd_factor", pyramid(np.zeros((12, 12), dtype="uint8"), 2, 2), zyx[1:], [[1, 1], [3, 2]], 3,
+              version="0.5")
+
+
 def main():
     if sys.argv[1:] == ["demo"]:
         demo()
         print("demo/weather.zarr written")
+        return
+    if sys.argv[1:] == ["ome"]:
+        ome()
+        print("tests/fixtures/ome written")
         return
     kept = tempfile.mkdtemp()
     zarrs = os.path.join(kept, "zarrs-vlen")
@@ -469,6 +585,7 @@ def main():
     zarrs_fixtures("zarrs-vlen", zarrs)
     shutil.rmtree(kept)
     damaged("damaged.zarr")
+    ome()
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)
     demo()

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::OpenedStore;
 use crate::daemon::MountPlan;
-use crate::headers::HeaderFormat;
+use crate::headers::Views;
 use crate::store::{Location, RemoteOptions};
 
 const EXAMPLES: &str = "\
@@ -199,8 +199,8 @@ struct MountArgs {
     /// show an `error` file instead [default: 2G].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_chunk_size: Option<u64>,
-    /// Header views beside `data`: npy, tiff, nifti, envi, nrrd, mhd (comma-separated), all
-    /// or none [default: all].
+    /// Header views beside `data` (npy, tiff, nifti, envi, nrrd, mhd) and of image groups
+    /// (ome: image.ome.tif), comma-separated; all or none [default: all].
     #[arg(long, value_name = "LIST")]
     views: Option<String>,
     /// Seconds a node's metadata is trusted before its version is checked again (other
@@ -306,7 +306,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         flush_timeout: Duration::from_secs(args.flush_timeout),
         max_chunk_size: args.max_chunk_size,
         metadata_ttl: args.metadata_ttl.map(Duration::from_secs),
-        views: args.views.as_deref().map(HeaderFormat::parse_list).transpose()?,
+        views: args.views.as_deref().map(Views::parse).transpose()?,
         auto_unmount: !args.no_auto_unmount,
         ..Default::default()
     };
@@ -350,7 +350,7 @@ fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<
         ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
         ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
         ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
-        ("views", Some(v)) => plan.views = Some(HeaderFormat::parse_list(v)?),
+        ("views", Some(v)) => plan.views = Some(Views::parse(v)?),
         ("metadata_ttl", Some(v)) => {
             plan.metadata_ttl = Some(Duration::from_secs(v.parse().map_err(|_| "expected whole seconds".to_string())?))
         }
@@ -571,9 +571,10 @@ fn man_pages(dir: Option<&Path>) -> std::io::Result<()> {
 /// What the manual adds to `--help`: the files a mount shows, where to read more.
 const MAN_NOTES: &str = "\
 A mounted array is a directory holding its metadata documents, `data` (every element, C order,
-little-endian), header views of it (data.npy, data.tif, data.nii, data.hdr, data.nhdr,
-data.mhd) and the write-only `prepend`. Groups are directories. `.zarrfs/stats` and
-`.zarrfs/errors` at the mount root are the daemon's counters and recent errors.
+little-endian), header views of it (data.npy, data.tif, data.nii, data.hdr, data.raw.nhdr,
+data.mhd) and the write-only `prepend`. Groups are directories; an OME-NGFF image group also
+shows image.ome.tif, a pyramidal OME-TIFF of its levels. `.zarrfs/stats` and `.zarrfs/errors`
+at the mount root are the daemon's counters and recent errors.
 
 Exit status: 0 done; 1 failed (the message says why); 2 a wrong command line; 3 `unmount` of a
 mount in use (nothing done).

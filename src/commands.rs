@@ -12,13 +12,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use crate::headers::HeaderFormat;
+use crate::headers::ometiff::{OmeTiff, Pyramid};
 use crate::progress::{human_bytes, while_counting};
 use crate::store::{self, Location, Store};
 use crate::zarr::array::{Array, PrependSource};
+use crate::zarr::axes::Axes;
+use crate::zarr::dtype::DataType;
 use crate::zarr::key::ChunkKeyEncoding;
 use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
-use crate::zarr::node::{is_hidden, is_node, read_node};
+use crate::zarr::node::{is_hidden, is_node, read_node, v2_attributes};
 use crate::zarr::normalize::Normalization;
+use crate::zarr::ome::{self, Image};
 use crate::{Error, Result};
 
 /// The store an offline command works on, opened, and where it is (for messages).
@@ -151,14 +155,26 @@ fn offline(opened: &OpenedStore, array: &str, change: impl FnOnce(&Array) -> Res
 /// How many of an array's stored values `info` counts before it says "at least".
 const MOST_COUNTED: u64 = 100_000;
 
-/// One node of the report.
-fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>) -> Value {
+/// One node of the report; `parent` is the image its parent group is, if any.
+fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>, parent: Option<&Image>) -> Value {
     let shown = format!("/{path}");
     match node {
-        Ok(Some(NodeMetadata::Group)) => {
-            json!({"path": shown, "node_type": "group", "attributes": attributes_of(store, path, None)})
+        Ok(Some(NodeMetadata::Group(attributes))) => {
+            let mut group = json!({"path": shown, "node_type": "group", "attributes": attributes});
+            if let Some(image) = ome::find(attributes) {
+                group["image"] = describe_image(store, path, image);
+            }
+            group
         }
-        Ok(Some(NodeMetadata::Array(a))) => describe_array(store, path, a),
+        Ok(Some(NodeMetadata::Array(a))) => {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let axes = match parent.and_then(|image| image.level_of(name).filter(|_| image.axes.len() == a.shape.len()).map(|l| (image, l)))
+            {
+                Some((image, level)) => image.level_axes(level),
+                None => Axes::named(a.dimension_names.as_deref(), a.shape.len()),
+            };
+            describe_array(store, path, a, &axes)
+        }
         Ok(None) => {
             json!({"path": shown, "node_type": null, "problem": "no zarr.json, .zarray or .zgroup here"})
         }
@@ -166,28 +182,52 @@ fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>) 
     }
 }
 
-/// A node's attributes: v3 documents hold them, v2 nodes keep them in `.zattrs`.
-fn attributes_of(store: &dyn Store, path: &str, array: Option<&ArrayMetadata>) -> Value {
-    if let Some(a) = array
-        && a.format == ZarrFormat::V3
-    {
-        return a.document.get("attributes").cloned().unwrap_or_else(|| json!({}));
-    }
-    let read = |name: &str| {
-        store
-            .get(&store::join(path, name), crate::zarr::limits::MAX_DOCUMENT_BYTES)
-            .ok()
-            .flatten()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-    };
-    match array {
-        Some(_) => read(".zattrs").unwrap_or_else(|| json!({})),
-        // A v3 group's attributes are in zarr.json; a v2 group's in .zattrs.
-        None => read("zarr.json").and_then(|d| d.get("attributes").cloned()).or_else(|| read(".zattrs")).unwrap_or_else(|| json!({})),
+/// An array's attributes: v3 documents hold them, v2 arrays keep them in `.zattrs`.
+fn attributes_of(store: &dyn Store, path: &str, a: &ArrayMetadata) -> Value {
+    match a.format {
+        ZarrFormat::V3 => a.document.get("attributes").cloned().unwrap_or_else(|| json!({})),
+        ZarrFormat::V2 => v2_attributes(store, path).unwrap_or_else(|_| json!({})),
     }
 }
 
-fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata) -> Value {
+/// What the mount shows of an OME-NGFF image group: its `image.ome.tif`, or why there is none,
+/// and the levels it leaves out.
+fn describe_image(store: &dyn Store, path: &str, image: std::result::Result<Image, String>) -> Value {
+    let image = match image {
+        Ok(image) => image,
+        Err(why) => return json!({"image.ome.tif": why}),
+    };
+    let arrays: Vec<std::result::Result<(DataType, Vec<u64>), String>> = image
+        .levels
+        .iter()
+        .map(|l| match read_node(store, &store::join(path, &l.path)) {
+            Ok(Some((NodeMetadata::Array(a), _))) => Ok((a.dtype.clone(), a.shape.clone())),
+            Ok(Some(_)) => Err("a group, not an array".to_string()),
+            Ok(None) => Err("no array there".to_string()),
+            Err(e) => Err(e.to_string()),
+        })
+        .collect();
+    let view = image.select(&arrays).and_then(|selection| {
+        let shapes = selection.levels.iter().filter_map(|&i| arrays[i].as_ref().ok().map(|(_, s)| s.clone())).collect();
+        let Some(Ok((dtype, _))) = arrays.first() else { return Err("level 0 cannot be read".to_string()) };
+        let axes = image.level_axes(0);
+        let name = image.name.clone().unwrap_or_else(|| path.rsplit('/').next().unwrap_or("").to_string());
+        OmeTiff::new(&Pyramid { dtype, name: &name, axes: &axes, channels: &image.channels, shapes }).map(|_| selection)
+    });
+    let axes: Vec<Value> = image.axes.iter().map(|a| json!({"name": a.name, "unit": a.unit.map(|u| u.name)})).collect();
+    match view {
+        Ok(selection) => json!({
+            "ome_version": image.version,
+            "axes": axes,
+            "image.ome.tif": true,
+            "levels": selection.levels.iter().map(|&i| image.levels[i].path.clone()).collect::<Vec<_>>(),
+            "levels_left_out": selection.left_out.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>(),
+        }),
+        Err(why) => json!({"ome_version": image.version, "axes": axes, "image.ome.tif": why}),
+    }
+}
+
+fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes) -> Value {
     let chunk_shape: Vec<u64> = a.grid.axes.iter().map(|axis| axis.chunk_len(0)).collect();
     let chunks = a.shape.iter().zip(&a.grid.axes).fold(1u128, |n, (&extent, axis)| n.saturating_mul(u128::from(axis.chunks_for(extent))));
     let codecs = a.codecs.describe();
@@ -237,9 +277,9 @@ fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata) -> Value {
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()
-            .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape).map_or_else(Value::from, |_| Value::Bool(true))))
+            .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape, axes).map_or_else(Value::from, |_| Value::Bool(true))))
             .collect::<serde_json::Map<_, _>>(),
-        "attributes": attributes_of(store, path, Some(a)),
+        "attributes": attributes_of(store, path, a),
     })
 }
 
@@ -254,15 +294,26 @@ fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
         });
     }
     let mut out = Vec::new();
-    walk(store, path, node, &mut out)?;
+    // The node asked for may be a level of the image its parent is.
+    let parent = match path.rsplit_once('/').map_or(if path.is_empty() { None } else { Some("") }, |(p, _)| Some(p)) {
+        Some(p) => match read_node(store, p) {
+            Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes).and_then(|i| i.ok()),
+            _ => None,
+        },
+        None => None,
+    };
+    walk(store, path, node, parent.as_ref(), &mut out)?;
     mark_coordinates(&mut out);
     Ok(out)
 }
 
-fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, out: &mut Vec<Value>) -> Result<()> {
-    let is_group = matches!(node, Ok(Some(NodeMetadata::Group)));
-    out.push(describe(store, path, &node));
-    if is_group {
+fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, parent: Option<&Image>, out: &mut Vec<Value>) -> Result<()> {
+    out.push(describe(store, path, &node, parent));
+    let image = match &node {
+        Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(attributes).and_then(|i| i.ok())),
+        _ => None,
+    };
+    if let Some(image) = image {
         for e in store.list_dir(path)? {
             if !e.is_dir || is_hidden(&e.name) {
                 continue;
@@ -270,7 +321,7 @@ fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, out: 
             let child = store::join(path, &e.name);
             // A node that cannot be read is described with its problem.
             if is_node(store, &child).unwrap_or(true) {
-                walk(store, &child, read_node(store, &child).map(|n| n.map(|(meta, _)| meta)), out)?;
+                walk(store, &child, read_node(store, &child).map(|n| n.map(|(meta, _)| meta)), image.as_ref(), out)?;
             }
         }
     }
@@ -314,12 +365,45 @@ fn render(nodes: &[Value], attributes: bool) -> String {
         }
         if n["node_type"] == "group" {
             s.push_str(&format!("{path}  group\n"));
+            if let Some(image) = n.get("image") {
+                s.push_str(&render_image(image));
+            }
             if attributes {
                 push_attributes(&mut s, &n["attributes"]);
             }
             continue;
         }
         s.push_str(&render_array(n, attributes));
+    }
+    s
+}
+
+/// The lines of an image group: its OME-NGFF version and axes, its OME-TIFF and the levels
+/// left out of it.
+fn render_image(image: &Value) -> String {
+    let mut s = String::new();
+    let mut line = |label: &str, text: String| s.push_str(&format!("  {label:<12}{text}\n"));
+    if let Some(version) = image["ome_version"].as_str() {
+        let axes: Vec<String> = image["axes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| match a["unit"].as_str() {
+                Some(unit) => format!("{} ({unit})", a["name"].as_str().unwrap_or("?")),
+                None => a["name"].as_str().unwrap_or("?").to_string(),
+            })
+            .collect();
+        line("image", format!("OME-NGFF {version}, axes {}", axes.join(", ")));
+    }
+    match &image["image.ome.tif"] {
+        Value::Bool(true) => {
+            let levels: Vec<&str> = image["levels"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            line("views", format!("image.ome.tif (levels {})", levels.join(", ")));
+            for why in image["levels_left_out"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                line("", format!("level {why}: left out"));
+            }
+        }
+        why => line("views", format!("no image.ome.tif: {}", why.as_str().unwrap_or("?"))),
     }
     s
 }

@@ -44,7 +44,7 @@ pub struct MountPlan {
     pub flush_timeout: Duration,
     pub max_chunk_size: Option<u64>,
     /// The header views shown (`None`: the default, all).
-    pub views: Option<Vec<crate::headers::HeaderFormat>>,
+    pub views: Option<crate::headers::Views>,
 }
 
 /// Check what can be checked before forking, so that errors reach the caller's terminal.

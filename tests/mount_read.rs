@@ -170,7 +170,7 @@ fn v2_tree_shows_its_documents() {
         "sub/nan_fill/data",
         "sub/nan_fill/data.hdr",
         "sub/nan_fill/data.mhd",
-        "sub/nan_fill/data.nhdr",
+        "sub/nan_fill/data.raw.nhdr",
         "sub/nan_fill/data.nii",
         "sub/nan_fill/data.npy",
         "sub/nan_fill/prepend",

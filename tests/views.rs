@@ -30,7 +30,7 @@ fn every_view_of_every_fixture_shows_the_arrays_bytes_type_and_shape() {
         for e in expected().into_iter().filter(|e| e.store == store && e.bad_ranges.is_empty() && !e.bytes.is_empty()) {
             let dir = m.path(&e.path);
             let views = e.views();
-            for name in ["data.npy", "data.tif", "data.nii", "data.hdr", "data.nhdr", "data.mhd"] {
+            for name in ["data.npy", "data.tif", "data.nii", "data.hdr", "data.raw.nhdr", "data.mhd"] {
                 assert_eq!(dir.join(name).exists(), views.contains(&name), "{store}/{}: {name}", e.path);
             }
             let npy = std::fs::read(dir.join("data.npy")).unwrap();
@@ -41,11 +41,13 @@ fn every_view_of_every_fixture_shows_the_arrays_bytes_type_and_shape() {
             // Only the header counts as the view's own blocks: `du` counts the array once.
             assert_eq!(std::fs::metadata(dir.join("data.npy")).unwrap().blocks(), 8, "{}", e.path);
             let fastest_first = e.shape.iter().rev().map(u64::to_string).collect::<Vec<_>>().join(" ");
-            if views.contains(&"data.nhdr") {
-                let nhdr = std::fs::read_to_string(dir.join("data.nhdr")).unwrap();
+            if views.contains(&"data.raw.nhdr") {
+                let nhdr = std::fs::read_to_string(dir.join("data.raw.nhdr")).unwrap();
                 assert!(nhdr.contains(&format!("sizes: {fastest_first}\n")) && nhdr.ends_with("data file: data\n"), "{nhdr}");
                 let mhd = std::fs::read_to_string(dir.join("data.mhd")).unwrap();
-                assert!(mhd.contains(&format!("DimSize = {fastest_first}\n")) && mhd.ends_with("ElementDataFile = data\n"), "{mhd}");
+                // ITK reads 2 dimensions or more: a line is N x 1.
+                let sizes = if e.shape.len() == 1 { format!("{fastest_first} 1") } else { fastest_first.clone() };
+                assert!(mhd.contains(&format!("DimSize = {sizes}\n")) && mhd.ends_with("ElementDataFile = data\n"), "{mhd}");
             }
             for carrier in ["data.tif", "data.nii"].into_iter().filter(|v| views.contains(v)) {
                 let bytes = std::fs::read(dir.join(carrier)).unwrap();
@@ -104,7 +106,7 @@ fn views_follow_a_growth_through_data() {
     let rows = rows_before + 3;
     assert_eq!(std::fs::metadata(dir.join("data.npy")).unwrap().len(), 4096 + rows * 10);
     assert!(npy_dict(&std::fs::read(dir.join("data.npy")).unwrap()).contains(&format!("'shape': ({rows}, 5)")));
-    assert!(std::fs::read_to_string(dir.join("data.nhdr")).unwrap().contains(&format!("sizes: 5 {rows}\n")));
+    assert!(std::fs::read_to_string(dir.join("data.raw.nhdr")).unwrap().contains(&format!("sizes: 5 {rows}\n")));
     assert!(std::fs::read_to_string(dir.join("data.hdr")).unwrap().contains(&format!("lines = {rows}\n")));
 }
 
@@ -118,7 +120,7 @@ fn the_views_option_chooses_which_appear_and_sidecars_are_read_only() {
     let some = Mount::new(&fixture, &["--views", "npy,mhd"]);
     let names: Vec<String> = std::fs::read_dir(dir(&some)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.contains(&"data.npy".into()) && names.contains(&"data.mhd".into()), "{names:?}");
-    assert!(!names.contains(&"data.nhdr".into()) && !names.contains(&"data.hdr".into()), "{names:?}");
+    assert!(!names.contains(&"data.raw.nhdr".into()) && !names.contains(&"data.hdr".into()), "{names:?}");
     let err = std::fs::OpenOptions::new().write(true).open(dir(&some).join("data.mhd")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM));
 }

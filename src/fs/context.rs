@@ -12,7 +12,7 @@ use super::tree::Tree;
 use super::writeback;
 use crate::cache::ChunkCache;
 use crate::error::lock;
-use crate::headers::HeaderFormat;
+use crate::headers::{GroupView, HeaderFormat, Views};
 use crate::pool::WorkerPool;
 use crate::store::Store;
 use crate::zarr::metadata::DOCUMENT_NAMES;
@@ -41,8 +41,9 @@ pub struct Config {
     /// Where bytes written to `prepend` (and text rewrites) are staged, when given
     /// (`--spool-dir`); else a private directory made at the first need.
     pub spool_dir: Option<std::path::PathBuf>,
-    /// The header views shown beside `data` (where the format can express the array).
-    pub views: Vec<HeaderFormat>,
+    /// The header views shown beside `data` and in groups (where the format can express
+    /// the array or the group).
+    pub views: Views,
     /// How long a node's metadata is served before the store is asked whether it changed.
     pub metadata_ttl: std::time::Duration,
     /// Other users may use the mount (allow_other): they get no more than the store grants them.
@@ -63,7 +64,7 @@ impl Default for Config {
             dirty_limit: 256 << 20,
             adopt_offset: false,
             spool_dir: None,
-            views: HeaderFormat::ALL.to_vec(),
+            views: Views::all(),
             metadata_ttl: std::time::Duration::from_secs(5),
             shared: false,
             source: String::new(),
@@ -152,15 +153,33 @@ impl Context {
     /// A write through `written` (`data` or a view) changed bytes that the array's other
     /// files show too: the kernel's cached pages and sizes of those are dropped.
     pub fn invalidate_files(&self, array: &Arc<OpenArray>, written: &str) {
-        let Some(dir) = self.tree.find_dir(&array.array().path) else { return };
+        let path = array.array().path.clone();
+        let Some(dir) = self.tree.find_dir(&path) else { return };
         let views = HeaderFormat::ALL.map(HeaderFormat::file_name);
         let documents = if written.is_empty() { &DOCUMENT_NAMES[..] } else { &[] };
         for name in [DATA].iter().chain(&views).chain(documents).filter(|&&n| n != written) {
-            if let Some(ino) = self.tree.find(dir, name) {
-                lock(&self.stale).insert(ino);
-                if let Some(kernel) = self.kernel.get() {
-                    kernel.invalidate(ino);
-                }
+            self.invalidate_child(dir, name);
+        }
+        // The array may be a level of the image its parent is: that image's OME-TIFF shows it.
+        if !path.is_empty() {
+            self.invalidate_group_views(path.rsplit_once('/').map_or("", |(parent, _)| parent));
+        }
+    }
+
+    /// The views of the group at `path` (made from its attributes and its arrays) changed.
+    pub fn invalidate_group_views(&self, path: &str) {
+        if let Some(dir) = self.tree.find_dir(path) {
+            for view in GroupView::ALL {
+                self.invalidate_child(dir, view.file_name());
+            }
+        }
+    }
+
+    fn invalidate_child(&self, dir: u64, name: &str) {
+        if let Some(ino) = self.tree.find(dir, name) {
+            lock(&self.stale).insert(ino);
+            if let Some(kernel) = self.kernel.get() {
+                kernel.invalidate(ino);
             }
         }
     }

@@ -32,6 +32,8 @@ pub enum Opened {
     /// A directory being listed: one listing, taken at its first read (and again at a rewind),
     /// read to its end whatever changes meanwhile.
     Listing(Mutex<Option<Arc<[DirEntry]>>>),
+    /// A group's view (`image.ome.tif`), read-only: the read pattern of each array it reads.
+    GroupView { reads: Box<[ReadPattern]> },
 }
 
 pub struct Handle {
@@ -75,9 +77,12 @@ impl Handle {
             },
             Opened::Prepend { array, spool } if opener => OnClose::Prepend(array, spool),
             Opened::Edit { key, edit } if opener => OnClose::Document { key, edit, last: false, writer: self.opener },
-            Opened::Prepend { .. } | Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::Listing(_) => {
-                OnClose::Nothing
-            }
+            Opened::Prepend { .. }
+            | Opened::Document(_)
+            | Opened::Edit { .. }
+            | Opened::Scratch(_)
+            | Opened::Listing(_)
+            | Opened::GroupView { .. } => OnClose::Nothing,
         }
     }
 
@@ -92,7 +97,7 @@ impl Handle {
             },
             Opened::Prepend { array, spool } => OnClose::Prepend(array, spool),
             Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true, writer: self.opener },
-            Opened::Document(_) | Opened::Scratch(_) | Opened::Listing(_) => OnClose::Nothing,
+            Opened::Document(_) | Opened::Scratch(_) | Opened::Listing(_) | Opened::GroupView { .. } => OnClose::Nothing,
         }
     }
 
@@ -101,7 +106,7 @@ impl Handle {
         match &self.opened {
             Opened::Data { file, .. } => Some(&file.array),
             Opened::Prepend { array, .. } => Some(array),
-            Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::Listing(_) => None,
+            Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::Listing(_) | Opened::GroupView { .. } => None,
         }
     }
 }

@@ -63,7 +63,7 @@ impl ZarrFs {
             return Err(self.refuse_change("the mount's own directory holds no nodes"));
         }
         check_node_name(name)?;
-        if !matches!(self.nodes.dir_state(&self.cx, &dir.path)?, DirState::Group) {
+        if !matches!(self.nodes.dir_state(&self.cx, &dir.path)?, DirState::Group(_)) {
             return Err(Error::NotPermitted(format!("{} is not a group: only groups hold nodes", display_path(&dir.path))));
         }
         if self.nodes.lookup(&self.cx, parent, name).is_ok() {
@@ -103,7 +103,7 @@ impl ZarrFs {
                 NodeKind::ErrorFile => Some(Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &dir.path)?.as_bytes()))),
                 NodeKind::View(format) if !format.carries_data() => {
                     let file = self.nodes.data_file(&self.cx, &dir.path)?;
-                    Some(Opened::Document(Arc::from(file.layout(&self.cx, format).map_err(|_| Error::NotFound)?.header)))
+                    Some(Opened::Document(Arc::from(self.view_layout(&dir.path, &file, format)?.header)))
                 }
                 _ => None,
             };
@@ -129,8 +129,11 @@ impl ZarrFs {
         } else if (parent == tree::ROOT && name == CONTROL_DIR) || is_array_file(name) {
             // Not even in a group: a scratch `data` would pass for an array's (`cp -r` of an
             // array would seem to work and store nothing).
-            let hint =
-                if matches!(state, DirState::Group) { ": a group becomes an array when an array document is written into it" } else { "" };
+            let hint = if matches!(state, DirState::Group(_)) {
+                ": a group becomes an array when an array document is written into it"
+            } else {
+                ""
+            };
             return Err(Error::NotPermitted(format!("{name} is a name the mount keeps for its own files{hint}")));
         } else {
             (NodeKind::Scratch, Opened::Scratch(self.nodes.scratch.insert(&key, Vec::new(), mode)?))
@@ -175,7 +178,7 @@ impl ZarrFs {
             NodeKind::StatsFile | NodeKind::ErrorsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
             // A refusal's report is gone once read and removed.
             NodeKind::ErrorFile if self.nodes.set_refusal(&dir.path, None) => {}
-            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile => {
+            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::GroupView(_) | NodeKind::ErrorFile => {
                 self.nodes.detach(&dir.path, name)
             }
         }
@@ -214,7 +217,7 @@ impl ZarrFs {
         let state = self.nodes.dir_state(&self.cx, path)?;
         // A group that holds nothing but its own documents is empty (`mkdir g; rmdir g`); an
         // array's files are its data, which `rm -r` unlinks first.
-        let is_group = matches!(state, DirState::Group);
+        let is_group = matches!(state, DirState::Group(_));
         if self.nodes.readdir(&self.cx, ino)?.iter().any(|e| !(is_group && METADATA_DOCUMENTS.contains(&e.name.as_str()))) {
             return Err(Error::NotEmpty);
         }
@@ -294,7 +297,9 @@ impl ZarrFs {
             _ if target_kind == Some(NodeKind::Dir) => return Err(Error::IsADirectory),
             // A node's own file belongs to its node: into another directory it can only be
             // copied (`mv` does so on EXDEV, as between file systems).
-            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::ErrorFile if parent != new_parent => {
+            NodeKind::MetaFile | NodeKind::Data | NodeKind::Prepend | NodeKind::View(_) | NodeKind::GroupView(_) | NodeKind::ErrorFile
+                if parent != new_parent =>
+            {
                 return Err(Error::CrossDevice("a node's own file is copied into another node, not moved".into()));
             }
             _ if target_kind.is_some_and(|k| k != NodeKind::Scratch)
@@ -323,7 +328,7 @@ impl ZarrFs {
             None => {}
         }
         let target_dir = self.node(to.0)?;
-        if !matches!(self.nodes.dir_state(&self.cx, &target_dir.path)?, DirState::Group) {
+        if !matches!(self.nodes.dir_state(&self.cx, &target_dir.path)?, DirState::Group(_)) {
             return Err(Error::NotPermitted(format!("{} is not a group: only groups hold nodes", display_path(&target_dir.path))));
         }
         if new_path.starts_with(&format!("{path}/")) {
@@ -406,7 +411,8 @@ impl ZarrFs {
                 if matches!(self.nodes.dir_state(&self.cx, dir)?, DirState::Broken(_)) {
                     self.nodes.forget(dir);
                 }
-                return self.store_node_document(dir, name, bytes, &doc);
+                self.store_node_document(dir, name, bytes, &doc)?;
+                return self.nodes.attributes_changed(&self.cx, dir);
             }
             ".zattrs" => return Err(self.refused(key, Error::Invalid("attributes must be a JSON object".into()))),
             "zarr.json" => metadata::parse_v3(&doc),
@@ -415,18 +421,25 @@ impl ZarrFs {
         }
         .map_err(|e| self.refused(key, e))?;
         match (self.nodes.dir_state(&self.cx, dir)?, parsed) {
-            (DirState::Array(file), NodeMetadata::Array(meta)) => {
+            (DirState::Array(file), NodeMetadata::Array(mut meta)) => {
+                // A v2 array's axis names are in `.zattrs`, which this document leaves alone.
+                if meta.format == ZarrFormat::V2 {
+                    meta.dimension_names = file.array.array().meta.dimension_names.clone();
+                }
                 self.edit_array(&file, *meta, self.nodes.read_by(writer, key)).map_err(|e| match e {
                     Error::Invalid(_) | Error::Metadata(_) | Error::Busy(_) => self.refused(key, e),
                     other => other,
                 })
             }
-            (DirState::Array(_), NodeMetadata::Group) => {
+            (DirState::Array(_), NodeMetadata::Group(_)) => {
                 Err(self
                     .refused(key, Error::Invalid("an array does not become a group: remove it (rm -r) and make a group (mkdir)".into())))
             }
-            (DirState::Group, NodeMetadata::Group) => self.store_node_document(dir, name, bytes, &doc),
-            (DirState::Group, NodeMetadata::Array(_)) => self.create_array(dir, name, bytes, &doc).map_err(|e| match e {
+            (DirState::Group(_), NodeMetadata::Group(_)) => {
+                self.store_node_document(dir, name, bytes, &doc)?;
+                self.nodes.attributes_changed(&self.cx, dir)
+            }
+            (DirState::Group(_), NodeMetadata::Array(_)) => self.create_array(dir, name, bytes, &doc).map_err(|e| match e {
                 Error::Invalid(_) => self.refused(key, e),
                 other => other,
             }),

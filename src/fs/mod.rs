@@ -312,7 +312,7 @@ impl ZarrFs {
             // sidecar is small and not cached.
             NodeKind::View(format) => {
                 let file_of = self.nodes.data_file(&self.cx, &node.path)?;
-                let layout = file_of.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                let layout = self.view_layout(&node.path, &file_of, format)?;
                 let own = layout.header.len() as u64 + layout.trailer_len();
                 match format.carries_data() {
                     true => {
@@ -322,12 +322,23 @@ impl ZarrFs {
                     false => Attr { volatile: true, ..file(own, read_only_perm) },
                 }
             }
+            // Made from its arrays as they are; cached as `data` is, and dropped with theirs.
+            NodeKind::GroupView(_) => {
+                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
+                Attr { own_bytes: image.own_len(), ..file(image.layout.file_len(), read_only_perm) }
+            }
             NodeKind::Prepend => file(0, 0o200),
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
             // The daemon's pid, its counters and its errors are the owner's business alone.
             NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o400) },
             NodeKind::ErrorsFile => Attr { volatile: true, ..file(crate::logging::recent_errors().len() as u64, 0o400) },
         })
+    }
+
+    /// The layout of the `format` view of the array at `path` (gone when the mount does not
+    /// show it, or it cannot show the array any more).
+    fn view_layout(&self, path: &str, file: &view::DataFile, format: crate::headers::HeaderFormat) -> Result<crate::headers::Layout> {
+        self.nodes.view_layout(&self.cx, path, file, format)?.map_err(|_| Error::NotFound)
     }
 
     /// The group shown as every file's: the store root's in a shared mount (where its group's
@@ -380,7 +391,14 @@ impl ZarrFs {
             (NodeKind::View(_), true) => return Err(Error::NotPermitted("a header view follows the array: change it through data".into())),
             (NodeKind::View(format), false) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
-                Opened::Document(Arc::from(file.layout(&self.cx, format).map_err(|_| Error::NotFound)?.header))
+                Opened::Document(Arc::from(self.view_layout(&node.path, &file, format)?.header))
+            }
+            (NodeKind::GroupView(_), true) => {
+                return Err(self.cx.refuse_change("a group's view follows its arrays: change them through their data"));
+            }
+            (NodeKind::GroupView(_), false) => {
+                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
+                Opened::GroupView { reads: image.levels().iter().map(|_| view::ReadPattern::default()).collect() }
             }
             (NodeKind::MetaFile, false) => {
                 let bytes = self.nodes.document(&self.cx, &node.path)?;
@@ -437,17 +455,25 @@ impl ZarrFs {
             (NodeKind::Scratch, _) => Ok(slice(&crate::error::lock(&self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?.bytes))),
             (NodeKind::Data, Some(Opened::Data { file, reads, .. })) => file.view.read(&self.cx, &file.array, Some(reads), offset, size),
             (NodeKind::View(format), Some(Opened::Data { file, reads, .. })) => {
-                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                let layout = self.view_layout(&node.path, file, format)?;
                 file.read_around(&self.cx, &layout, Some(reads), offset, size)
             }
             (NodeKind::View(format), _) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
-                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                let layout = self.view_layout(&node.path, &file, format)?;
                 if format.carries_data() { file.read_around(&self.cx, &layout, None, offset, size) } else { Ok(slice(&layout.header)) }
             }
             (NodeKind::Data, _) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.view.read(&self.cx, &file.array, None, offset, size)
+            }
+            (NodeKind::GroupView(_), opened) => {
+                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
+                let reads = match opened {
+                    Some(Opened::GroupView { reads }) => Some(&reads[..]),
+                    _ => None,
+                };
+                image.read(&self.cx, reads, offset, size)
             }
             (NodeKind::MetaFile, _) => Ok(slice(&self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, _) => Ok(slice(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
@@ -473,7 +499,7 @@ impl ZarrFs {
                 self.cx.invalidate_files(&file.array, DATA);
             }
             (NodeKind::View(format), Opened::Data { file, staged, .. }) => {
-                let layout = file.layout(&self.cx, format).map_err(|_| Error::NotFound)?;
+                let layout = self.view_layout(&node.path, file, format)?;
                 file.write_around(&self.cx, &layout, staged, offset, data)?;
                 self.cx.invalidate_files(&file.array, format.file_name());
             }

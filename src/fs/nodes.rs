@@ -12,13 +12,16 @@ use super::open::OpenArray;
 use super::scratch::ScratchFiles;
 use super::tree::{self, Node, NodeKind};
 use super::view::DataFile;
+use super::view::image::ImageFile;
 use crate::error::lock;
-use crate::headers::HeaderFormat;
+use crate::headers::{GroupView, HeaderFormat, Layout};
 use crate::store::{self, ByteRange, Version};
 use crate::zarr::array::Array;
+use crate::zarr::axes::Axes;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::{NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node, read_node};
+use crate::zarr::ome::Image;
 use crate::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,10 +40,22 @@ pub struct DirEntry {
 /// What a directory is.
 #[derive(Clone)]
 pub enum DirState {
-    Group,
+    Group(GroupInfo),
     Array(DataFile),
     /// A node that cannot be served, and why.
     Broken(Arc<str>),
+}
+
+/// What a group's attributes say that the mount shows: the OME-NGFF image it is, if any.
+#[derive(Clone, Default)]
+pub struct GroupInfo {
+    pub image: Option<Arc<std::result::Result<Image, String>>>,
+}
+
+impl GroupInfo {
+    fn new(attributes: &serde_json::Value) -> GroupInfo {
+        GroupInfo { image: crate::zarr::ome::find(attributes).map(Arc::new) }
+    }
 }
 
 /// What users other than the owner may do with a node when the mount is shared (allow_other):
@@ -175,7 +190,7 @@ impl Nodes {
             return Ok((DirState::Broken(Arc::from(format!("{why}\n"))), None));
         }
         Ok(match read_node(cx.store.as_ref(), path) {
-            Ok(Some((NodeMetadata::Group, version))) => (DirState::Group, Some(version)),
+            Ok(Some((NodeMetadata::Group(attributes), version))) => (DirState::Group(GroupInfo::new(&attributes)), Some(version)),
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
                 array.set_stored_version(Some(version));
@@ -245,12 +260,94 @@ impl Nodes {
         })
     }
 
+    /// A document of the node at `path` holding its attributes was stored through the mount:
+    /// what the mount shows from them is made again (a group's image, a v2 array's axis names,
+    /// in `.zattrs`), and the kernel's pages of the views made from them are dropped.
+    pub fn attributes_changed(&self, cx: &Context, path: &str) -> Result<()> {
+        match self.dir_state(cx, path)? {
+            DirState::Group(_) => {
+                let (state, version) = Self::load(cx, path)?;
+                self.checked(path, state, version)?;
+            }
+            DirState::Array(file) => {
+                let _writer = file.array.writer();
+                let array = file.array.array();
+                if array.meta.format == ZarrFormat::V2 {
+                    let attributes = crate::zarr::node::v2_attributes(cx.store.as_ref(), path)?;
+                    let names = crate::zarr::node::v2_dimension_names(&attributes, array.meta.shape.len());
+                    if names != array.meta.dimension_names {
+                        file.array.replace(Arc::new(array.with_dimension_names(names)?), file.array.cache_id());
+                    }
+                }
+            }
+            DirState::Broken(_) => {}
+        }
+        cx.invalidate_group_views(path);
+        for array in self.arrays_beneath(path) {
+            cx.invalidate_data(&array);
+        }
+        Ok(())
+    }
+
     /// The `data` file of the array at `path`.
     pub fn data_file(&self, cx: &Context, path: &str) -> Result<DataFile> {
         match self.dir_state(cx, path)? {
             DirState::Array(file) => Ok(file),
             _ => Err(Error::NotFound),
         }
+    }
+
+    /// What is known of the axes of the array at `path`: where it is a level of the image its
+    /// parent group is, the image's axes with that level's steps; else its own axis names.
+    pub fn axes(&self, cx: &Context, path: &str, file: &DataFile) -> Result<Axes> {
+        let array = file.array.array();
+        let ndim = array.meta.shape.len();
+        if let Some((parent, name)) = path.rsplit_once('/').or(if path.is_empty() { None } else { Some(("", path)) })
+            && let DirState::Group(info) = self.dir_state(cx, parent)?
+            && let Some(Ok(image)) = info.image.as_deref()
+            && let Some(level) = image.level_of(name)
+            && image.axes.len() == ndim
+        {
+            return Ok(image.level_axes(level));
+        }
+        Ok(Axes::named(array.meta.dimension_names.as_deref(), ndim))
+    }
+
+    /// The own bytes of the array at `path`'s `format` view, when the mount shows that view
+    /// and the format can express the array; else why not.
+    pub fn view_layout(
+        &self,
+        cx: &Context,
+        path: &str,
+        file: &DataFile,
+        format: HeaderFormat,
+    ) -> Result<std::result::Result<Layout, String>> {
+        if !cx.config.views.arrays.contains(&format) {
+            return Ok(Err(format!("{} views are off (--views)", format.option_name())));
+        }
+        Ok(file.layout(format, &self.axes(cx, path, file)?))
+    }
+
+    /// The image the group at `path` is, as its attributes say (`None`: it is none).
+    pub fn image_of(&self, cx: &Context, path: &str) -> Result<Option<Arc<std::result::Result<Image, String>>>> {
+        Ok(match self.dir_state(cx, path)? {
+            DirState::Group(info) => info.image,
+            _ => None,
+        })
+    }
+
+    /// The OME-TIFF of the image group at `path` as its levels are now, or why there is none.
+    pub fn image_file(&self, cx: &Context, path: &str) -> Result<std::result::Result<ImageFile, String>> {
+        if !cx.config.views.groups.contains(&GroupView::OmeTiff) {
+            return Ok(Err("ome views are off (--views)".into()));
+        }
+        let image = match self.image_of(cx, path)?.as_deref() {
+            Some(Ok(image)) => image.clone(),
+            Some(Err(why)) => return Ok(Err(why.clone())),
+            None => return Ok(Err("its attributes hold no OME-NGFF multiscales".into())),
+        };
+        let name = image.name.clone().unwrap_or_else(|| path.rsplit('/').next().unwrap_or("").to_string());
+        ImageFile::new(&name, &image, |level| self.data_file(cx, &store::join(path, level)))
     }
 
     /// The arrays opened so far.
@@ -302,8 +399,8 @@ impl Nodes {
                 cx.tree.child(parent, doc, NodeKind::MetaFile, store::join(&dir.path, doc));
             }
         }
-        let view = match &state {
-            DirState::Array(file) => HeaderFormat::by_file_name(name).filter(|&f| file.layout(cx, f).is_ok()),
+        let view = match (&state, HeaderFormat::by_file_name(name)) {
+            (DirState::Array(file), Some(f)) if self.view_layout(cx, &dir.path, file, f)?.is_ok() => Some(f),
             _ => None,
         };
         let kind = match (name, &state, view) {
@@ -313,6 +410,13 @@ impl Nodes {
             (ERROR, DirState::Array(file), _) if file.check_writable().is_err() => NodeKind::ErrorFile,
             (ERROR, _, _) if lock(&self.refusals).contains_key(&dir.path) => NodeKind::ErrorFile,
             (_, _, Some(format)) => NodeKind::View(format),
+            (n, DirState::Group(info), _)
+                if GroupView::by_file_name(n) == Some(GroupView::OmeTiff)
+                    && info.image.is_some()
+                    && self.image_file(cx, &dir.path)?.is_ok() =>
+            {
+                NodeKind::GroupView(GroupView::OmeTiff)
+            }
             (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
                 if !self.is_edited(&key) && cx.store.get_range(&key, ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
@@ -320,7 +424,7 @@ impl Nodes {
                 NodeKind::MetaFile
             }
             // The child's metadata is read (and kept) now: it is what is asked for next.
-            (n, DirState::Group, _) if !is_hidden(n) => {
+            (n, DirState::Group(_), _) if !is_hidden(n) => {
                 self.dir_state(cx, &key)?;
                 NodeKind::Dir
             }
@@ -361,7 +465,7 @@ impl Nodes {
         // An array's directory may hold every chunk key (v2): its documents are asked for one
         // by one instead of listing it.
         let listing = match state {
-            DirState::Group | DirState::Broken(_) => cx.store.list_dir(&dir.path)?,
+            DirState::Group(_) | DirState::Broken(_) => cx.store.list_dir(&dir.path)?,
             DirState::Array(_) => Vec::new(),
         };
         for name in METADATA_DOCUMENTS {
@@ -382,12 +486,17 @@ impl Nodes {
                 }
                 push(DATA, NodeKind::Data, dir.path.clone());
                 push(PREPEND, NodeKind::Prepend, dir.path.clone());
-                for format in HeaderFormat::ALL.into_iter().filter(|&f| file.layout(cx, f).is_ok()) {
-                    push(format.file_name(), NodeKind::View(format), dir.path.clone());
+                for format in HeaderFormat::ALL {
+                    if self.view_layout(cx, &dir.path, file, format)?.is_ok() {
+                        push(format.file_name(), NodeKind::View(format), dir.path.clone());
+                    }
                 }
             }
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
-            DirState::Group => {
+            DirState::Group(info) => {
+                if info.image.is_some() && self.image_file(cx, &dir.path)?.is_ok() {
+                    push(GroupView::OmeTiff.file_name(), NodeKind::GroupView(GroupView::OmeTiff), dir.path.clone());
+                }
                 for e in listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
                     let path = store::join(&dir.path, &e.name);
                     if is_node(cx.store.as_ref(), &path)? {

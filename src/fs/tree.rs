@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::headers::HeaderFormat;
+use crate::headers::{GroupView, HeaderFormat};
 
 pub const ROOT: u64 = 1;
 
@@ -18,6 +18,8 @@ pub enum NodeKind {
     Data,
     /// A header view of `data` for legacy tools (`data.npy`, `data.hdr`, ...).
     View(HeaderFormat),
+    /// A view of a group made from its attributes and arrays (`image.ome.tif`).
+    GroupView(GroupView),
     /// Write-only: bytes written here go in front of the array.
     Prepend,
     /// Why a node cannot be served.

@@ -1,14 +1,18 @@
 //! Headers that let legacy tools open an array's flat file by themselves (docs/views.md):
 //! views that carry the bytes of `data` after a 4096-byte header — `.npy`, `.tif` (whose page
-//! directories follow the data) and `.nii` — and the sidecars ENVI `.hdr`, NRRD `.nhdr` and
-//! MetaImage `.mhd`, which name `data`. Each is a pure function of the data type and shape; a
-//! format that cannot express an array says why. It knows nothing of files or mounts.
+//! directories follow the data) and `.nii` — and the sidecars ENVI `.hdr`, NRRD `.raw.nhdr` and
+//! MetaImage `.mhd`, which name `data`. Each is a pure function of the data type, the shape and
+//! what is known of the axes; a format that cannot express an array says why. Beside them, the
+//! OME-TIFF of an OME-NGFF image group (`ometiff`). It knows nothing of files or mounts.
 
+mod ifd;
 mod nifti;
 mod npy;
+pub mod ometiff;
 mod sidecar;
 mod tiff;
 
+use crate::zarr::axes::Axes;
 use crate::zarr::dtype::DataType;
 
 /// The bytes of `data` start at this offset in a view that carries them: the view's pages
@@ -54,7 +58,8 @@ impl HeaderFormat {
             HeaderFormat::Tiff => "data.tif",
             HeaderFormat::Nifti => "data.nii",
             HeaderFormat::Envi => "data.hdr",
-            HeaderFormat::Nrrd => "data.nhdr",
+            // Not `data.nhdr`: Bio-Formats takes any `data.*` beside a `data.nhdr` for NRRD.
+            HeaderFormat::Nrrd => "data.raw.nhdr",
             HeaderFormat::MetaImage => "data.mhd",
         }
     }
@@ -75,32 +80,14 @@ impl HeaderFormat {
         HeaderFormat::ALL.into_iter().find(|f| f.file_name() == name)
     }
 
-    /// A list of views: `all`, `none`, or names joined with `,` (`--views`) or `:` / `+` (in
-    /// `-o views=`, where commas separate mount options).
-    pub fn parse_list(list: &str) -> Result<Vec<HeaderFormat>, String> {
-        match list {
-            "all" => return Ok(HeaderFormat::ALL.to_vec()),
-            "none" | "" => return Ok(Vec::new()),
-            _ => {}
-        }
-        list.split([',', ':', '+'])
-            .map(|name| {
-                HeaderFormat::ALL
-                    .into_iter()
-                    .find(|f| f.option_name() == name)
-                    .ok_or_else(|| format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd; all or none)"))
-            })
-            .collect()
-    }
-
     /// Whether the array's bytes follow the header in the view itself (else it names `data`).
     pub fn carries_data(self) -> bool {
         matches!(self, HeaderFormat::Npy | HeaderFormat::Tiff | HeaderFormat::Nifti)
     }
 
-    /// The view's own bytes for an array of `dtype` and `shape` (C order, little-endian), or
-    /// why this format cannot show it.
-    pub fn layout(self, dtype: &DataType, shape: &[u64]) -> Result<Layout, String> {
+    /// The view's own bytes for an array of `dtype` and `shape` (C order, little-endian) with
+    /// `axes`, or why this format cannot show it.
+    pub fn layout(self, dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Layout, String> {
         if dtype.is_variable() {
             return Err("variable-length elements have no fixed size".into());
         }
@@ -120,12 +107,73 @@ impl HeaderFormat {
         let header = |bytes: Result<Vec<u8>, String>| bytes.map(|header| Layout { header, trailer: None });
         match self {
             HeaderFormat::Npy => header(npy::header(dtype, shape)),
-            HeaderFormat::Tiff => tiff::layout(dtype, shape),
-            HeaderFormat::Nifti => header(nifti::header(dtype, shape)),
+            HeaderFormat::Tiff => tiff::layout(dtype, shape, axes),
+            HeaderFormat::Nifti => header(nifti::header(dtype, shape, axes)),
             HeaderFormat::Envi => header(sidecar::envi(dtype, shape)),
-            HeaderFormat::Nrrd => header(sidecar::nrrd(dtype, shape)),
-            HeaderFormat::MetaImage => header(sidecar::metaimage(dtype, shape)),
+            HeaderFormat::Nrrd => header(sidecar::nrrd(dtype, shape, axes)),
+            HeaderFormat::MetaImage => header(sidecar::metaimage(dtype, shape, axes)),
         }
+    }
+}
+
+/// The views a group shows, made from its attributes and its arrays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupView {
+    /// `image.ome.tif` of an OME-NGFF image.
+    OmeTiff,
+}
+
+impl GroupView {
+    pub const ALL: [GroupView; 1] = [GroupView::OmeTiff];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            GroupView::OmeTiff => "image.ome.tif",
+        }
+    }
+
+    pub fn option_name(self) -> &'static str {
+        match self {
+            GroupView::OmeTiff => "ome",
+        }
+    }
+
+    pub fn by_file_name(name: &str) -> Option<GroupView> {
+        GroupView::ALL.into_iter().find(|v| v.file_name() == name)
+    }
+}
+
+/// Which views a mount shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Views {
+    pub arrays: Vec<HeaderFormat>,
+    pub groups: Vec<GroupView>,
+}
+
+impl Views {
+    pub fn all() -> Views {
+        Views { arrays: HeaderFormat::ALL.to_vec(), groups: GroupView::ALL.to_vec() }
+    }
+
+    /// A list of views: `all`, `none`, or names joined with `,` (`--views`) or `:` / `+` (in
+    /// `-o views=`, where commas separate mount options).
+    pub fn parse(list: &str) -> Result<Views, String> {
+        match list {
+            "all" => return Ok(Views::all()),
+            "none" | "" => return Ok(Views { arrays: Vec::new(), groups: Vec::new() }),
+            _ => {}
+        }
+        let mut views = Views { arrays: Vec::new(), groups: Vec::new() };
+        for name in list.split([',', ':', '+']) {
+            if let Some(f) = HeaderFormat::ALL.into_iter().find(|f| f.option_name() == name) {
+                views.arrays.push(f);
+            } else if let Some(g) = GroupView::ALL.into_iter().find(|g| g.option_name() == name) {
+                views.groups.push(g);
+            } else {
+                return Err(format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd, ome; all or none)"));
+            }
+        }
+        Ok(views)
     }
 }
 
@@ -145,23 +193,25 @@ mod tests {
 
     #[test]
     fn view_lists_parse() {
-        assert_eq!(HeaderFormat::parse_list("npy:nrrd").unwrap(), vec![HeaderFormat::Npy, HeaderFormat::Nrrd]);
-        assert_eq!(HeaderFormat::parse_list("tiff,nifti").unwrap(), vec![HeaderFormat::Tiff, HeaderFormat::Nifti]);
-        assert_eq!(HeaderFormat::parse_list("all").unwrap().len(), 6);
-        assert!(HeaderFormat::parse_list("none").unwrap().is_empty());
-        assert!(HeaderFormat::parse_list("png").is_err());
+        assert_eq!(Views::parse("npy:nrrd").unwrap().arrays, vec![HeaderFormat::Npy, HeaderFormat::Nrrd]);
+        let v = Views::parse("tiff,nifti,ome").unwrap();
+        assert_eq!((v.arrays, v.groups), (vec![HeaderFormat::Tiff, HeaderFormat::Nifti], vec![GroupView::OmeTiff]));
+        assert_eq!(Views::parse("all").unwrap(), Views::all());
+        assert!(Views::parse("none").unwrap().arrays.is_empty());
+        assert!(Views::parse("png").is_err());
     }
 
     #[test]
     fn only_npy_shows_0_d_arrays_and_none_shows_empty_axes_or_text() {
-        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[]).is_ok());
+        let none = |n| Axes::named(None, n);
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[], &none(0)).is_ok());
         for f in HeaderFormat::ALL.into_iter().filter(|&f| f != HeaderFormat::Npy) {
-            assert!(f.layout(&DataType::UInt8, &[]).is_err(), "{f:?}");
-            assert!(f.layout(&DataType::UInt8, &[0, 4]).is_err(), "{f:?}");
+            assert!(f.layout(&DataType::UInt8, &[], &none(0)).is_err(), "{f:?}");
+            assert!(f.layout(&DataType::UInt8, &[0, 4], &none(2)).is_err(), "{f:?}");
         }
-        assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3]).is_err()));
+        assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3], &none(1)).is_err()));
         // Data of 2^63 - 2 bytes fits a file; with a 4096-byte header in front it would not.
-        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[2, (1 << 62) - 1]).unwrap_err().contains("2^63"));
-        assert!(HeaderFormat::Nrrd.layout(&DataType::UInt8, &[2, (1 << 62) - 1]).is_ok());
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2)).unwrap_err().contains("2^63"));
+        assert!(HeaderFormat::Nrrd.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2)).is_ok());
     }
 }

@@ -3,6 +3,7 @@
 //! first.
 
 use super::no_type;
+use crate::zarr::axes::{Axes, AxisKind, Unit};
 use crate::zarr::dtype::DataType;
 
 /// Sizes fastest axis first, as the sidecar formats list them.
@@ -61,27 +62,70 @@ fn sidecar_types(dtype: &DataType) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// NRRD, detached: `data file: data`.
-pub fn nrrd(dtype: &DataType, shape: &[u64]) -> Result<Vec<u8>, String> {
+/// NRRD, detached: `data file: data`. Known axes add their `kinds` (`domain` for space,
+/// `time`, `list` for channels), `spacings` and `units`, fastest axis first.
+pub fn nrrd(dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Vec<u8>, String> {
     let (kind, _) = sidecar_types(dtype).ok_or_else(|| no_type("NRRD", dtype))?;
     let endian = if dtype.size() == Some(1) { "" } else { "endian: little\n" };
+    let mut fields = String::new();
+    if axes.len() == shape.len() && axes.0.iter().any(|a| a.kind != AxisKind::Other) {
+        let per_axis = |f: &dyn Fn(usize) -> String| (0..shape.len()).rev().map(f).collect::<Vec<_>>().join(" ");
+        fields += &format!(
+            "kinds: {}\n",
+            per_axis(&|i| match axes.kind(i) {
+                AxisKind::Time => "time".into(),
+                AxisKind::Channel => "list".into(),
+                _ => "domain".into(),
+            })
+        );
+        if axes.0.iter().any(|a| a.step.is_some()) {
+            fields += &format!(
+                "spacings: {}\n",
+                per_axis(&|i| match (axes.kind(i), axes.0[i].step) {
+                    (AxisKind::Channel, _) | (_, None) => "nan".into(),
+                    (_, Some(step)) => step.to_string(),
+                })
+            );
+        }
+        if axes.0.iter().any(|a| a.unit.is_some()) {
+            fields +=
+                &format!("units: {}\n", per_axis(&|i| format!("\"{}\"", axes.0[i].unit.map_or_else(String::new, |u| u.ascii_symbol()))));
+        }
+    }
     Ok(format!(
-        "NRRD0004\ntype: {kind}\ndimension: {}\nsizes: {}\n{endian}encoding: raw\ndata file: data\n",
+        "NRRD0004\ntype: {kind}\ndimension: {}\nsizes: {}\n{fields}{endian}encoding: raw\ndata file: data\n",
         shape.len(),
         fastest_first(shape)
     )
     .into_bytes())
 }
 
-/// MetaImage: `ElementDataFile = data`, last as the format wants.
-pub fn metaimage(dtype: &DataType, shape: &[u64]) -> Result<Vec<u8>, String> {
+/// MetaImage: `ElementDataFile = data`, last as the format wants. Spatial steps go in
+/// `ElementSpacing` in millimetres (ITK's unit), others as they are. A 1-D array is shown as
+/// N x 1 (ITK reads images of 2 dimensions or more).
+pub fn metaimage(dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Vec<u8>, String> {
     let (_, kind) = sidecar_types(dtype).ok_or_else(|| no_type("MetaImage", dtype))?;
-    let ones = vec!["1"; shape.len()].join(" ");
+    let mm = Unit::parse("millimeter");
+    let mut spacings: Vec<String> = (0..shape.len())
+        .rev()
+        .map(|i| {
+            let step = match (axes.kind(i), mm) {
+                (AxisKind::Space, Some(mm)) => axes.step_in(i, &mm),
+                _ => axes.0.get(i).and_then(|a| a.step),
+            };
+            step.map_or_else(|| "1".to_string(), |s| s.to_string())
+        })
+        .collect();
+    let mut sizes = fastest_first(shape);
+    if shape.len() == 1 {
+        sizes += " 1";
+        spacings.push("1".into());
+    }
     Ok(format!(
-        "ObjectType = Image\nNDims = {}\nDimSize = {}\nElementType = {kind}\nElementByteOrderMSB = False\nHeaderSize = 0\n\
-         ElementSpacing = {ones}\nElementDataFile = data\n",
-        shape.len(),
-        fastest_first(shape)
+        "ObjectType = Image\nNDims = {}\nDimSize = {sizes}\nElementType = {kind}\nElementByteOrderMSB = False\nHeaderSize = 0\n\
+         ElementSpacing = {}\nElementDataFile = data\n",
+        shape.len().max(2),
+        spacings.join(" ")
     )
     .into_bytes())
 }
@@ -98,11 +142,29 @@ mod tests {
         let folded = String::from_utf8(envi(&DataType::Float32, &[2, 3, 4, 5]).unwrap()).unwrap();
         assert!(folded.contains("samples = 5\nlines = 4\nbands = 6\n"));
         assert!(envi(&DataType::Int8, &[4, 4]).unwrap_err().contains("int8"));
-        let nhdr = String::from_utf8(nrrd(&DataType::Int16, &[3, 5]).unwrap()).unwrap();
+        let unnamed = |n| Axes::named(None, n);
+        let nhdr = String::from_utf8(nrrd(&DataType::Int16, &[3, 5], &unnamed(2)).unwrap()).unwrap();
         assert_eq!(nhdr, "NRRD0004\ntype: int16\ndimension: 2\nsizes: 5 3\nendian: little\nencoding: raw\ndata file: data\n");
-        let mhd = String::from_utf8(metaimage(&DataType::Int64, &[2, 3, 4]).unwrap()).unwrap();
+        let mhd = String::from_utf8(metaimage(&DataType::Int64, &[2, 3, 4], &unnamed(3)).unwrap()).unwrap();
         assert!(mhd.contains("NDims = 3\nDimSize = 4 3 2\nElementType = MET_LONG_LONG\n"));
         assert!(mhd.ends_with("ElementDataFile = data\n"));
-        assert!(nrrd(&DataType::Float16, &[4]).is_err());
+        assert!(nrrd(&DataType::Float16, &[4], &unnamed(1)).is_err());
+        // ITK reads 2 dimensions or more: a 1-D array is N x 1.
+        let line = String::from_utf8(metaimage(&DataType::UInt8, &[17], &unnamed(1)).unwrap()).unwrap();
+        assert!(line.contains("NDims = 2\nDimSize = 17 1\n") && line.contains("ElementSpacing = 1 1\n"), "{line}");
+    }
+
+    #[test]
+    fn known_axes_give_kinds_spacings_and_units() {
+        use crate::zarr::axes::Axis;
+        let names: Vec<Option<String>> = ["c", "y", "x"].iter().map(|n| Some(n.to_string())).collect();
+        let mut axes = Axes::named(Some(&names), 3);
+        for a in axes.0.iter_mut().skip(1) {
+            *a = Axis { unit: Unit::parse("micrometer"), step: Some(0.5), ..a.clone() };
+        }
+        let nhdr = String::from_utf8(nrrd(&DataType::UInt16, &[2, 4, 5], &axes).unwrap()).unwrap();
+        assert!(nhdr.contains("sizes: 5 4 2\nkinds: domain domain list\nspacings: 0.5 0.5 nan\nunits: \"um\" \"um\" \"\"\n"), "{nhdr}");
+        let mhd = String::from_utf8(metaimage(&DataType::UInt16, &[2, 4, 5], &axes).unwrap()).unwrap();
+        assert!(mhd.contains("ElementSpacing = 0.0005 0.0005 1\n"), "{mhd}");
     }
 }

@@ -57,7 +57,7 @@ impl Array {
                 array.set_stored_version(Some(version));
                 Ok(array)
             }
-            Some((NodeMetadata::Group, _)) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
+            Some((NodeMetadata::Group(_), _)) => Err(Error::metadata(format!("{path:?} is a group, not an array"))),
             None => Err(Error::NotFound),
         }
     }
@@ -403,6 +403,13 @@ impl Array {
             }
             _ => {}
         })?))
+    }
+
+    /// The same array with other axis names (v2 keeps them in `.zattrs`; nothing is stored).
+    pub fn with_dimension_names(&self, names: Option<Vec<Option<String>>>) -> Result<Array> {
+        let mut meta = self.meta.edited(|_| {})?;
+        meta.dimension_names = names;
+        Ok(self.derived(meta))
     }
 
     /// The same array with another shape (metadata only; nothing is stored).

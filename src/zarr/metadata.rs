@@ -33,10 +33,11 @@ pub struct ArrayMetadata {
 /// The documents an array's metadata is stored in (v3, v2).
 pub const DOCUMENT_NAMES: [&str; 2] = ["zarr.json", ".zarray"];
 
-/// What a node's metadata says it is.
+/// What a node's metadata says it is: a group with its attributes (v3: from `zarr.json`; v2:
+/// `.zattrs`, read beside it), or an array.
 #[derive(Debug)]
 pub enum NodeMetadata {
-    Group,
+    Group(Value),
     Array(Box<ArrayMetadata>),
 }
 
@@ -89,7 +90,7 @@ pub fn parse_v3(doc: &Value) -> Result<NodeMetadata> {
     match field(doc, "node_type")?.as_str() {
         Some("group") => {
             check_fields(doc, &V3_GROUP_FIELDS)?;
-            Ok(NodeMetadata::Group)
+            Ok(NodeMetadata::Group(doc.get("attributes").cloned().unwrap_or_else(|| json!({}))))
         }
         Some("array") => {
             check_fields(doc, &V3_ARRAY_FIELDS)?;
@@ -242,7 +243,8 @@ pub fn parse_v2_group(doc: &Value) -> Result<NodeMetadata> {
     if doc.get("zarr_format").and_then(Value::as_u64) != Some(2) {
         return Err(Error::metadata(".zgroup does not say zarr_format 2"));
     }
-    Ok(NodeMetadata::Group)
+    // Its attributes are in `.zattrs` (`node::read_node` reads them).
+    Ok(NodeMetadata::Group(json!({})))
 }
 
 impl ArrayMetadata {
@@ -367,10 +369,11 @@ impl ArrayMetadata {
         let mut doc = self.document.clone();
         edit(&mut doc);
         match self.format {
-            ZarrFormat::V2 => parse_v2_array(&doc),
+            // The names were read from `.zattrs`, which the edit leaves alone.
+            ZarrFormat::V2 => parse_v2_array(&doc).map(|a| ArrayMetadata { dimension_names: self.dimension_names.clone(), ..a }),
             ZarrFormat::V3 => match parse_v3(&doc)? {
                 NodeMetadata::Array(a) => Ok(*a),
-                NodeMetadata::Group => Err(Error::metadata("zarr.json became a group")),
+                NodeMetadata::Group(_) => Err(Error::metadata("zarr.json became a group")),
             },
         }
     }
@@ -412,7 +415,7 @@ mod tests {
     fn array(doc: &Value) -> Result<ArrayMetadata> {
         match parse_v3(doc)? {
             NodeMetadata::Array(a) => Ok(*a),
-            NodeMetadata::Group => panic!("group"),
+            NodeMetadata::Group(_) => panic!("group"),
         }
     }
 
@@ -454,7 +457,7 @@ mod tests {
         let mismatch = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "bytes"}]}));
         assert!(msg(mismatch).contains("does not fit"));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
-        assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group)));
+        assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group(_))));
     }
 
     #[test]

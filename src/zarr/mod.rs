@@ -2,6 +2,7 @@
 //! grids, chunk key encodings, codecs, and the array. No caching, no files, no FUSE.
 
 pub mod array;
+pub mod axes;
 pub mod codec;
 pub mod consolidated;
 pub mod dtype;
@@ -11,4 +12,5 @@ pub mod limits;
 pub mod metadata;
 pub mod node;
 pub mod normalize;
+pub mod ome;
 pub mod region;

@@ -3,6 +3,8 @@
 //! nothing of files or caching.
 
 use super::limits::MAX_DOCUMENT_BYTES;
+use serde_json::Value;
+
 use super::metadata::{self, NodeMetadata};
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
@@ -37,18 +39,53 @@ pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
 }
 
 /// Read a node's metadata: `zarr.json`, else `.zarray` / `.zgroup`, with the version of the
-/// document read (one request each: what was read is what the version says). `None` when it is
-/// no node.
+/// document read (one request each: what was read is what the version says). A v2 node's
+/// `.zattrs` is read too: a group's attributes, an array's axis names (`_ARRAY_DIMENSIONS`).
+/// `None` when it is no node.
 pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, Version)>> {
     for name in NODE_DOCUMENTS {
         let Some(value) = store.get_value(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
         let doc = metadata::parse_json(&value.bytes, name)?;
         let meta = match name {
             "zarr.json" => metadata::parse_v3(&doc)?,
-            ".zarray" => NodeMetadata::Array(Box::new(metadata::parse_v2_array(&doc)?)),
-            _ => metadata::parse_v2_group(&doc)?,
+            ".zarray" => {
+                let mut array = metadata::parse_v2_array(&doc)?;
+                array.dimension_names = v2_dimension_names(&v2_attributes(store, path)?, array.shape.len());
+                NodeMetadata::Array(Box::new(array))
+            }
+            _ => {
+                metadata::parse_v2_group(&doc)?;
+                NodeMetadata::Group(v2_attributes(store, path)?)
+            }
         };
         return Ok(Some((meta, value.version)));
     }
     Ok(None)
+}
+
+/// A v2 node's `.zattrs`: `{}` when absent. One that is not a JSON object (or cannot be
+/// served) holds no attributes the views could use: also `{}`, said in the log.
+pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Value> {
+    let key = store::join(path, ".zattrs");
+    match store.get(&key, MAX_DOCUMENT_BYTES) {
+        Ok(Some(bytes)) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) if v.is_object() => Ok(v),
+            _ => {
+                tracing::warn!(node = %display_path(path), ".zattrs is not a JSON object; its attributes are not used");
+                Ok(Value::Object(Default::default()))
+            }
+        },
+        Ok(None) => Ok(Value::Object(Default::default())),
+        Err(Error::Io(e)) => Err(Error::Io(e)),
+        Err(e) => {
+            tracing::warn!(node = %display_path(path), ".zattrs cannot be read: {e}");
+            Ok(Value::Object(Default::default()))
+        }
+    }
+}
+
+/// xarray's `_ARRAY_DIMENSIONS` (one name per axis), when it is that.
+pub fn v2_dimension_names(attributes: &Value, ndim: usize) -> Option<Vec<Option<String>>> {
+    let names = attributes.get("_ARRAY_DIMENSIONS")?.as_array()?;
+    (names.len() == ndim).then(|| names.iter().map(|n| n.as_str().map(str::to_string)).collect())
 }

@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod model;
 pub mod probe;
+pub mod tiff;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ impl Expected {
             out.push("data.hdr");
         }
         if sidecar && nrrd.contains(&base) {
-            out.extend(["data.nhdr", "data.mhd"]);
+            out.extend(["data.raw.nhdr", "data.mhd"]);
         }
         out
     }

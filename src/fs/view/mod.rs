@@ -4,6 +4,7 @@
 //! shared context and what a handle staged; they know nothing of the node tree or of handles'
 //! lifetimes.
 
+pub mod image;
 mod raw;
 mod readahead;
 mod text;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use super::context::Context;
 use super::open::OpenArray;
 use crate::headers::{HeaderFormat, Layout};
+use crate::zarr::axes::Axes;
 use crate::{Error, Result};
 
 /// What a handle has staged for its view until it closes (text: the new text, or the lines
@@ -63,14 +65,11 @@ impl DataFile {
         self.view.size(cx, &self.array)
     }
 
-    /// The own bytes of this array's `format` view, when the mount shows that view and the
-    /// format can express the array (else why not).
-    pub fn layout(&self, cx: &Context, format: HeaderFormat) -> std::result::Result<Layout, String> {
-        if !cx.config.views.contains(&format) {
-            return Err(format!("{} views are off (--views)", format.option_name()));
-        }
+    /// The own bytes of this array's `format` view with `axes`, when the format can express
+    /// the array (else why not). Whether the mount shows the view is `Nodes::view_layout`'s.
+    pub fn layout(&self, format: HeaderFormat, axes: &Axes) -> std::result::Result<Layout, String> {
         let array = self.array.array();
-        format.layout(&array.meta.dtype, &array.meta.shape)
+        format.layout(&array.meta.dtype, &array.meta.shape, axes)
     }
 
     /// Bytes of a view that shows its header, the bytes of `data`, then its trailer (`.npy`,
