@@ -323,9 +323,9 @@ impl ZarrFs {
                 }
             }
             // Made from its arrays as they are; cached as `data` is, and dropped with theirs.
-            NodeKind::GroupView(_) => {
-                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
-                Attr { own_bytes: image.own_len(), ..file(image.layout.file_len(), read_only_perm) }
+            NodeKind::GroupView(view) => {
+                let group = self.group_file(&node.path, view)?;
+                Attr { own_bytes: group.own_len(), ..file(group.file_len(), read_only_perm) }
             }
             NodeKind::Prepend => file(0, 0o200),
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
@@ -339,6 +339,11 @@ impl ZarrFs {
     /// show it, or it cannot show the array any more).
     fn view_layout(&self, path: &str, file: &view::DataFile, format: crate::headers::HeaderFormat) -> Result<crate::headers::Layout> {
         self.nodes.view_layout(&self.cx, path, file, format)?.map_err(|_| Error::NotFound)
+    }
+
+    /// The `view` file of the group at `path` (gone when the group cannot show it any more).
+    fn group_file(&self, path: &str, view: crate::headers::GroupView) -> Result<Arc<view::group::GroupFile>> {
+        self.nodes.group_file(&self.cx, path, view)?.map_err(|_| Error::NotFound)
     }
 
     /// The group shown as every file's: the store root's in a shared mount (where its group's
@@ -396,9 +401,9 @@ impl ZarrFs {
             (NodeKind::GroupView(_), true) => {
                 return Err(self.cx.refuse_change("a group's view follows its arrays: change them through their data"));
             }
-            (NodeKind::GroupView(_), false) => {
-                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
-                Opened::GroupView { reads: image.levels().iter().map(|_| view::ReadPattern::default()).collect() }
+            (NodeKind::GroupView(view), false) => {
+                let group = self.group_file(&node.path, view)?;
+                Opened::GroupView { reads: group.arrays().iter().map(|_| view::ReadPattern::default()).collect() }
             }
             (NodeKind::MetaFile, false) => {
                 let bytes = self.nodes.document(&self.cx, &node.path)?;
@@ -467,13 +472,13 @@ impl ZarrFs {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.view.read(&self.cx, &file.array, None, offset, size)
             }
-            (NodeKind::GroupView(_), opened) => {
-                let image = self.nodes.image_file(&self.cx, &node.path)?.map_err(|_| Error::NotFound)?;
+            (NodeKind::GroupView(view), opened) => {
+                let group = self.group_file(&node.path, view)?;
                 let reads = match opened {
                     Some(Opened::GroupView { reads }) => Some(&reads[..]),
                     _ => None,
                 };
-                image.read(&self.cx, reads, offset, size)
+                group.read(&self.cx, reads, offset, size)
             }
             (NodeKind::MetaFile, _) => Ok(slice(&self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, _) => Ok(slice(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),

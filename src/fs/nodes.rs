@@ -12,7 +12,7 @@ use super::open::OpenArray;
 use super::scratch::ScratchFiles;
 use super::tree::{self, Node, NodeKind};
 use super::view::DataFile;
-use super::view::image::ImageFile;
+use super::view::group::GroupFile;
 use crate::error::lock;
 use crate::headers::{GroupView, HeaderFormat, Layout};
 use crate::store::{self, ByteRange, Version};
@@ -55,6 +55,13 @@ pub struct GroupInfo {
 impl GroupInfo {
     fn new(attributes: &serde_json::Value) -> GroupInfo {
         GroupInfo { image: crate::zarr::ome::find(attributes).map(Arc::new) }
+    }
+
+    /// Whether the group may have `view`, as its attributes say (its arrays decide).
+    fn may_show(&self, view: GroupView) -> bool {
+        match view {
+            GroupView::OmeTiff => self.image.is_some(),
+        }
     }
 }
 
@@ -133,7 +140,12 @@ pub struct Nodes {
     /// The layout (`layout_of`) each process last read in an array's document, by (pid, key):
     /// what a rewrite of the document by that process changes is told from it (`layout_edit`).
     reads: Mutex<Option<lru::LruCache<(u32, String), serde_json::Value>>>,
+    /// Group views made, by group and view, with when they were made.
+    group_files: Mutex<Option<lru::LruCache<(String, GroupView), (Arc<GroupFile>, Instant)>>>,
 }
+
+/// How many group views are kept made.
+const GROUP_FILES_KEPT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1024).unwrap();
 
 /// How many (process, document) reads are remembered.
 const READS_REMEMBERED: std::num::NonZeroUsize = std::num::NonZeroUsize::new(4096).unwrap();
@@ -282,6 +294,7 @@ impl Nodes {
             }
             DirState::Broken(_) => {}
         }
+        self.drop_group_files(path);
         cx.invalidate_group_views(path);
         for array in self.arrays_beneath(path) {
             cx.invalidate_data(&array);
@@ -336,18 +349,51 @@ impl Nodes {
         })
     }
 
-    /// The OME-TIFF of the image group at `path` as its levels are now, or why there is none.
-    pub fn image_file(&self, cx: &Context, path: &str) -> Result<std::result::Result<ImageFile, String>> {
-        if !cx.config.views.groups.contains(&GroupView::OmeTiff) {
-            return Ok(Err("ome views are off (--views)".into()));
+    /// The `view` file of the group at `path` as its arrays are now, or why there is none. Made
+    /// once and kept while its arrays' metadata is what it was made from (and for the metadata
+    /// TTL, for what the group's attributes say).
+    pub fn group_file(&self, cx: &Context, path: &str, view: GroupView) -> Result<std::result::Result<Arc<GroupFile>, String>> {
+        if !cx.config.views.groups.contains(&view) {
+            return Ok(Err(format!("{} views are off (--views)", view.option_name())));
         }
+        let key = (path.to_string(), view);
+        if let Some((file, made)) = lock(&self.group_files).as_mut().and_then(|c| c.get(&key).cloned())
+            && made.elapsed() < cx.config.metadata_ttl
+            && file.is_current()
+        {
+            return Ok(Ok(file));
+        }
+        let made = Instant::now();
+        let built = match view {
+            GroupView::OmeTiff => self.build_image(cx, path)?,
+        };
+        Ok(built.map(|file| {
+            let file = Arc::new(file);
+            lock(&self.group_files).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(key, (file.clone(), made));
+            file
+        }))
+    }
+
+    fn build_image(&self, cx: &Context, path: &str) -> Result<std::result::Result<GroupFile, String>> {
         let image = match self.image_of(cx, path)?.as_deref() {
             Some(Ok(image)) => image.clone(),
             Some(Err(why)) => return Ok(Err(why.clone())),
             None => return Ok(Err("its attributes hold no OME-NGFF multiscales".into())),
         };
         let name = image.name.clone().unwrap_or_else(|| path.rsplit('/').next().unwrap_or("").to_string());
-        ImageFile::new(&name, &image, |level| self.data_file(cx, &store::join(path, level)))
+        super::view::image::build(&name, &image, |level| self.data_file(cx, &store::join(path, level)))
+    }
+
+    /// Drop the group files made for `path` and beneath (it changed, moved or went).
+    fn drop_group_files(&self, path: &str) {
+        let lead = format!("{path}/");
+        if let Some(cache) = lock(&self.group_files).as_mut() {
+            let stale: Vec<(String, GroupView)> =
+                cache.iter().map(|(k, _)| k.clone()).filter(|(p, _)| p == path || p.starts_with(&lead) || path.is_empty()).collect();
+            for k in stale {
+                cache.pop(&k);
+            }
+        }
     }
 
     /// The arrays opened so far.
@@ -403,6 +449,10 @@ impl Nodes {
             (DirState::Array(file), Some(f)) if self.view_layout(cx, &dir.path, file, f)?.is_ok() => Some(f),
             _ => None,
         };
+        let group_view = match (&state, GroupView::by_file_name(name)) {
+            (DirState::Group(info), Some(v)) if info.may_show(v) && self.group_file(cx, &dir.path, v)?.is_ok() => Some(v),
+            _ => None,
+        };
         let kind = match (name, &state, view) {
             (DATA, DirState::Array(_), _) => NodeKind::Data,
             (PREPEND, DirState::Array(_), _) => NodeKind::Prepend,
@@ -410,13 +460,7 @@ impl Nodes {
             (ERROR, DirState::Array(file), _) if file.check_writable().is_err() => NodeKind::ErrorFile,
             (ERROR, _, _) if lock(&self.refusals).contains_key(&dir.path) => NodeKind::ErrorFile,
             (_, _, Some(format)) => NodeKind::View(format),
-            (n, DirState::Group(info), _)
-                if GroupView::by_file_name(n) == Some(GroupView::OmeTiff)
-                    && info.image.is_some()
-                    && self.image_file(cx, &dir.path)?.is_ok() =>
-            {
-                NodeKind::GroupView(GroupView::OmeTiff)
-            }
+            (_, _, _) if let Some(v) = group_view => NodeKind::GroupView(v),
             (n, _, _) if METADATA_DOCUMENTS.contains(&n) => {
                 if !self.is_edited(&key) && cx.store.get_range(&key, ByteRange::Range { start: 0, len: 0 })?.is_none() {
                     return Err(Error::NotFound);
@@ -494,8 +538,10 @@ impl Nodes {
             }
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
             DirState::Group(info) => {
-                if info.image.is_some() && self.image_file(cx, &dir.path)?.is_ok() {
-                    push(GroupView::OmeTiff.file_name(), NodeKind::GroupView(GroupView::OmeTiff), dir.path.clone());
+                for view in GroupView::ALL {
+                    if info.may_show(view) && self.group_file(cx, &dir.path, view)?.is_ok() {
+                        push(view.file_name(), NodeKind::GroupView(view), dir.path.clone());
+                    }
                 }
                 for e in listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
                     let path = store::join(&dir.path, &e.name);
@@ -653,6 +699,8 @@ impl Nodes {
         lock(&self.detached).retain(|p, _| p != old && !p.starts_with(&lead));
         lock(&self.refusals).retain(|p, _| p != old && !p.starts_with(&lead));
         self.scratch.remove_beneath(old);
+        self.drop_group_files(old);
+        self.drop_group_files(new);
     }
 
     /// Forget what is known of the directory at `path` and beneath it: it was removed, moved,
@@ -664,6 +712,7 @@ impl Nodes {
         lock(&self.detached).retain(|p, _| !beneath(p));
         lock(&self.refusals).retain(|p, _| !beneath(p));
         self.scratch.remove_beneath(path);
+        self.drop_group_files(path);
     }
 
     /// The directory at `path` left the inode table: forget it, unless it is an array with

@@ -1,0 +1,106 @@
+//! A group's view: one file made of its own bytes (headers, directories) and spans of its
+//! arrays' `data` (`image.ome.tif`, `dataset.nc`). The layout says where each array's bytes go
+//! and whether their elements are byte-swapped on the way (netCDF is big-endian); the bytes are
+//! read through each array's `data`, with its cache and read-ahead, only where a read touches.
+
+use std::sync::Arc;
+
+use super::{DataFile, ReadPattern};
+use crate::Result;
+use crate::fs::context::Context;
+use crate::zarr::array::Array;
+
+/// Where an array's bytes lie in a group's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Which of the file's arrays.
+    pub array: usize,
+    /// File offset of its first byte.
+    pub start: u64,
+    /// Its length: the array's bytes.
+    pub len: u64,
+    /// Elements of this many bytes are reversed (little- to big-endian); 1: copied as they are.
+    pub swap: usize,
+}
+
+/// What a group's file is made of.
+pub trait GroupLayout: Send + Sync {
+    fn file_len(&self) -> u64;
+    fn spans(&self) -> &[Span];
+    /// The file's own bytes in `from..to` (zeros where spans lie).
+    fn own_bytes(&self, from: u64, to: u64) -> Vec<u8>;
+}
+
+/// A group's file as its arrays are now.
+pub struct GroupFile {
+    arrays: Vec<DataFile>,
+    /// Each array's metadata when the layout was made: a change of any makes it stale.
+    made_from: Vec<Arc<Array>>,
+    layout: Box<dyn GroupLayout>,
+}
+
+impl GroupFile {
+    pub fn new(arrays: Vec<DataFile>, layout: Box<dyn GroupLayout>) -> GroupFile {
+        let made_from = arrays.iter().map(|f| f.array.array()).collect();
+        GroupFile { arrays, made_from, layout }
+    }
+
+    /// Whether its arrays' metadata is what the layout was made from.
+    pub fn is_current(&self) -> bool {
+        self.arrays.iter().zip(&self.made_from).all(|(f, a)| Arc::ptr_eq(&f.array.array(), a))
+    }
+
+    pub fn arrays(&self) -> &[DataFile] {
+        &self.arrays
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.layout.file_len()
+    }
+
+    /// Bytes of the file that are its own (headers and directories), for `du`.
+    pub fn own_len(&self) -> u64 {
+        self.file_len() - self.layout.spans().iter().map(|s| s.len).sum::<u64>()
+    }
+
+    /// Bytes `offset .. offset + size` (short at the end); `reads` is the handle's read pattern
+    /// of each array.
+    pub fn read(&self, cx: &Context, reads: Option<&[ReadPattern]>, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let end = offset.saturating_add(u64::from(size)).min(self.file_len());
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let spans = self.layout.spans();
+        let mut at = offset;
+        while at < end {
+            // Spans are in file order.
+            let i = spans.partition_point(|s| s.start + s.len <= at);
+            match spans.get(i).filter(|s| s.start <= at) {
+                Some(span) => {
+                    let until = end.min(span.start + span.len);
+                    out.extend(self.read_span(cx, reads, span, at - span.start, until - span.start)?);
+                    at = until;
+                }
+                None => {
+                    let next = spans.get(i).map_or(end, |s| s.start).min(end);
+                    out.extend(self.layout.own_bytes(at, next));
+                    at = next;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes `from..to` of a span (offsets within it), whole elements read and swapped.
+    fn read_span(&self, cx: &Context, reads: Option<&[ReadPattern]>, span: &Span, from: u64, to: u64) -> Result<Vec<u8>> {
+        let k = span.swap.max(1) as u64;
+        let (first, last) = (from / k * k, to.div_ceil(k) * k);
+        let file = &self.arrays[span.array];
+        let want = (last - first) as usize;
+        let mut bytes = file.view.read(cx, &file.array, reads.and_then(|r| r.get(span.array)), first, want as u32)?;
+        // An array that shrank since the layout was made: its end reads as zeros.
+        bytes.resize(want, 0);
+        if k > 1 {
+            bytes.chunks_exact_mut(k as usize).for_each(<[u8]>::reverse);
+        }
+        Ok(bytes[(from - first) as usize..(to - first) as usize].to_vec())
+    }
+}
