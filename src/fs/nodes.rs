@@ -141,8 +141,11 @@ pub struct Nodes {
     /// what a rewrite of the document by that process changes is told from it (`layout_edit`).
     reads: Mutex<Option<lru::LruCache<(u32, String), serde_json::Value>>>,
     /// Group views made, by group and view, with when they were made.
-    group_files: Mutex<Option<lru::LruCache<(String, GroupView), (Arc<GroupFile>, Instant)>>>,
+    group_files: Mutex<Option<lru::LruCache<(String, GroupView), MadeGroupFile>>>,
 }
+
+/// A group view, and when it was made.
+type MadeGroupFile = (Arc<GroupFile>, Instant);
 
 /// How many group views are kept made.
 const GROUP_FILES_KEPT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1024).unwrap();
