@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use crate::headers::HeaderFormat;
+use crate::headers::netcdf;
 use crate::headers::ometiff::{OmeTiff, Pyramid};
 use crate::progress::{human_bytes, while_counting};
 use crate::store::{self, Location, Store};
@@ -164,6 +165,7 @@ fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>, 
             if let Some(image) = ome::find(attributes) {
                 group["image"] = describe_image(store, path, image);
             }
+            group["dataset"] = describe_dataset(store, path, attributes);
             group
         }
         Ok(Some(NodeMetadata::Array(a))) => {
@@ -224,6 +226,39 @@ fn describe_image(store: &dyn Store, path: &str, image: std::result::Result<Imag
             "levels_left_out": selection.left_out.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>(),
         }),
         Err(why) => json!({"ome_version": image.version, "axes": axes, "image.ome.tif": why}),
+    }
+}
+
+/// What the mount shows of a group as a dataset: its `dataset.nc` (the variables, what is left
+/// out of it), or why there is none.
+fn describe_dataset(store: &dyn Store, path: &str, attributes: &Value) -> Value {
+    let mut arrays = Vec::new();
+    for e in store.list_dir(path).unwrap_or_default().into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
+        let child = store::join(path, &e.name);
+        if let Ok(Some((NodeMetadata::Array(a), _))) = read_node(store, &child) {
+            let attributes = attributes_of(store, &child, &a);
+            arrays.push((e.name, a, attributes));
+        }
+    }
+    let sources: Vec<netcdf::Source> = arrays
+        .iter()
+        .map(|(name, a, attributes)| netcdf::Source {
+            name,
+            dtype: &a.dtype,
+            shape: &a.shape,
+            dimension_names: a.dimension_names.as_deref(),
+            attributes,
+            fill: (a.format == ZarrFormat::V2).then(|| a.document.get("fill_value")).flatten(),
+        })
+        .collect();
+    match netcdf::plan(attributes, &sources) {
+        Ok(plan) => json!({
+            "dataset.nc": true,
+            "format": if plan.file.cdf5 { "CDF-5" } else { "CDF-2" },
+            "variables": plan.sources.iter().map(|&i| sources[i].name).collect::<Vec<_>>(),
+            "left_out": plan.left_out,
+        }),
+        Err(why) => json!({"dataset.nc": why}),
     }
 }
 
@@ -368,6 +403,9 @@ fn render(nodes: &[Value], attributes: bool) -> String {
             if let Some(image) = n.get("image") {
                 s.push_str(&render_image(image));
             }
+            if n["dataset"]["dataset.nc"] == true {
+                s.push_str(&render_dataset(&n["dataset"]));
+            }
             if attributes {
                 push_attributes(&mut s, &n["attributes"]);
             }
@@ -404,6 +442,30 @@ fn render_image(image: &Value) -> String {
             }
         }
         why => line("views", format!("no image.ome.tif: {}", why.as_str().unwrap_or("?"))),
+    }
+    s
+}
+
+/// The lines of a group that is a dataset: its `dataset.nc`, and what is left out of it.
+fn render_dataset(dataset: &Value) -> String {
+    let mut s = String::new();
+    let variables: Vec<&str> = dataset["variables"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    s.push_str(&format!("  {:<12}dataset.nc ({}, {} variables)\n", "views", dataset["format"].as_str().unwrap_or("?"), variables.len()));
+    // The names, a few to a line.
+    let mut line = String::new();
+    for name in variables {
+        if !line.is_empty() && line.len() + name.len() > 90 {
+            s.push_str(&format!("  {:<14}{line}\n", ""));
+            line.clear();
+        }
+        line.push_str(name);
+        line.push(' ');
+    }
+    if !line.is_empty() {
+        s.push_str(&format!("  {:<14}{}\n", "", line.trim_end()));
+    }
+    for why in dataset["left_out"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        s.push_str(&format!("  {:<12}left out of dataset.nc: {why}\n", ""));
     }
     s
 }

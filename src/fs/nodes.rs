@@ -61,6 +61,7 @@ impl GroupInfo {
     fn may_show(&self, view: GroupView) -> bool {
         match view {
             GroupView::OmeTiff => self.image.is_some(),
+            GroupView::NetCdf => true,
         }
     }
 }
@@ -146,6 +147,10 @@ pub struct Nodes {
 
 /// A group view, and when it was made.
 type MadeGroupFile = (Arc<GroupFile>, Instant);
+
+/// A group of more children than this shows no `dataset.nc` (it would read every one's metadata
+/// to list the group).
+const MOST_DATASET_CHILDREN: usize = 1000;
 
 /// How many group views are kept made.
 const GROUP_FILES_KEPT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1024).unwrap();
@@ -369,6 +374,7 @@ impl Nodes {
         let made = Instant::now();
         let built = match view {
             GroupView::OmeTiff => self.build_image(cx, path)?,
+            GroupView::NetCdf => self.build_dataset(cx, path)?,
         };
         Ok(built.map(|file| {
             let file = Arc::new(file);
@@ -385,6 +391,35 @@ impl Nodes {
         };
         let name = image.name.clone().unwrap_or_else(|| path.rsplit('/').next().unwrap_or("").to_string());
         super::view::image::build(&name, &image, |level| self.data_file(cx, &store::join(path, level)))
+    }
+
+    /// The `dataset.nc` of the group at `path`: its child arrays, its attributes as global ones.
+    fn build_dataset(&self, cx: &Context, path: &str) -> Result<std::result::Result<GroupFile, String>> {
+        let store = cx.store.as_ref();
+        let children: Vec<String> = store.list_dir(path)?.into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)).map(|e| e.name).collect();
+        if children.len() > MOST_DATASET_CHILDREN {
+            return Ok(Err(format!("more than {MOST_DATASET_CHILDREN} children: a netCDF view of it is not made")));
+        }
+        let attributes = match crate::zarr::node::read_node(store, path)? {
+            Some((NodeMetadata::Group(attributes), _)) => attributes,
+            _ => return Ok(Err("not a group".into())),
+        };
+        let mut members = Vec::new();
+        for name in children {
+            let child = store::join(path, &name);
+            let file = match self.dir_state(cx, &child) {
+                Ok(DirState::Array(file)) => file,
+                Err(Error::Io(e)) => return Err(Error::Io(e)),
+                _ => continue,
+            };
+            let array = file.array.array();
+            let attributes = match array.meta.format {
+                ZarrFormat::V3 => array.meta.document.get("attributes").cloned().unwrap_or_default(),
+                ZarrFormat::V2 => crate::zarr::node::v2_attributes(store, &child)?,
+            };
+            members.push(super::view::dataset::Member { name, file, attributes });
+        }
+        Ok(super::view::dataset::build(&attributes, members).map(|(file, _)| file))
     }
 
     /// Drop the group files made for `path` and beneath (it changed, moved or went).
@@ -715,7 +750,8 @@ impl Nodes {
         lock(&self.detached).retain(|p, _| !beneath(p));
         lock(&self.refusals).retain(|p, _| !beneath(p));
         self.scratch.remove_beneath(path);
-        self.drop_group_files(path);
+        // The group it is in lists other arrays now.
+        self.drop_group_files(path.rsplit_once('/').map_or("", |(parent, _)| parent));
     }
 
     /// The directory at `path` left the inode table: forget it, unless it is an array with

@@ -6,6 +6,7 @@
 //! OME-TIFF of an OME-NGFF image group (`ometiff`). It knows nothing of files or mounts.
 
 mod ifd;
+pub mod netcdf;
 mod nifti;
 mod npy;
 pub mod ometiff;
@@ -121,20 +122,24 @@ impl HeaderFormat {
 pub enum GroupView {
     /// `image.ome.tif` of an OME-NGFF image.
     OmeTiff,
+    /// `dataset.nc` of a group of arrays with named axes (an xarray dataset).
+    NetCdf,
 }
 
 impl GroupView {
-    pub const ALL: [GroupView; 1] = [GroupView::OmeTiff];
+    pub const ALL: [GroupView; 2] = [GroupView::OmeTiff, GroupView::NetCdf];
 
     pub fn file_name(self) -> &'static str {
         match self {
             GroupView::OmeTiff => "image.ome.tif",
+            GroupView::NetCdf => "dataset.nc",
         }
     }
 
     pub fn option_name(self) -> &'static str {
         match self {
             GroupView::OmeTiff => "ome",
+            GroupView::NetCdf => "nc",
         }
     }
 
@@ -170,7 +175,7 @@ impl Views {
             } else if let Some(g) = GroupView::ALL.into_iter().find(|g| g.option_name() == name) {
                 views.groups.push(g);
             } else {
-                return Err(format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd, ome; all or none)"));
+                return Err(format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd, ome, nc; all or none)"));
             }
         }
         Ok(views)

@@ -4,6 +4,7 @@
 //! shared context and what a handle staged; they know nothing of the node tree or of handles'
 //! lifetimes.
 
+pub mod dataset;
 pub mod group;
 pub mod image;
 mod raw;
