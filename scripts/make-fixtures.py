@@ -5,6 +5,7 @@ array's `data` file must show (C order, little-endian).
     scripts/make-fixtures.py            # rewrites tests/fixtures/ and demo/weather.zarr
     scripts/make-fixtures.py demo       # rewrites demo/weather.zarr only
     scripts/make-fixtures.py ome        # rewrites tests/fixtures/ome (OME-Zarr images) only
+    scripts/make-fixtures.py climate    # rewrites tests/fixtures/climate (xarray datasets) only
 
 Output:
   tests/fixtures/<store>.zarr/...           the stores
@@ -561,7 +562,57 @@ def ome():
               version="0.5")
 
 
+WGS84_WKT = ('GEOGCS["WGS 84",DATUM["WGS_1984",SPHEROID["WGS 84",6378137,298.257223563,AUTHORITY["EPSG","7030"]],'
+             'AUTHORITY["EPSG","6326"]],PRIMEM["Greenwich",0,AUTHORITY["EPSG","8901"]],UNIT["degree",0.0174532925199433,'
+             'AUTHORITY["EPSG","9122"]],AXIS["Latitude",NORTH],AXIS["Longitude",EAST],AUTHORITY["EPSG","4326"]]')
+
+
+def climate():
+    """xarray datasets: a Pangeo-style one (air temperature on a 0-360 grid with descending
+    latitudes, CF times, NaN fill, a CF grid mapping, packed int16 with scale_factor and
+    add_offset, a 0-d variable, an integer fill), as Zarr v2 (consolidated) and v3 (with a
+    sharded variable), and a GeoZarr-described projected raster (EPSG:32633)."""
+    import pandas as pd
+    import xarray as xr
+    out = os.path.join(OUT, "climate")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    time = pd.date_range("2013-01-01", periods=4, freq="6h")
+    lat = np.arange(75.0, 15.0 - 1, -7.5, dtype="float32")          # descending
+    lon = np.arange(200.0, 330.0 + 1, 10.0, dtype="float32")        # 0-360
+    rng = np.random.default_rng(7)
+    air = (250 + 30 * rng.random((len(time), len(lat), len(lon)))).astype("float32")
+    air[0, 0, :3] = np.nan
+    ds = xr.Dataset(
+        {"air": (("time", "lat", "lon"), air, {"units": "degK", "long_name": "4xDaily Air temperature at sigma level 995",
+                                               "standard_name": "air_temperature", "grid_mapping": "crs",
+                                               "actual_range": [185.16, 322.1]}),
+         "t2m": (("time", "lat", "lon"), np.round((air - 273.15) / 0.01).astype("int16"),
+                 {"units": "degC", "scale_factor": 0.01, "add_offset": 0.0}),
+         "flags": (("lat", "lon"), (np.arange(len(lat) * len(lon)) % 5).astype("int32").reshape(len(lat), len(lon)),
+                   {"flag_values": [0, 1, 2, 3, 4]}),
+         "crs": ((), np.int32(0), {"grid_mapping_name": "latitude_longitude", "crs_wkt": WGS84_WKT, "epsg_code": "EPSG:4326"})},
+        coords={"time": time, "lat": ("lat", lat, {"units": "degrees_north", "standard_name": "latitude"}),
+                "lon": ("lon", lon, {"units": "degrees_east", "standard_name": "longitude"})},
+        attrs={"Conventions": "CF-1.8", "title": "4x daily NMC reanalysis (a slice)", "history": {"nested": "left out"}})
+    encoding = {"t2m": {"_FillValue": -32767}, "flags": {"_FillValue": -1}}
+    ds.to_zarr(os.path.join(out, "v2.zarr"), zarr_format=2, consolidated=True, encoding=encoding)
+    ds.to_zarr(os.path.join(out, "v3.zarr"), zarr_format=3, consolidated=True,
+               encoding=dict(encoding, air={"shards": (2, 9, 14), "chunks": (1, 9, 7)}))
+    # GeoZarr: a projected raster, its transform and CRS in its attributes.
+    g = zarr.open_group(os.path.join(out, "utm.zarr"), mode="w", zarr_format=3)
+    band = g.create_array("band", shape=(20, 30), chunks=(10, 15), dtype="uint16", fill_value=0, dimension_names=["y", "x"],
+                          attributes={"spatial:transform": [10.0, 0.0, 500000.0, 0.0, -10.0, 6000200.0],
+                                      "spatial:dimensions": ["y", "x"], "proj:code": "EPSG:32633", "_FillValue": 0})
+    band[...] = (np.arange(600) % 1000).astype("uint16").reshape(20, 30)
+
+
 def main():
+    if sys.argv[1:] == ["climate"]:
+        climate()
+        print("tests/fixtures/climate written")
+        return
     if sys.argv[1:] == ["demo"]:
         demo()
         print("demo/weather.zarr written")
@@ -586,6 +637,7 @@ def main():
     shutil.rmtree(kept)
     damaged("damaged.zarr")
     ome()
+    climate()
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)
     demo()

@@ -199,8 +199,8 @@ struct MountArgs {
     /// show an `error` file instead [default: 2G].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_chunk_size: Option<u64>,
-    /// Header views beside `data` (npy, tiff, nifti, envi, nrrd, mhd) and of image groups
-    /// (ome: image.ome.tif), comma-separated; all or none [default: all].
+    /// Header views beside `data` (npy, tiff, nifti, envi, nrrd, mhd, vrt) and of groups (ome:
+    /// image.ome.tif, nc: dataset.nc), comma-separated; all or none [default: all].
     #[arg(long, value_name = "LIST")]
     views: Option<String>,
     /// Seconds a node's metadata is trusted before its version is checked again (other
@@ -572,8 +572,9 @@ fn man_pages(dir: Option<&Path>) -> std::io::Result<()> {
 const MAN_NOTES: &str = "\
 A mounted array is a directory holding its metadata documents, `data` (every element, C order,
 little-endian), header views of it (data.npy, data.tif, data.nii, data.hdr, data.raw.nhdr,
-data.mhd) and the write-only `prepend`. Groups are directories; an OME-NGFF image group also
-shows image.ome.tif, a pyramidal OME-TIFF of its levels. `.zarrfs/stats` and `.zarrfs/errors`
+data.mhd, data.vrt) and the write-only `prepend`. Groups are directories; an OME-NGFF image
+group also shows image.ome.tif, a pyramidal OME-TIFF of its levels, and a group of arrays with
+named axes dataset.nc, a netCDF file of them. `.zarrfs/stats` and `.zarrfs/errors`
 at the mount root are the daemon's counters and recent errors.
 
 Exit status: 0 done; 1 failed (the message says why); 2 a wrong command line; 3 `unmount` of a

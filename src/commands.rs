@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use crate::headers::HeaderFormat;
-use crate::headers::netcdf;
+use crate::headers::netcdf::{self, NO_DATASET};
 use crate::headers::ometiff::{OmeTiff, Pyramid};
 use crate::progress::{human_bytes, while_counting};
 use crate::store::{self, Location, Store};
 use crate::zarr::array::{Array, PrependSource};
 use crate::zarr::axes::Axes;
 use crate::zarr::dtype::DataType;
+use crate::zarr::geo;
 use crate::zarr::key::ChunkKeyEncoding;
 use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
 use crate::zarr::node::{is_hidden, is_node, read_node, v2_attributes};
@@ -121,7 +122,7 @@ pub fn normalize(store: &OpenedStore, array: &str) -> ExitCode {
 /// `zarrfs info`: the hierarchy under `path`, as text or JSON. A path that names no node fails.
 pub fn info(opened: &OpenedStore, path: Option<String>, attributes: bool, as_json: bool) -> ExitCode {
     let path = path.unwrap_or_default().trim_matches('/').to_string();
-    let nodes = match collect(opened.store.as_ref(), &path) {
+    let nodes = match collect(&opened.store, &path) {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("zarrfs: {}: {e}", opened.location);
@@ -157,15 +158,15 @@ fn offline(opened: &OpenedStore, array: &str, change: impl FnOnce(&Array) -> Res
 const MOST_COUNTED: u64 = 100_000;
 
 /// One node of the report; `parent` is the image its parent group is, if any.
-fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>, parent: Option<&Image>) -> Value {
+fn describe(store: &Arc<dyn Store>, path: &str, node: &Result<Option<NodeMetadata>>, parent: Option<&Image>) -> Value {
     let shown = format!("/{path}");
     match node {
         Ok(Some(NodeMetadata::Group(attributes))) => {
             let mut group = json!({"path": shown, "node_type": "group", "attributes": attributes});
             if let Some(image) = ome::find(attributes) {
-                group["image"] = describe_image(store, path, image);
+                group["image"] = describe_image(store.as_ref(), path, image);
             }
-            group["dataset"] = describe_dataset(store, path, attributes);
+            group["dataset"] = describe_dataset(store.as_ref(), path, attributes);
             group
         }
         Ok(Some(NodeMetadata::Array(a))) => {
@@ -175,7 +176,16 @@ fn describe(store: &dyn Store, path: &str, node: &Result<Option<NodeMetadata>>, 
                 Some((image, level)) => image.level_axes(level),
                 None => Axes::named(a.dimension_names.as_deref(), a.shape.len()),
             };
-            describe_array(store, path, a, &axes)
+            let names = a.dimension_names.clone().unwrap_or_default();
+            let attributes = attributes_of(store.as_ref(), path, a);
+            let fill = (a.format == ZarrFormat::V2).then(|| a.document.get("fill_value")).flatten();
+            let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+            let geo = (!path.is_empty())
+                .then(|| {
+                    geo::georeference(&names, &a.shape, &attributes, geo::nodata(&attributes, fill), &mut StoreSiblings { store, parent })
+                })
+                .flatten();
+            describe_array(store.as_ref(), path, a, &axes, geo.as_ref())
         }
         Ok(None) => {
             json!({"path": shown, "node_type": null, "problem": "no zarr.json, .zarray or .zgroup here"})
@@ -262,7 +272,48 @@ fn describe_dataset(store: &dyn Store, path: &str, attributes: &Value) -> Value 
     }
 }
 
-fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes) -> Value {
+/// The arrays of a group, read from the store, as `zarr::geo` asks for them.
+struct StoreSiblings<'a> {
+    store: &'a Arc<dyn Store>,
+    parent: &'a str,
+}
+
+impl StoreSiblings<'_> {
+    fn array(&self, name: &str) -> Option<Array> {
+        match read_node(self.store.as_ref(), &store::join(self.parent, name)) {
+            Ok(Some((NodeMetadata::Array(meta), _))) => Some(Array::new(self.store.clone(), &store::join(self.parent, name), *meta)),
+            _ => None,
+        }
+    }
+}
+
+impl geo::Siblings for StoreSiblings<'_> {
+    fn meta(&mut self, name: &str) -> Option<(Vec<u64>, Value)> {
+        let a = self.array(name)?;
+        Some((a.meta.shape.clone(), attributes_of(self.store.as_ref(), &store::join(self.parent, name), &a.meta)))
+    }
+
+    /// A 1-D array's values, chunk by chunk (absent chunks are fill).
+    fn values(&mut self, name: &str) -> Option<Vec<f64>> {
+        let a = self.array(name)?;
+        let n = *a.meta.shape.first()?;
+        let axis = a.meta.grid.axes.first()?;
+        let item = a.meta.item_size();
+        let mut bytes = Vec::with_capacity(n as usize * item);
+        for c in 0..axis.chunks_for(n) {
+            let len = axis.chunk_len(c) as usize * item;
+            let chunk = match a.retrieve_chunk(&[c]).ok()? {
+                Some((decoded, _)) => decoded,
+                None => a.meta.fill.repeat(len / item.max(1)),
+            };
+            bytes.extend_from_slice(chunk.get(..len.min(chunk.len()))?);
+        }
+        bytes.truncate(n as usize * item);
+        geo::values_of(&bytes, &a.meta.dtype)
+    }
+}
+
+fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes, geo: Option<&geo::Georeference>) -> Value {
     let chunk_shape: Vec<u64> = a.grid.axes.iter().map(|axis| axis.chunk_len(0)).collect();
     let chunks = a.shape.iter().zip(&a.grid.axes).fold(1u128, |n, (&extent, axis)| n.saturating_mul(u128::from(axis.chunks_for(extent))));
     let codecs = a.codecs.describe();
@@ -312,15 +363,15 @@ fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes)
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()
-            .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape, axes).map_or_else(Value::from, |_| Value::Bool(true))))
+            .map(|f| (f.file_name().to_string(), f.layout(&a.dtype, &a.shape, axes, geo).map_or_else(Value::from, |_| Value::Bool(true))))
             .collect::<serde_json::Map<_, _>>(),
         "attributes": attributes_of(store, path, a),
     })
 }
 
 /// Every node under `path`, depth first. A `path` that names no node is an error.
-fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
-    let node = read_node(store, path).map(|n| n.map(|(meta, _)| meta));
+fn collect(store: &Arc<dyn Store>, path: &str) -> Result<Vec<Value>> {
+    let node = read_node(store.as_ref(), path).map(|n| n.map(|(meta, _)| meta));
     if matches!(node, Ok(None)) {
         return Err(if path.is_empty() {
             Error::metadata("not a Zarr store: no zarr.json, .zgroup or .zarray at its root")
@@ -331,7 +382,7 @@ fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     // The node asked for may be a level of the image its parent is.
     let parent = match path.rsplit_once('/').map_or(if path.is_empty() { None } else { Some("") }, |(p, _)| Some(p)) {
-        Some(p) => match read_node(store, p) {
+        Some(p) => match read_node(store.as_ref(), p) {
             Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes).and_then(|i| i.ok()),
             _ => None,
         },
@@ -342,7 +393,13 @@ fn collect(store: &dyn Store, path: &str) -> Result<Vec<Value>> {
     Ok(out)
 }
 
-fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, parent: Option<&Image>, out: &mut Vec<Value>) -> Result<()> {
+fn walk(
+    store: &Arc<dyn Store>,
+    path: &str,
+    node: Result<Option<NodeMetadata>>,
+    parent: Option<&Image>,
+    out: &mut Vec<Value>,
+) -> Result<()> {
     out.push(describe(store, path, &node, parent));
     let image = match &node {
         Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(attributes).and_then(|i| i.ok())),
@@ -355,8 +412,8 @@ fn walk(store: &dyn Store, path: &str, node: Result<Option<NodeMetadata>>, paren
             }
             let child = store::join(path, &e.name);
             // A node that cannot be read is described with its problem.
-            if is_node(store, &child).unwrap_or(true) {
-                walk(store, &child, read_node(store, &child).map(|n| n.map(|(meta, _)| meta)), image.as_ref(), out)?;
+            if is_node(store.as_ref(), &child).unwrap_or(true) {
+                walk(store, &child, read_node(store.as_ref(), &child).map(|n| n.map(|(meta, _)| meta)), image.as_ref(), out)?;
             }
         }
     }
@@ -403,8 +460,11 @@ fn render(nodes: &[Value], attributes: bool) -> String {
             if let Some(image) = n.get("image") {
                 s.push_str(&render_image(image));
             }
-            if n["dataset"]["dataset.nc"] == true {
-                s.push_str(&render_dataset(&n["dataset"]));
+            match &n["dataset"]["dataset.nc"] {
+                Value::Bool(true) => s.push_str(&render_dataset(&n["dataset"])),
+                // Said only of groups that hold a dataset's arrays.
+                Value::String(why) if why != NO_DATASET => s.push_str(&format!("  {:<12}no dataset.nc: {why}\n", "views")),
+                _ => {}
             }
             if attributes {
                 push_attributes(&mut s, &n["attributes"]);

@@ -18,6 +18,7 @@ use crate::headers::{GroupView, HeaderFormat, Layout};
 use crate::store::{self, ByteRange, Version};
 use crate::zarr::array::Array;
 use crate::zarr::axes::Axes;
+use crate::zarr::geo::Georeference;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::{NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node, read_node};
@@ -143,10 +144,67 @@ pub struct Nodes {
     reads: Mutex<Option<lru::LruCache<(u32, String), serde_json::Value>>>,
     /// Group views made, by group and view, with when they were made.
     group_files: Mutex<Option<lru::LruCache<(String, GroupView), MadeGroupFile>>>,
+    /// Arrays' georeferences, by path.
+    georeferences: Mutex<Option<lru::LruCache<String, MadeGeoreference>>>,
 }
 
 /// A group view, and when it was made.
 type MadeGroupFile = (Arc<GroupFile>, Instant);
+
+/// An array's georeference, the arrays (and their metadata) it was made from, and when.
+#[derive(Clone)]
+struct MadeGeoreference {
+    geo: Option<Arc<Georeference>>,
+    from: Vec<(DataFile, Arc<crate::zarr::array::Array>)>,
+    at: Instant,
+}
+
+/// The arrays of a group, as `zarr::geo` asks for them: through the mount's nodes and cache;
+/// each array used is noted, so that a change of its metadata makes the georeference again.
+struct NodeSiblings<'a> {
+    nodes: &'a Nodes,
+    cx: &'a Context,
+    parent: String,
+    used: Vec<(DataFile, Arc<crate::zarr::array::Array>)>,
+}
+
+impl NodeSiblings<'_> {
+    fn file(&mut self, name: &str) -> Option<DataFile> {
+        let file = match self.nodes.dir_state(self.cx, &store::join(&self.parent, name)) {
+            Ok(DirState::Array(file)) => file,
+            _ => return None,
+        };
+        if !self.used.iter().any(|(f, _)| Arc::ptr_eq(&f.array, &file.array)) {
+            self.used.push((file.clone(), file.array.array()));
+        }
+        Some(file)
+    }
+}
+
+impl crate::zarr::geo::Siblings for NodeSiblings<'_> {
+    fn meta(&mut self, name: &str) -> Option<(Vec<u64>, serde_json::Value)> {
+        let file = self.file(name)?;
+        let array = file.array.array();
+        let attributes = self.nodes.attributes_of(self.cx, &store::join(&self.parent, name), &array).ok()?;
+        Some((array.meta.shape.clone(), attributes))
+    }
+
+    fn values(&mut self, name: &str) -> Option<Vec<f64>> {
+        let file = self.file(name)?;
+        let array = file.array.array();
+        let (len, mut bytes) = (array.meta.byte_len(), Vec::new());
+        while (bytes.len() as u64) < len {
+            let want = (len - bytes.len() as u64).min(1 << 20) as u32;
+            let chunk = file.view.read(self.cx, &file.array, None, bytes.len() as u64, want).ok()?;
+            if chunk.is_empty() {
+                break;
+            }
+            bytes.extend(chunk);
+        }
+        bytes.truncate(len as usize);
+        crate::zarr::geo::values_of(&bytes, &array.meta.dtype)
+    }
+}
 
 /// A group of more children than this shows no `dataset.nc` (it would read every one's metadata
 /// to list the group).
@@ -346,7 +404,47 @@ impl Nodes {
         if !cx.config.views.arrays.contains(&format) {
             return Ok(Err(format!("{} views are off (--views)", format.option_name())));
         }
-        Ok(file.layout(format, &self.axes(cx, path, file)?))
+        let geo = match format {
+            HeaderFormat::Tiff | HeaderFormat::Envi | HeaderFormat::Vrt => self.georeference(cx, path, file),
+            _ => None,
+        };
+        Ok(file.layout(format, &self.axes(cx, path, file)?, geo.as_deref()))
+    }
+
+    /// Where the raster of the array at `path` lies, when its metadata says (`zarr::geo`).
+    /// Made once and kept while the arrays it was made from are unchanged (and for the
+    /// metadata TTL, for their attributes). Coordinates that cannot be read leave it unknown.
+    pub fn georeference(&self, cx: &Context, path: &str, file: &DataFile) -> Option<Arc<Georeference>> {
+        if let Some(made) = lock(&self.georeferences).as_mut().and_then(|c| c.get(path).cloned())
+            && made.at.elapsed() < cx.config.metadata_ttl
+            && made.from.iter().all(|(f, a)| Arc::ptr_eq(&f.array.array(), a))
+        {
+            return made.geo;
+        }
+        let at = Instant::now();
+        let array = file.array.array();
+        let names = array.meta.dimension_names.clone().unwrap_or_default();
+        let attributes = self.attributes_of(cx, path, &array).unwrap_or_default();
+        let fill = (array.meta.format == ZarrFormat::V2).then(|| array.meta.document.get("fill_value")).flatten();
+        let parent = path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+        let mut siblings = NodeSiblings { nodes: self, cx, parent, used: vec![(file.clone(), array.clone())] };
+        let geo = if path.is_empty() {
+            None
+        } else {
+            let nodata = crate::zarr::geo::nodata(&attributes, fill);
+            crate::zarr::geo::georeference(&names, &array.meta.shape, &attributes, nodata, &mut siblings).map(Arc::new)
+        };
+        let made = MadeGeoreference { geo: geo.clone(), from: siblings.used, at };
+        lock(&self.georeferences).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(path.to_string(), made);
+        geo
+    }
+
+    /// An array's attributes: in its document (v3), or its `.zattrs` (v2).
+    fn attributes_of(&self, cx: &Context, path: &str, array: &crate::zarr::array::Array) -> Result<serde_json::Value> {
+        match array.meta.format {
+            ZarrFormat::V3 => Ok(array.meta.document.get("attributes").cloned().unwrap_or_default()),
+            ZarrFormat::V2 => crate::zarr::node::v2_attributes(cx.store.as_ref(), path),
+        }
     }
 
     /// The image the group at `path` is, as its attributes say (`None`: it is none).
@@ -412,11 +510,7 @@ impl Nodes {
                 Err(Error::Io(e)) => return Err(Error::Io(e)),
                 _ => continue,
             };
-            let array = file.array.array();
-            let attributes = match array.meta.format {
-                ZarrFormat::V3 => array.meta.document.get("attributes").cloned().unwrap_or_default(),
-                ZarrFormat::V2 => crate::zarr::node::v2_attributes(store, &child)?,
-            };
+            let attributes = self.attributes_of(cx, &child, &file.array.array())?;
             members.push(super::view::dataset::Member { name, file, attributes });
         }
         Ok(super::view::dataset::build(&attributes, members).map(|(file, _)| file))

@@ -8,6 +8,7 @@ pub const SHORT: u16 = 3;
 pub const LONG: u16 = 4;
 pub const RATIONAL: u16 = 5;
 pub const LONG8: u16 = 16;
+pub const DOUBLE: u16 = 12;
 pub const IFD: u16 = 13;
 pub const IFD8: u16 = 18;
 
@@ -80,6 +81,26 @@ impl Entry {
         let mut b = num.to_le_bytes().to_vec();
         b.extend_from_slice(&den.to_le_bytes());
         Entry { tag, kind: RATIONAL, count: 1, values: Values::Bytes(b) }
+    }
+
+    pub fn shorts(tag: u16, values: &[u16]) -> Entry {
+        Entry { tag, kind: SHORT, count: values.len() as u64, values: Values::Bytes(values.iter().flat_map(|v| v.to_le_bytes()).collect()) }
+    }
+
+    pub fn doubles(tag: u16, values: &[f64]) -> Entry {
+        Entry {
+            tag,
+            kind: DOUBLE,
+            count: values.len() as u64,
+            values: Values::Bytes(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        }
+    }
+
+    /// Text, NUL-terminated.
+    pub fn ascii(tag: u16, text: &str) -> Entry {
+        let mut bytes = text.as_bytes().to_vec();
+        bytes.push(0);
+        Entry { tag, kind: ASCII, count: bytes.len() as u64, values: Values::Bytes(bytes) }
     }
 
     fn len(&self) -> u64 {

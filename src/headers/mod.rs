@@ -15,6 +15,7 @@ mod tiff;
 
 use crate::zarr::axes::Axes;
 use crate::zarr::dtype::DataType;
+use crate::zarr::geo::Georeference;
 
 /// The bytes of `data` start at this offset in a view that carries them: the view's pages
 /// line up with those of `data`, and growth leaves the header's length alone.
@@ -28,6 +29,8 @@ pub enum HeaderFormat {
     Envi,
     Nrrd,
     MetaImage,
+    /// GDAL's VRT of a georeferenced raster.
+    Vrt,
 }
 
 /// A view's own bytes: the header, and (TIFF) what follows the array's bytes.
@@ -49,8 +52,15 @@ impl Layout {
 }
 
 impl HeaderFormat {
-    pub const ALL: [HeaderFormat; 6] =
-        [HeaderFormat::Npy, HeaderFormat::Tiff, HeaderFormat::Nifti, HeaderFormat::Envi, HeaderFormat::Nrrd, HeaderFormat::MetaImage];
+    pub const ALL: [HeaderFormat; 7] = [
+        HeaderFormat::Npy,
+        HeaderFormat::Tiff,
+        HeaderFormat::Nifti,
+        HeaderFormat::Envi,
+        HeaderFormat::Nrrd,
+        HeaderFormat::MetaImage,
+        HeaderFormat::Vrt,
+    ];
 
     /// The view's name beside `data`.
     pub fn file_name(self) -> &'static str {
@@ -62,6 +72,7 @@ impl HeaderFormat {
             // Not `data.nhdr`: Bio-Formats takes any `data.*` beside a `data.nhdr` for NRRD.
             HeaderFormat::Nrrd => "data.raw.nhdr",
             HeaderFormat::MetaImage => "data.mhd",
+            HeaderFormat::Vrt => "data.vrt",
         }
     }
 
@@ -74,6 +85,7 @@ impl HeaderFormat {
             HeaderFormat::Envi => "envi",
             HeaderFormat::Nrrd => "nrrd",
             HeaderFormat::MetaImage => "mhd",
+            HeaderFormat::Vrt => "vrt",
         }
     }
 
@@ -87,8 +99,8 @@ impl HeaderFormat {
     }
 
     /// The view's own bytes for an array of `dtype` and `shape` (C order, little-endian) with
-    /// `axes`, or why this format cannot show it.
-    pub fn layout(self, dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Layout, String> {
+    /// `axes`, georeferenced by `geo` where it is, or why this format cannot show it.
+    pub fn layout(self, dtype: &DataType, shape: &[u64], axes: &Axes, geo: Option<&Georeference>) -> Result<Layout, String> {
         if dtype.is_variable() {
             return Err("variable-length elements have no fixed size".into());
         }
@@ -108,11 +120,12 @@ impl HeaderFormat {
         let header = |bytes: Result<Vec<u8>, String>| bytes.map(|header| Layout { header, trailer: None });
         match self {
             HeaderFormat::Npy => header(npy::header(dtype, shape)),
-            HeaderFormat::Tiff => tiff::layout(dtype, shape, axes),
+            HeaderFormat::Tiff => tiff::layout(dtype, shape, axes, geo),
             HeaderFormat::Nifti => header(nifti::header(dtype, shape, axes)),
-            HeaderFormat::Envi => header(sidecar::envi(dtype, shape)),
+            HeaderFormat::Envi => header(sidecar::envi(dtype, shape, geo)),
             HeaderFormat::Nrrd => header(sidecar::nrrd(dtype, shape, axes)),
             HeaderFormat::MetaImage => header(sidecar::metaimage(dtype, shape, axes)),
+            HeaderFormat::Vrt => header(sidecar::vrt(dtype, shape, geo)),
         }
     }
 }
@@ -175,7 +188,7 @@ impl Views {
             } else if let Some(g) = GroupView::ALL.into_iter().find(|g| g.option_name() == name) {
                 views.groups.push(g);
             } else {
-                return Err(format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd, ome, nc; all or none)"));
+                return Err(format!("views: unknown view {name:?} (npy, tiff, nifti, envi, nrrd, mhd, vrt, ome, nc; all or none)"));
             }
         }
         Ok(views)
@@ -202,6 +215,7 @@ mod tests {
         let v = Views::parse("tiff,nifti,ome").unwrap();
         assert_eq!((v.arrays, v.groups), (vec![HeaderFormat::Tiff, HeaderFormat::Nifti], vec![GroupView::OmeTiff]));
         assert_eq!(Views::parse("all").unwrap(), Views::all());
+        assert_eq!(Views::parse("vrt,nc").unwrap(), Views { arrays: vec![HeaderFormat::Vrt], groups: vec![GroupView::NetCdf] });
         assert!(Views::parse("none").unwrap().arrays.is_empty());
         assert!(Views::parse("png").is_err());
     }
@@ -209,14 +223,14 @@ mod tests {
     #[test]
     fn only_npy_shows_0_d_arrays_and_none_shows_empty_axes_or_text() {
         let none = |n| Axes::named(None, n);
-        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[], &none(0)).is_ok());
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[], &none(0), None).is_ok());
         for f in HeaderFormat::ALL.into_iter().filter(|&f| f != HeaderFormat::Npy) {
-            assert!(f.layout(&DataType::UInt8, &[], &none(0)).is_err(), "{f:?}");
-            assert!(f.layout(&DataType::UInt8, &[0, 4], &none(2)).is_err(), "{f:?}");
+            assert!(f.layout(&DataType::UInt8, &[], &none(0), None).is_err(), "{f:?}");
+            assert!(f.layout(&DataType::UInt8, &[0, 4], &none(2), None).is_err(), "{f:?}");
         }
-        assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3], &none(1)).is_err()));
+        assert!(HeaderFormat::ALL.iter().all(|f| f.layout(&DataType::String, &[3], &none(1), None).is_err()));
         // Data of 2^63 - 2 bytes fits a file; with a 4096-byte header in front it would not.
-        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2)).unwrap_err().contains("2^63"));
-        assert!(HeaderFormat::Nrrd.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2)).is_ok());
+        assert!(HeaderFormat::Npy.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2), None).unwrap_err().contains("2^63"));
+        assert!(HeaderFormat::Nrrd.layout(&DataType::UInt8, &[2, (1 << 62) - 1], &none(2), None).is_ok());
     }
 }

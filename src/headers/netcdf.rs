@@ -105,7 +105,8 @@ pub struct Attribute {
 }
 
 /// Attributes whose type must be the variable's (CF).
-const TYPED_LIKE_THE_VARIABLE: [&str; 5] = ["_FillValue", "missing_value", "valid_min", "valid_max", "valid_range"];
+const TYPED_LIKE_THE_VARIABLE: [&str; 7] =
+    ["_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "flag_values", "flag_masks"];
 
 impl Attribute {
     /// A JSON attribute as netCDF holds it: text as characters, numbers and lists of numbers as
@@ -220,6 +221,9 @@ fn decoded_fill(value: &Value, kind: NcType) -> Value {
     }
 }
 
+/// Why a group has no `dataset.nc` when none of its arrays is a dataset's.
+pub const NO_DATASET: &str = "no numeric array with named axes";
+
 /// Plan the `dataset.nc` of a group with `attributes` and arrays `sources`; why there is none.
 pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
     let mut left_out = Vec::new();
@@ -246,7 +250,7 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         candidates.push((i, kind.unwrap_or(NcType::Byte), names));
     }
     if !candidates.iter().any(|(i, _, _)| !sources[*i].shape.is_empty()) {
-        return Err("no numeric array with named axes".into());
+        return Err(NO_DATASET.into());
     }
     // Dimensions: one per name, one length each.
     let mut dims: Vec<(String, u64)> = Vec::new();

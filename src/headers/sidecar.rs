@@ -5,6 +5,7 @@
 use super::no_type;
 use crate::zarr::axes::{Axes, AxisKind, Unit};
 use crate::zarr::dtype::DataType;
+use crate::zarr::geo::Georeference;
 
 /// Sizes fastest axis first, as the sidecar formats list them.
 fn fastest_first(shape: &[u64]) -> String {
@@ -13,7 +14,7 @@ fn fastest_first(shape: &[u64]) -> String {
 
 /// ENVI, band sequential: the last axis is `samples`, the one before `lines`, any others
 /// folded into `bands`.
-pub fn envi(dtype: &DataType, shape: &[u64]) -> Result<Vec<u8>, String> {
+pub fn envi(dtype: &DataType, shape: &[u64], geo: Option<&Georeference>) -> Result<Vec<u8>, String> {
     let code = match dtype {
         DataType::UInt8 | DataType::Bool => 1,
         DataType::Int16 => 2,
@@ -37,11 +38,115 @@ pub fn envi(dtype: &DataType, shape: &[u64]) -> Result<Vec<u8>, String> {
     if samples > int_max || lines > int_max || bands > int_max || samples.saturating_mul(item).saturating_mul(bands) > int_max {
         return Err(format!("ENVI (GDAL) takes at most {int_max} samples, lines and bands, and a line of all bands under 2 GiB"));
     }
-    Ok(format!(
+    let mut header = format!(
         "ENVI\nsamples = {samples}\nlines = {lines}\nbands = {bands}\nheader offset = 0\nfile type = ENVI Standard\n\
          data type = {code}\ninterleave = bsq\nbyte order = 0\n"
-    )
-    .into_bytes())
+    );
+    if let Some(geo) = geo {
+        header += &envi_georeference(geo, bands);
+    }
+    Ok(header.into_bytes())
+}
+
+/// ENVI's georeferencing: `map info` (north-up rasters: the pixel (1, 1)'s corner and the
+/// pixel sizes), the CRS as `coordinate system string` (WKT, which GDAL reads), `data ignore
+/// value` and `band names`.
+fn envi_georeference(geo: &Georeference, bands: u64) -> String {
+    let mut out = String::new();
+    let t = geo.transform;
+    let wkt = geo.crs.as_ref().and_then(|c| c.wkt.clone().or_else(|| (c.epsg == Some(4326)).then(|| WGS84_WKT.to_string())));
+    if geo.is_north_up() {
+        let system = match &geo.crs {
+            Some(crs) if crs.is_geographic() => "Geographic Lat/Lon",
+            _ => "Arbitrary",
+        };
+        out += &format!("map info = {{{system}, 1, 1, {}, {}, {}, {}}}\n", t[0], t[3], t[1], -t[5]);
+    }
+    if let Some(wkt) = wkt {
+        out += &format!("coordinate system string = {{{wkt}}}\n");
+    }
+    if let Some(nodata) = geo.nodata {
+        out += &format!("data ignore value = {}\n", nodata.to_string().to_lowercase());
+    }
+    if geo.bands.len() as u64 == bands && bands > 0 {
+        out += &format!("band names = {{{}}}\n", geo.bands.iter().map(|b| b.replace([',', '{', '}'], " ")).collect::<Vec<_>>().join(", "));
+    }
+    out
+}
+
+/// WGS 84 as WKT1 (EPSG:4326), for the formats that want the text.
+const WGS84_WKT: &str = "GEOGCS[\"WGS 84\",DATUM[\"WGS_1984\",SPHEROID[\"WGS 84\",6378137,298.257223563,AUTHORITY[\"EPSG\",\"7030\"]],\
+AUTHORITY[\"EPSG\",\"6326\"]],PRIMEM[\"Greenwich\",0,AUTHORITY[\"EPSG\",\"8901\"]],UNIT[\"degree\",0.0174532925199433,\
+AUTHORITY[\"EPSG\",\"9122\"]],AXIS[\"Latitude\",NORTH],AXIS[\"Longitude\",EAST],AUTHORITY[\"EPSG\",\"4326\"]]";
+
+/// GDAL's name of a data type, for a VRT.
+fn gdal_type(dtype: &DataType) -> Option<&'static str> {
+    Some(match dtype {
+        DataType::Bool | DataType::UInt8 => "Byte",
+        DataType::Int8 => "Int8",
+        DataType::Int16 => "Int16",
+        DataType::UInt16 => "UInt16",
+        DataType::Int32 => "Int32",
+        DataType::UInt32 => "UInt32",
+        DataType::Int64 => "Int64",
+        DataType::UInt64 => "UInt64",
+        DataType::Float32 => "Float32",
+        DataType::Float64 => "Float64",
+        DataType::Complex64 => "CFloat32",
+        DataType::Complex128 => "CFloat64",
+        _ => return None,
+    })
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The most bands a VRT lists (each is a few hundred bytes of text).
+const MOST_VRT_BANDS: u64 = 65536;
+
+/// GDAL's VRT over `data`: one raw band per plane of the leading axes, with the raster's
+/// transform, CRS, no-data value and band names.
+pub fn vrt(dtype: &DataType, shape: &[u64], geo: Option<&Georeference>) -> Result<Vec<u8>, String> {
+    let geo = geo.ok_or("not georeferenced (no regular coordinates, GeoZarr transform or CF grid mapping)")?;
+    let kind = gdal_type(dtype).ok_or_else(|| no_type("GDAL", dtype))?;
+    let n = shape.len();
+    if n < 2 {
+        return Err("a raster has rows and columns".into());
+    }
+    let (lines, samples) = (shape[n - 2], shape[n - 1]);
+    let bands: u64 = shape[..n - 2].iter().product();
+    if bands > MOST_VRT_BANDS {
+        return Err(format!("more than {MOST_VRT_BANDS} bands"));
+    }
+    let item = dtype.size().unwrap_or(1) as u64;
+    let t = geo.transform;
+    let mut out = format!("<VRTDataset rasterXSize=\"{samples}\" rasterYSize=\"{lines}\">\n");
+    if let Some(srs) = geo.crs.as_ref().and_then(|c| c.user_input()) {
+        out += &format!(
+            "  <SRS dataAxisToSRSAxisMapping=\"{}\">{}</SRS>\n",
+            if geo.crs.as_ref().is_some_and(|c| c.is_geographic()) { "2,1" } else { "1,2" },
+            xml_escape(&srs)
+        );
+    }
+    out += &format!("  <GeoTransform>{}, {}, {}, {}, {}, {}</GeoTransform>\n", t[0], t[1], t[2], t[3], t[4], t[5]);
+    for b in 0..bands {
+        out += &format!("  <VRTRasterBand dataType=\"{kind}\" band=\"{}\" subClass=\"VRTRawRasterBand\">\n", b + 1);
+        if let Some(name) = geo.bands.get(b as usize) {
+            out += &format!("    <Description>{}</Description>\n", xml_escape(name));
+        }
+        if let Some(nodata) = geo.nodata {
+            out += &format!("    <NoDataValue>{}</NoDataValue>\n", nodata.to_string().to_lowercase());
+        }
+        out += &format!(
+            "    <SourceFilename relativeToVRT=\"1\">data</SourceFilename>\n    <ImageOffset>{}</ImageOffset>\n    \
+             <PixelOffset>{item}</PixelOffset>\n    <LineOffset>{}</LineOffset>\n    <ByteOrder>LSB</ByteOrder>\n  </VRTRasterBand>\n",
+            b * lines * samples * item,
+            samples * item
+        );
+    }
+    out += "</VRTDataset>\n";
+    Ok(out.into_bytes())
 }
 
 /// The NRRD and MetaImage names of a type: both have the integers and float32/64, no float16
@@ -136,12 +241,12 @@ mod tests {
 
     #[test]
     fn sidecars_list_sizes_fastest_first_and_refuse_what_they_cannot_express() {
-        let hdr = String::from_utf8(envi(&DataType::UInt16, &[128, 256, 512]).unwrap()).unwrap();
+        let hdr = String::from_utf8(envi(&DataType::UInt16, &[128, 256, 512], None).unwrap()).unwrap();
         assert!(hdr.starts_with("ENVI\nsamples = 512\nlines = 256\nbands = 128\n"), "{hdr}");
         assert!(hdr.contains("data type = 12\ninterleave = bsq\nbyte order = 0\n"));
-        let folded = String::from_utf8(envi(&DataType::Float32, &[2, 3, 4, 5]).unwrap()).unwrap();
+        let folded = String::from_utf8(envi(&DataType::Float32, &[2, 3, 4, 5], None).unwrap()).unwrap();
         assert!(folded.contains("samples = 5\nlines = 4\nbands = 6\n"));
-        assert!(envi(&DataType::Int8, &[4, 4]).unwrap_err().contains("int8"));
+        assert!(envi(&DataType::Int8, &[4, 4], None).unwrap_err().contains("int8"));
         let unnamed = |n| Axes::named(None, n);
         let nhdr = String::from_utf8(nrrd(&DataType::Int16, &[3, 5], &unnamed(2)).unwrap()).unwrap();
         assert_eq!(nhdr, "NRRD0004\ntype: int16\ndimension: 2\nsizes: 5 3\nendian: little\nencoding: raw\ndata file: data\n");
@@ -166,5 +271,28 @@ mod tests {
         assert!(nhdr.contains("sizes: 5 4 2\nkinds: domain domain list\nspacings: 0.5 0.5 nan\nunits: \"um\" \"um\" \"\"\n"), "{nhdr}");
         let mhd = String::from_utf8(metaimage(&DataType::UInt16, &[2, 4, 5], &axes).unwrap()).unwrap();
         assert!(mhd.contains("ElementSpacing = 0.0005 0.0005 1\n"), "{mhd}");
+    }
+
+    #[test]
+    fn georeferenced_rasters_carry_their_transform_crs_nodata_and_band_names() {
+        use crate::zarr::geo::WGS84;
+        let geo = Georeference {
+            transform: [-1.25, 2.5, 0.0, 91.25, 0.0, -2.5],
+            crs: Some(WGS84),
+            nodata: Some(f64::NAN),
+            bands: vec!["2013-01-01T00:00:00".into(), "2013-01-01T06:00:00".into()],
+        };
+        let hdr = String::from_utf8(envi(&DataType::Float32, &[2, 73, 144], Some(&geo)).unwrap()).unwrap();
+        assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, -1.25, 91.25, 2.5, 2.5}\n"), "{hdr}");
+        assert!(hdr.contains("coordinate system string = {GEOGCS[\"WGS 84\""), "{hdr}");
+        assert!(hdr.contains("data ignore value = nan\n") && hdr.contains("band names = {2013-01-01T00:00:00, 2013-01-01T06:00:00}\n"));
+        let vrt = String::from_utf8(vrt(&DataType::Float32, &[2, 73, 144], Some(&geo)).unwrap()).unwrap();
+        assert!(
+            vrt.starts_with("<VRTDataset rasterXSize=\"144\" rasterYSize=\"73\">\n  <SRS dataAxisToSRSAxisMapping=\"2,1\">EPSG:4326</SRS>"),
+            "{vrt}"
+        );
+        assert!(vrt.contains("<GeoTransform>-1.25, 2.5, 0, 91.25, 0, -2.5</GeoTransform>"));
+        assert!(vrt.contains("band=\"2\"") && vrt.contains(&format!("<ImageOffset>{}</ImageOffset>", 73 * 144 * 4)));
+        assert!(super::vrt(&DataType::Float32, &[2, 73, 144], None).is_err());
     }
 }

@@ -15,6 +15,7 @@ use super::ifd::{Directory, Entry, Seq, Values, rational};
 use super::{CARRIED_DATA_OFFSET, Layout, no_type, padded};
 use crate::zarr::axes::{Axes, Quantity, StackAxes, Unit};
 use crate::zarr::dtype::DataType;
+use crate::zarr::geo::Georeference;
 
 /// Where the ImageJ description lies in the header's padding.
 const DESCRIPTION_AT: u64 = 64;
@@ -122,7 +123,31 @@ fn imagej_unit(unit: &Unit) -> String {
     if unit.symbol == "µm" { "micron".into() } else { unit.ascii_symbol() }
 }
 
-pub fn layout(dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Layout, String> {
+/// GeoTIFF's tags for a georeferenced raster (after every baseline tag, in tag order): the
+/// transform (a pixel scale and tie point when north-up, else the full matrix), the EPSG code
+/// where known, and GDAL's no-data value.
+fn geotiff(geo: &Georeference) -> Vec<Entry> {
+    let t = geo.transform;
+    let mut entries = if geo.is_north_up() {
+        vec![Entry::doubles(33550, &[t[1], -t[5], 0.0]), Entry::doubles(33922, &[0.0, 0.0, 0.0, t[0], t[3], 0.0])]
+    } else {
+        let m = [t[1], t[2], 0.0, t[0], t[4], t[5], 0.0, t[3], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0];
+        vec![Entry::doubles(34264, &m)]
+    };
+    if let Some(crs) = &geo.crs
+        && let Some(code) = crs.epsg.and_then(|c| u16::try_from(c).ok())
+    {
+        // GTModelType (2 geographic, 1 projected), GTRasterType PixelIsArea, the CRS's code.
+        let (model, key) = if crs.is_geographic() { (2, 2048) } else { (1, 3072) };
+        entries.push(Entry::shorts(34735, &[1, 1, 0, 3, 1024, 0, 1, model, 1025, 0, 1, 1, key, 0, 1, code]));
+    }
+    if let Some(nodata) = geo.nodata {
+        entries.push(Entry::ascii(42113, &nodata.to_string().to_lowercase()));
+    }
+    entries
+}
+
+pub fn layout(dtype: &DataType, shape: &[u64], axes: &Axes, geo: Option<&Georeference>) -> Result<Layout, String> {
     let (bits, sample_format) = sample_format(dtype).ok_or_else(|| no_type("TIFF", dtype))?;
     let stack = axes.stack_positions().filter(|_| axes.len() == shape.len());
     let (pages, order, sizes) = match (shape, stack) {
@@ -225,6 +250,7 @@ pub fn layout(dtype: &DataType, shape: &[u64], axes: &Axes) -> Result<Layout, St
             entries.extend([Entry::rational(282, rational(x)), Entry::rational(283, rational(y)), Entry::short(296, unit)]);
         }
         entries.push(Entry::short(339, sample_format));
+        entries.extend(geo.map(geotiff).unwrap_or_default());
         entries
     };
     let strip_entry = 5 + usize::from(description.is_some());
@@ -294,7 +320,7 @@ mod tests {
 
     #[test]
     fn each_page_points_at_its_plane_of_the_data() {
-        let tif = layout(&DataType::UInt16, &[3, 5, 7], &unnamed(3)).unwrap();
+        let tif = layout(&DataType::UInt16, &[3, 5, 7], &unnamed(3), None).unwrap();
         assert_eq!(&tif.header[..4], b"II\x2a\x00");
         assert_eq!(tif.header.len() as u64, CARRIED_DATA_OFFSET);
         let plane = 5 * 7 * 2;
@@ -303,15 +329,15 @@ mod tests {
         // Any slice of the trailer is the same bytes as the whole.
         let whole = tif.trailer_bytes(0, tif.trailer_len());
         assert_eq!(tif.trailer_bytes(3, 200), whole[3..200]);
-        assert!(layout(&DataType::Complex64, &[2, 2], &unnamed(2)).is_err());
-        assert!(layout(&DataType::UInt8, &[2, 2, 2, 2], &unnamed(4)).is_err());
+        assert!(layout(&DataType::Complex64, &[2, 2], &unnamed(2), None).is_err());
+        assert!(layout(&DataType::UInt8, &[2, 2, 2, 2], &unnamed(4), None).is_err());
         // 2^61 one-byte planes: the data fits a file, its directories would not.
-        assert!(layout(&DataType::UInt8, &[1 << 61, 1, 1], &unnamed(3)).unwrap_err().contains("2^63"));
+        assert!(layout(&DataType::UInt8, &[1 << 61, 1, 1], &unnamed(3), None).unwrap_err().contains("2^63"));
     }
 
     #[test]
     fn past_4_gib_it_is_bigtiff() {
-        let big = layout(&DataType::UInt8, &[2, 65536, 65536], &unnamed(3)).unwrap();
+        let big = layout(&DataType::UInt8, &[2, 65536, 65536], &unnamed(3), None).unwrap();
         assert_eq!(&big.header[..8], b"II\x2b\x00\x08\x00\x00\x00");
         let first = u64::from_le_bytes(big.header[8..16].try_into().unwrap());
         assert_eq!(first, 4096 + 2 * (1 << 32));
@@ -321,13 +347,13 @@ mod tests {
 
     #[test]
     fn stacks_of_imagej_types_carry_an_imagej_description_in_the_header() {
-        let tif = layout(&DataType::UInt16, &[3, 5, 7], &unnamed(3)).unwrap();
+        let tif = layout(&DataType::UInt16, &[3, 5, 7], &unnamed(3), None).unwrap();
         assert_eq!(description(&tif), "ImageJ=1.11a\nimages=3\nslices=3\nloop=false\n");
         let d = pages(&tif, 3 * 70);
         assert_eq!(d[0][&270], DESCRIPTION_AT);
         // ImageJ has no such types, and one plane without sizes needs no description.
         for (dtype, shape) in [(DataType::Int32, vec![3, 5, 7]), (DataType::UInt16, vec![5, 7])] {
-            let plain = layout(&dtype, &shape, &unnamed(shape.len())).unwrap();
+            let plain = layout(&dtype, &shape, &unnamed(shape.len()), None).unwrap();
             assert!(plain.header[DESCRIPTION_AT as usize..].iter().all(|&b| b == 0));
         }
     }
@@ -346,7 +372,8 @@ mod tests {
     fn a_5_d_image_is_a_hyperstack_in_imagej_order_and_its_pixels_have_a_size() {
         // (t, c, z, y, x) = (2, 3, 4, 5, 6): ImageJ wants c fastest, then z, then t.
         let shape = [2, 3, 4, 5, 6];
-        let tif = layout(&DataType::UInt16, &shape, &axes(&["t", "c", "z", "y", "x"], "micrometer", &[1., 1., 2., 0.5, 0.5])).unwrap();
+        let tif =
+            layout(&DataType::UInt16, &shape, &axes(&["t", "c", "z", "y", "x"], "micrometer", &[1., 1., 2., 0.5, 0.5]), None).unwrap();
         let text = description(&tif);
         assert_eq!(text, "ImageJ=1.11a\norder=zct\nchannels=3\nslices=4\nframes=2\nhyperstack=true\nunit=micron\nspacing=2\nloop=false\n");
         let plane = 5 * 6 * 2;
@@ -358,18 +385,18 @@ mod tests {
         // Pixels per micron, ImageJ's way (ResolutionUnit none).
         assert_eq!((d[0][&296], d[0][&282] != 0), (1, true));
         // Held in ImageJ's order already (t, z, c): the pages are the planes in order.
-        let tif = layout(&DataType::UInt8, &[2, 4, 3, 5, 6], &axes(&["t", "z", "c", "y", "x"], "micrometer", &[1.; 5])).unwrap();
+        let tif = layout(&DataType::UInt8, &[2, 4, 3, 5, 6], &axes(&["t", "z", "c", "y", "x"], "micrometer", &[1.; 5]), None).unwrap();
         assert!(description(&tif).contains("images=24\nchannels=3\nslices=4\nframes=2\n"));
         // Unnamed 4-d arrays still have no TIFF.
-        assert!(layout(&DataType::UInt8, &shape, &unnamed(5)).is_err());
+        assert!(layout(&DataType::UInt8, &shape, &unnamed(5), None).is_err());
     }
 
     #[test]
     fn a_plain_tiff_gives_its_pixel_size_in_centimetres() {
-        let tif = layout(&DataType::Int32, &[5, 6], &axes(&["y", "x"], "micrometer", &[0.5, 0.25])).unwrap();
+        let tif = layout(&DataType::Int32, &[5, 6], &axes(&["y", "x"], "micrometer", &[0.5, 0.25]), None).unwrap();
         let d = pages(&tif, 120);
         assert_eq!(d[0][&296], 3);
-        let channels = layout(&DataType::UInt8, &[3, 5, 6], &axes(&["c", "y", "x"], "micrometer", &[1., 1., 1.])).unwrap();
+        let channels = layout(&DataType::UInt8, &[3, 5, 6], &axes(&["c", "y", "x"], "micrometer", &[1., 1., 1.]), None).unwrap();
         assert_eq!(description(&channels), "ImageJ=1.11a\nimages=3\nchannels=3\nunit=micron\nloop=false\n");
     }
 }

@@ -6,6 +6,7 @@ pub mod axes;
 pub mod codec;
 pub mod consolidated;
 pub mod dtype;
+pub mod geo;
 pub mod grid;
 pub mod key;
 pub mod limits;

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod model;
+pub mod netcdf;
 pub mod probe;
 pub mod tiff;
 

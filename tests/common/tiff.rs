@@ -56,7 +56,7 @@ impl Reader<'_> {
                 3 => 2,
                 4 | 13 => 4,
                 5 => 8,
-                16 | 18 => 8,
+                12 | 16 | 18 => 8,
                 other => panic!("type {other}"),
             };
             let value_at = e + 4 + if self.big { 8 } else { 4 };

@@ -67,8 +67,13 @@ impl GroupFile {
     /// of each array.
     pub fn read(&self, cx: &Context, reads: Option<&[ReadPattern]>, offset: u64, size: u32) -> Result<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size)).min(self.file_len());
-        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let spans = self.layout.spans();
+        // Most reads lie within one array's span: its bytes are the reply, not copied again.
+        let i = spans.partition_point(|s| s.start + s.len <= offset);
+        if let Some(span) = spans.get(i).filter(|s| s.start <= offset && end <= s.start + s.len) {
+            return self.read_span(cx, reads, span, offset - span.start, end - span.start);
+        }
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut at = offset;
         while at < end {
             // Spans are in file order.
@@ -98,9 +103,29 @@ impl GroupFile {
         let mut bytes = file.view.read(cx, &file.array, reads.and_then(|r| r.get(span.array)), first, want as u32)?;
         // An array that shrank since the layout was made: its end reads as zeros.
         bytes.resize(want, 0);
-        if k > 1 {
-            bytes.chunks_exact_mut(k as usize).for_each(<[u8]>::reverse);
-        }
-        Ok(bytes[(from - first) as usize..(to - first) as usize].to_vec())
+        swap_elements(&mut bytes, k as usize);
+        bytes.truncate((to - first) as usize);
+        bytes.drain(..(from - first) as usize);
+        Ok(bytes)
+    }
+}
+
+/// Reverse the bytes of each element of `size` bytes (as whole words, which compile to
+/// vector byte swaps).
+fn swap_elements(bytes: &mut [u8], size: usize) {
+    macro_rules! words {
+        ($t:ty) => {
+            for c in bytes.chunks_exact_mut(size) {
+                let v = <$t>::from_ne_bytes(c.try_into().unwrap_or_default()).swap_bytes();
+                c.copy_from_slice(&v.to_ne_bytes());
+            }
+        };
+    }
+    match size {
+        2 => words!(u16),
+        4 => words!(u32),
+        8 => words!(u64),
+        1 => {}
+        _ => bytes.chunks_exact_mut(size).for_each(<[u8]>::reverse),
     }
 }

@@ -20,6 +20,7 @@ use super::context::Context;
 use super::open::OpenArray;
 use crate::headers::{HeaderFormat, Layout};
 use crate::zarr::axes::Axes;
+use crate::zarr::geo::Georeference;
 use crate::{Error, Result};
 
 /// What a handle has staged for its view until it closes (text: the new text, or the lines
@@ -67,11 +68,11 @@ impl DataFile {
         self.view.size(cx, &self.array)
     }
 
-    /// The own bytes of this array's `format` view with `axes`, when the format can express
+    /// The own bytes of this array's `format` view with `axes` (and `geo`), when the format can express
     /// the array (else why not). Whether the mount shows the view is `Nodes::view_layout`'s.
-    pub fn layout(&self, format: HeaderFormat, axes: &Axes) -> std::result::Result<Layout, String> {
+    pub fn layout(&self, format: HeaderFormat, axes: &Axes, geo: Option<&Georeference>) -> std::result::Result<Layout, String> {
         let array = self.array.array();
-        format.layout(&array.meta.dtype, &array.meta.shape, axes)
+        format.layout(&array.meta.dtype, &array.meta.shape, axes, geo)
     }
 
     /// Bytes of a view that shows its header, the bytes of `data`, then its trailer (`.npy`,

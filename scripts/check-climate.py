@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Climate and GIS datasets as their tools read them through a live mount (the xarray fixtures in
+tests/fixtures/climate: Zarr v2 consolidated, v3 with a sharded variable, a GeoZarr raster):
+`dataset.nc` opened by xarray (netCDF4) equals xarray's read of the Zarr group (values, dims,
+coords, attributes but those netCDF cannot hold, CF-decoded times); `ncdump -h`/`-v` agree with
+zarr-python; `cdo showname`/`sinfo` and `ncks -m` run clean; GDAL (rasterio) reads every
+georeferenced array through `data.vrt` and ENVI as an N-band raster with the CRS, transform,
+no-data value and band names its coordinates say, and `data.tif` with its GeoTIFF keys. Then,
+on a copy, the view follows a write and a prepend.
+
+    scripts/check-climate.py target/release/zarrfs
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import rasterio
+import xarray as xr
+import zarr
+
+warnings.filterwarnings("ignore")
+
+binary = os.path.abspath(sys.argv[1])
+fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "climate")
+passed, failed = 0, []
+
+
+def check(ok, what):
+    global passed
+    if ok:
+        passed += 1
+    else:
+        failed.append(what)
+
+
+def mount(store, mnt, *extra):
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([binary, "mount", store, mnt, *extra], check=True, stderr=subprocess.DEVNULL)
+
+
+def unmount(mnt):
+    subprocess.run([binary, "unmount", "--lazy", mnt], check=True)
+
+
+def flat_attrs(attrs):
+    """The attributes netCDF holds: none whose value is an object."""
+    return {k: v for k, v in attrs.items() if not isinstance(v, dict)}
+
+
+def same_dataset(nc_path, store, what):
+    a = xr.open_dataset(nc_path).load()
+    b = xr.open_zarr(store).load()
+    b.attrs = flat_attrs(b.attrs)
+    try:
+        xr.testing.assert_identical(a, b)
+        check(True, "")
+    except AssertionError as e:
+        check(False, f"{what}: xarray differs: {str(e)[:800]}")
+    return a
+
+
+def tool(*args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def ncdump_values(nc_path, var):
+    """The values `ncdump -v` prints for `var` (NaN as nan, _ as the fill)."""
+    _, out, _ = tool("ncdump", "-v", var, nc_path)
+    body = out.split(f" {var} =", 1)[1].split(";", 1)[0]
+    # `_` is the fill value (NaN for air).
+    return [float("nan") if t.strip().lower().startswith("nan") or t.strip() == "_" else float(t)
+            for t in body.replace("\n", " ").split(",") if t.strip()]
+
+
+work = tempfile.mkdtemp(prefix="zarrfs-climate-")
+try:
+    for store in ("v2.zarr", "v3.zarr"):
+        mnt = os.path.join(work, "mnt-" + store)
+        path = os.path.join(fixtures, store)
+        mount(path, mnt, "--read-only")
+        try:
+            nc = os.path.join(mnt, "dataset.nc")
+            ds = same_dataset(nc, path, store)
+            group = zarr.open_group(path, mode="r")
+            code, out, err = tool("ncdump", "-h", nc)
+            check(code == 0 and "float air(time, lat, lon)" in out and 'air:grid_mapping = "crs"' in out, f"{store}: ncdump -h: {err}{out[:400]}")
+            for var in ("air", "t2m", "flags"):
+                want = np.asarray(group[var][...], dtype="float64").ravel()
+                got = np.array(ncdump_values(nc, var))
+                check(got.shape == want.shape and np.allclose(got, want, equal_nan=True, rtol=1e-6), f"{store}: ncdump -v {var}")
+            for args in (("cdo", "-s", "showname", nc), ("cdo", "-s", "sinfo", nc), ("ncks", "-m", nc)):
+                code, out, err = tool(*args)
+                check(code == 0 and "Error" not in err, f"{store}: {' '.join(args[:3])}: {code} {err[:300]}")
+            code, out, _ = tool("cdo", "-s", "showname", nc)
+            check(out.split() == ["air", "flags", "t2m"], f"{store}: cdo showname says {out.split()}")
+            # GDAL: the (time, lat, lon) raster, N bands, through its VRT and its ENVI header.
+            lat, lon, times = ds["lat"].values, ds["lon"].values, ds["time"].values
+            dx, dy = float(lon[1] - lon[0]), float(lat[1] - lat[0])
+            want_transform = (float(lon[0]) - dx / 2, dx, 0.0, float(lat[0]) - dy / 2, 0.0, dy)
+            names = [np.datetime_as_string(t, unit="s") for t in times]
+            air = group["air"][...]
+            for view in ("data.vrt", "data"):
+                with rasterio.open(os.path.join(mnt, "air", view)) as r:
+                    check(r.count == air.shape[0], f"{store}: GDAL {view}: {r.count} bands")
+                    check(r.crs is not None and r.crs.to_epsg() == 4326, f"{store}: GDAL {view}: CRS {r.crs}")
+                    check(np.allclose(r.transform.to_gdal(), want_transform), f"{store}: GDAL {view}: transform {r.transform.to_gdal()}")
+                    check(r.nodata is not None and np.isnan(r.nodata), f"{store}: GDAL {view}: nodata {r.nodata}")
+                    check(list(r.descriptions) == names, f"{store}: GDAL {view}: band names {r.descriptions}")
+                    check(np.array_equal(r.read(), air, equal_nan=True), f"{store}: GDAL {view}: values")
+            with rasterio.open(os.path.join(mnt, "air", "data.tif")) as r:
+                check(r.crs is not None and r.crs.to_epsg() == 4326 and np.allclose(r.transform.to_gdal(), want_transform),
+                      f"{store}: GeoTIFF keys of data.tif: {r.crs} {r.transform.to_gdal()}")
+                check(np.array_equal(r.read(1), air[0], equal_nan=True), f"{store}: GDAL data.tif values")
+            # Packed data keeps its scale: netCDF4 unpacks as xarray does.
+            check(abs(float(ds["t2m"].values[1, 1, 1]) - float(group["t2m"][1, 1, 1]) * 0.01) < 1e-6, f"{store}: t2m unpacked")
+        finally:
+            unmount(mnt)
+
+    # A GeoZarr raster: EPSG:32633, its transform from spatial:transform.
+    mnt = os.path.join(work, "mnt-utm")
+    mount(os.path.join(fixtures, "utm.zarr"), mnt, "--read-only")
+    try:
+        want = zarr.open_array(os.path.join(fixtures, "utm.zarr", "band"), mode="r")[...]
+        for view in ("data.vrt", "data.tif"):
+            with rasterio.open(os.path.join(mnt, "band", view)) as r:
+                check(r.crs is not None and r.crs.to_epsg() == 32633, f"utm {view}: CRS {r.crs}")
+                check(r.transform.to_gdal() == (500000.0, 10.0, 0.0, 6000200.0, 0.0, -10.0), f"utm {view}: {r.transform.to_gdal()}")
+                check(r.nodata == 0 and np.array_equal(r.read(1), want), f"utm {view}: nodata {r.nodata}, values")
+    finally:
+        unmount(mnt)
+
+    # On a copy: dataset.nc follows a write through data and a prepend; a prepend to one of
+    # its time series alone leaves a dimension of two lengths, and no dataset.nc.
+    store = os.path.join(work, "rw.zarr")
+    shutil.copytree(os.path.join(fixtures, "v3.zarr"), store)
+    series = zarr.open_group(store, mode="a").create_group("series")
+    level = series.create_array("level", shape=(4,), chunks=(2,), dtype="int16", fill_value=-1, dimension_names=["step"])
+    level[...] = [10, 11, 12, 13]
+    mnt = os.path.join(work, "mnt-rw")
+    mount(store, mnt, "--adopt-offset")
+    try:
+        with open(os.path.join(mnt, "air", "data"), "r+b") as f:
+            f.write(np.float32(123.5).tobytes())
+        with xr.open_dataset(os.path.join(mnt, "dataset.nc")) as d:
+            check(float(d["air"].values[0, 0, 0]) == 123.5, "dataset.nc after a write through data")
+        with open(os.path.join(mnt, "series", "level", "prepend"), "wb") as f:
+            f.write(np.array([8, 9], dtype="<i2").tobytes())
+        with xr.open_dataset(os.path.join(mnt, "series", "dataset.nc")) as d:
+            check(d["level"].values.tolist() == [8, 9, 10, 11, 12, 13], f"dataset.nc after a prepend: {d['level'].values}")
+        with open(os.path.join(mnt, "air", "prepend"), "wb") as f:
+            f.write(np.full((2, 9, 14), 200.0, dtype="<f4").tobytes())
+        check(not os.path.exists(os.path.join(mnt, "dataset.nc")), "a dimension of two lengths: no dataset.nc")
+    finally:
+        unmount(mnt)
+    out = subprocess.run([binary, "info", store], capture_output=True, text=True).stdout
+    check("no dataset.nc: dimension time is" in out, f"info says why there is no dataset.nc: {out[:300]}")
+finally:
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if point.startswith(work + "/"):
+            subprocess.run(["umount", "-l", point], check=False)
+    shutil.rmtree(work, ignore_errors=True)
+
+print(f"climate: {passed} passed, {len(failed)} failed")
+for f in failed:
+    print("  FAILED", f)
+sys.exit(1 if failed else 0)
