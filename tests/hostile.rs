@@ -927,3 +927,69 @@ fn every_file_held_in_memory_counts_against_their_budget() {
     assert_eq!(stats(&m)["in_memory_file_bytes"].as_u64().unwrap(), 0);
     fill(m.path("a4/scratch.tmp"), &create).unwrap();
 }
+
+/// An image group's attributes, with `datasets` and `axes` as given.
+fn image_group(axes: &str, datasets: &str, extra: &str) -> String {
+    format!(
+        r#"{{"zarr_format": 3, "node_type": "group", "attributes": {{"ome": {{"version": "0.5", {extra}
+  "multiscales": [{{"axes": {axes}, "datasets": {datasets}}}]}}}}}}"#
+    )
+}
+
+#[test]
+fn hostile_image_and_dataset_metadata_is_bounded_and_the_mount_lives() {
+    let yx = r#"[{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]"#;
+    let level = |path: &str| format!(r#"{{"path": "{path}", "coordinateTransformations": [{{"type": "scale", "scale": [1, 1]}}]}}"#);
+    // 200 000 levels listed (64 are read), as many channels, a level path that leaves the
+    // group, a plane of 2^31 x 2^31 pixels, a coordinate of 2^40 values, a dataset with a
+    // dimension of two lengths.
+    let many: Vec<String> = (0..200_000).map(|i| level(&i.to_string())).collect();
+    let channels: Vec<&str> = vec![r#"{"label": "c", "color": "FFFFFF"}"#; 200_000];
+    let omero = format!(r#""omero": {{"channels": [{}]}},"#, channels.join(","));
+    let named = |shape: &str, dims: &str| {
+        let chunks = if shape.contains(',') { "[1, 1]" } else { "[1]" };
+        let doc = array_doc(shape, chunks, "uint8", BYTES);
+        format!("{}, \"dimension_names\": {dims}}}", doc.trim_end().trim_end_matches('}'))
+    };
+    let (_dir, root) = store(&[
+        ("many", image_group(yx, &format!("[{}]", many.join(",")), &omero)),
+        ("many/0", array_doc("[4, 4]", "[2, 2]", "uint8", BYTES)),
+        ("escape", image_group(yx, &format!("[{}]", level("../many/0")), "")),
+        ("huge", image_group(yx, &format!("[{}]", level("0")), "")),
+        ("huge/0", array_doc("[2147483648, 2147483648]", "[1, 4096]", "uint8", BYTES)),
+        ("set", r#"{"zarr_format": 3, "node_type": "group"}"#.to_string()),
+        ("set/x", named("[1099511627776]", r#"["x"]"#)),
+        ("set/y", named("[4]", r#"["y"]"#)),
+        ("set/v", named("[4, 1099511627776]", r#"["y", "x"]"#)),
+        ("clash", r#"{"zarr_format": 3, "node_type": "group"}"#.to_string()),
+        ("clash/a", named("[4]", r#"["t"]"#)),
+        ("clash/b", named("[5]", r#"["t"]"#)),
+    ]);
+    let m = Mount::new(&root, &["--read-only"]);
+    let (many, huge, set) = (m.path("many"), m.path("huge"), m.path("set"));
+    within(Duration::from_secs(60), "views of hostile metadata", move || {
+        // The first level is read; the OME-XML names channels up to the bound.
+        let tif = std::fs::read(many.join("image.ome.tif")).unwrap();
+        let xml = common::tiff::pages(&tif)[0].description().unwrap();
+        assert!(xml.contains("SizeC=\"1\""), "{}", &xml[..300]);
+        // 2^62 bytes of pixels: its size and directories are computed, not built.
+        let len = std::fs::metadata(huge.join("image.ome.tif")).unwrap().len();
+        assert!(len > 1 << 62, "{len}");
+        let f = std::fs::File::open(huge.join("image.ome.tif")).unwrap();
+        let mut head = [0u8; 16];
+        f.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(&head[..4], b"II\x2b\x00", "BigTIFF");
+        let first = u64::from_le_bytes(head[8..16].try_into().unwrap());
+        let mut directory = vec![0u8; 4096];
+        f.read_exact_at(&mut directory, first).unwrap();
+        // A coordinate too long to read leaves the raster unreferenced; the dataset is 5 TiB.
+        assert!(!set.join("v/data.vrt").exists());
+        assert!(std::fs::metadata(set.join("dataset.nc")).unwrap().len() > 5 << 40);
+    });
+    assert!(!m.path("escape/image.ome.tif").exists(), "a level outside its group");
+    assert!(!m.path("clash/dataset.nc").exists(), "a dimension of two lengths");
+    assert!(m.rss() < 256 << 20, "the daemon holds {} MiB", m.rss() >> 20);
+    let info = Command::new(bin()).args(["info", root.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(text.contains("is not a path inside the image group") && text.contains("dimension t is"), "{text}");
+}

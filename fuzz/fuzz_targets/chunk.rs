@@ -57,9 +57,9 @@ fn arrays() -> &'static [ArrayMetadata] {
             .map(|d| {
                 let doc = metadata::parse_json(d.as_bytes(), "doc").expect("valid JSON");
                 match doc.get("zarr_format").and_then(|v| v.as_u64()) {
-                    Some(3) => match metadata::parse_v3(&doc).unwrap_or_else(|e| panic!("{d}: {e}")) {
+                    Some(3) => match metadata::parse_v3(doc).unwrap_or_else(|e| panic!("{d}: {e}")) {
                         NodeMetadata::Array(a) => *a,
-                        NodeMetadata::Group => unreachable!(),
+                        NodeMetadata::Group(_) => unreachable!(),
                     },
                     _ => metadata::parse_v2_array(&doc).unwrap_or_else(|e| panic!("{d}: {e}")),
                 }

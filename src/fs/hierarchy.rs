@@ -415,7 +415,7 @@ impl ZarrFs {
                 return self.nodes.attributes_changed(&self.cx, dir);
             }
             ".zattrs" => return Err(self.refused(key, Error::Invalid("attributes must be a JSON object".into()))),
-            "zarr.json" => metadata::parse_v3(&doc),
+            "zarr.json" => metadata::parse_v3(doc.clone()),
             ".zarray" => metadata::parse_v2_array(&doc).map(|m| NodeMetadata::Array(Box::new(m))),
             _ => metadata::parse_v2_group(&doc),
         }

@@ -146,10 +146,12 @@ pub struct Nodes {
     group_files: Mutex<Option<lru::LruCache<(String, GroupView), MadeGroupFile>>>,
     /// Arrays' georeferences, by path.
     georeferences: Mutex<Option<lru::LruCache<String, MadeGeoreference>>>,
+    /// Nodes being loaded, by path: a second asker waits for the first.
+    loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
-/// A group view, and when it was made.
-type MadeGroupFile = (Arc<GroupFile>, Instant);
+/// A group view (or why there is none), and when it was made.
+type MadeGroupFile = (std::result::Result<Arc<GroupFile>, String>, Instant);
 
 /// An array's georeference, the arrays (and their metadata) it was made from, and when.
 #[derive(Clone)]
@@ -242,8 +244,17 @@ impl Nodes {
             Some((state, _, checked)) if checked.elapsed() < cx.config.metadata_ttl => Ok(state),
             Some((state, version, _)) => self.recheck(cx, path, state, version),
             None => {
-                let (state, version) = Self::load(cx, path)?;
-                let grant = Grant::of(cx, path)?;
+                // One load per node at a time: the kernel asks for a new directory from several
+                // threads at once, and each would read (and hold, while parsing) its document.
+                let gate = lock(&self.loading).entry(path.to_string()).or_default().clone();
+                let _loading = lock(&gate);
+                if let Some(known) = lock(&self.dirs).get(path) {
+                    return Ok(known.state.clone());
+                }
+                let loaded = Self::load(cx, path).and_then(|(state, version)| Ok((state, version, Grant::of(cx, path)?)));
+                crate::zarr::node::release_parsed_memory();
+                lock(&self.loading).remove(path);
+                let (state, version, grant) = loaded?;
                 let mut dirs = lock(&self.dirs);
                 let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now(), grant });
                 Ok(known.state.clone())
@@ -463,22 +474,22 @@ impl Nodes {
             return Ok(Err(format!("{} views are off (--views)", view.option_name())));
         }
         let key = (path.to_string(), view);
-        if let Some((file, made)) = lock(&self.group_files).as_mut().and_then(|c| c.get(&key).cloned())
-            && made.elapsed() < cx.config.metadata_ttl
-            && file.is_current()
+        // Why there is none is kept too: asking again re-reads the group's attributes.
+        if let Some((made, at)) = lock(&self.group_files).as_mut().and_then(|c| c.get(&key).cloned())
+            && at.elapsed() < cx.config.metadata_ttl
+            && made.as_ref().is_ok_and(|f| f.is_current()) | made.is_err()
         {
-            return Ok(Ok(file));
+            return Ok(made);
         }
-        let made = Instant::now();
-        let built = match view {
+        let at = Instant::now();
+        let made = match view {
             GroupView::OmeTiff => self.build_image(cx, path)?,
             GroupView::NetCdf => self.build_dataset(cx, path)?,
-        };
-        Ok(built.map(|file| {
-            let file = Arc::new(file);
-            lock(&self.group_files).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(key, (file.clone(), made));
-            file
-        }))
+        }
+        .map(Arc::new);
+        crate::zarr::node::release_parsed_memory();
+        lock(&self.group_files).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(key, (made.clone(), at));
+        Ok(made)
     }
 
     fn build_image(&self, cx: &Context, path: &str) -> Result<std::result::Result<GroupFile, String>> {
@@ -498,10 +509,6 @@ impl Nodes {
         if children.len() > MOST_DATASET_CHILDREN {
             return Ok(Err(format!("more than {MOST_DATASET_CHILDREN} children: a netCDF view of it is not made")));
         }
-        let attributes = match crate::zarr::node::read_node(store, path)? {
-            Some((NodeMetadata::Group(attributes), _)) => attributes,
-            _ => return Ok(Err("not a group".into())),
-        };
         let mut members = Vec::new();
         for name in children {
             let child = store::join(path, &name);
@@ -513,6 +520,14 @@ impl Nodes {
             let attributes = self.attributes_of(cx, &child, &file.array.array())?;
             members.push(super::view::dataset::Member { name, file, attributes });
         }
+        // The group's own attributes (its global ones) are read only for a group of arrays.
+        if members.is_empty() {
+            return Ok(Err(crate::headers::netcdf::NO_DATASET.into()));
+        }
+        let attributes = match crate::zarr::node::read_node(store, path)? {
+            Some((NodeMetadata::Group(attributes), _)) => attributes,
+            _ => return Ok(Err("not a group".into())),
+        };
         Ok(super::view::dataset::build(&attributes, members).map(|(file, _)| file))
     }
 

@@ -78,32 +78,32 @@ pub fn parse_json(bytes: &[u8], what: &str) -> Result<Value> {
     serde_json::from_slice(bytes).map_err(|e| Error::metadata(format!("{what} is not valid JSON: {e}")))
 }
 
-/// Parse a v3 `zarr.json`.
-pub fn parse_v3(doc: &Value) -> Result<NodeMetadata> {
-    let doc = doc.as_object().ok_or_else(|| Error::metadata("zarr.json is not a JSON object"))?;
+/// Parse a v3 `zarr.json` (taken, not copied: a large document is held once).
+pub fn parse_v3(doc: Value) -> Result<NodeMetadata> {
+    let Value::Object(mut doc) = doc else { return Err(Error::metadata("zarr.json is not a JSON object")) };
     match doc.get("zarr_format") {
         Some(v) if v.as_u64() == Some(3) => {}
         other => {
             return Err(Error::metadata(format!("zarr.json has zarr_format {}, expected 3", other.unwrap_or(&Value::Null))));
         }
     }
-    match field(doc, "node_type")?.as_str() {
+    match field(&doc, "node_type")?.as_str() {
         Some("group") => {
-            check_fields(doc, &V3_GROUP_FIELDS)?;
-            Ok(NodeMetadata::Group(doc.get("attributes").cloned().unwrap_or_else(|| json!({}))))
+            check_fields(&doc, &V3_GROUP_FIELDS)?;
+            Ok(NodeMetadata::Group(doc.remove("attributes").unwrap_or_else(|| json!({}))))
         }
         Some("array") => {
-            check_fields(doc, &V3_ARRAY_FIELDS)?;
+            check_fields(&doc, &V3_ARRAY_FIELDS)?;
             Ok(NodeMetadata::Array(Box::new(parse_v3_array(doc)?)))
         }
         _ => Err(Error::metadata(format!("zarr.json has node_type {}, expected \"array\" or \"group\"", doc["node_type"]))),
     }
 }
 
-fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
-    let shape = parse_shape(field(doc, "shape")?, "shape")?;
+fn parse_v3_array(doc: Map<String, Value>) -> Result<ArrayMetadata> {
+    let shape = parse_shape(field(&doc, "shape")?, "shape")?;
     let ndim = shape.len();
-    let dtype = DataType::parse_v3(field(doc, "data_type")?)?;
+    let dtype = DataType::parse_v3(field(&doc, "data_type")?)?;
     if let Some(st) = doc.get("storage_transformers")
         && st.as_array().is_none_or(|a| !a.is_empty())
     {
@@ -116,12 +116,12 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
             return Err(Error::metadata(format!("dimension_names {other} must list one name (or null) per dimension")));
         }
     };
-    let grid = ChunkGrid::parse_v3(field(doc, "chunk_grid")?, &shape)?;
-    let key_encoding = ChunkKeyEncoding::parse_v3(field(doc, "chunk_key_encoding")?, ndim)?;
-    let fill = dtype.parse_fill(field(doc, "fill_value")?)?;
+    let grid = ChunkGrid::parse_v3(field(&doc, "chunk_grid")?, &shape)?;
+    let key_encoding = ChunkKeyEncoding::parse_v3(field(&doc, "chunk_key_encoding")?, ndim)?;
+    let fill = dtype.parse_fill(field(&doc, "fill_value")?)?;
     let chunk_shape = grid.chunk_shape(&vec![0; ndim]);
     check_sizes(&shape, &dtype, &grid)?;
-    let codecs = CodecChain::parse_v3(field(doc, "codecs")?, &dtype, &chunk_shape)?;
+    let codecs = CodecChain::parse_v3(field(&doc, "codecs")?, &dtype, &chunk_shape)?;
     if let Some(sharding) = codecs.array_to_bytes.as_sharding() {
         // Every shard edge, not only the first, must hold whole inner chunks.
         grid.subdivided(&sharding.inner_shape)?;
@@ -135,7 +135,7 @@ fn parse_v3_array(doc: &Map<String, Value>) -> Result<ArrayMetadata> {
         fill,
         codecs,
         dimension_names,
-        document: Value::Object(doc.clone()),
+        document: Value::Object(doc),
     })
 }
 
@@ -371,7 +371,7 @@ impl ArrayMetadata {
         match self.format {
             // The names were read from `.zattrs`, which the edit leaves alone.
             ZarrFormat::V2 => parse_v2_array(&doc).map(|a| ArrayMetadata { dimension_names: self.dimension_names.clone(), ..a }),
-            ZarrFormat::V3 => match parse_v3(&doc)? {
+            ZarrFormat::V3 => match parse_v3(doc)? {
                 NodeMetadata::Array(a) => Ok(*a),
                 NodeMetadata::Group(_) => Err(Error::metadata("zarr.json became a group")),
             },
@@ -413,7 +413,7 @@ mod tests {
     }
 
     fn array(doc: &Value) -> Result<ArrayMetadata> {
-        match parse_v3(doc)? {
+        match parse_v3(doc.clone())? {
             NodeMetadata::Array(a) => Ok(*a),
             NodeMetadata::Group(_) => panic!("group"),
         }
@@ -457,7 +457,7 @@ mod tests {
         let mismatch = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "bytes"}]}));
         assert!(msg(mismatch).contains("does not fit"));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
-        assert!(matches!(parse_v3(&group), Ok(NodeMetadata::Group(_))));
+        assert!(matches!(parse_v3(group), Ok(NodeMetadata::Group(_))));
     }
 
     #[test]

@@ -45,9 +45,12 @@ pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
 pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, Version)>> {
     for name in NODE_DOCUMENTS {
         let Some(value) = store.get_value(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
+        if value.bytes.len() > LARGE_DOCUMENT {
+            LARGE_DOCUMENT_READ.set(true);
+        }
         let doc = metadata::parse_json(&value.bytes, name)?;
         let meta = match name {
-            "zarr.json" => metadata::parse_v3(&doc)?,
+            "zarr.json" => metadata::parse_v3(doc)?,
             ".zarray" => {
                 let mut array = metadata::parse_v2_array(&doc)?;
                 array.dimension_names = v2_dimension_names(&v2_attributes(store, path)?, array.shape.len());
@@ -63,22 +66,50 @@ pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, 
     Ok(None)
 }
 
+/// A document this large parses to many times its size in memory.
+const LARGE_DOCUMENT: usize = 4 << 20;
+
+thread_local! {
+    /// Whether this thread parsed a large document since `release_parsed_memory`.
+    static LARGE_DOCUMENT_READ: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Once what was parsed of a large document is dropped, give the memory it took back to the
+/// system: the allocator would keep the high-water mark of every thread that parsed one.
+pub fn release_parsed_memory() {
+    if LARGE_DOCUMENT_READ.replace(false) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 /// A v2 node's `.zattrs`: `{}` when absent. One that is not a JSON object (or cannot be
 /// served) holds no attributes the views could use: also `{}`, said in the log.
 pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Value> {
     let key = store::join(path, ".zattrs");
     match store.get(&key, MAX_DOCUMENT_BYTES) {
-        Ok(Some(bytes)) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(v) if v.is_object() => Ok(v),
-            _ => {
-                tracing::warn!(node = %display_path(path), ".zattrs is not a JSON object; its attributes are not used");
-                Ok(Value::Object(Default::default()))
-            }
-        },
+        Ok(Some(bytes)) if bytes.len() > LARGE_DOCUMENT => {
+            LARGE_DOCUMENT_READ.set(true);
+            v2_attributes_of(&bytes, path)
+        }
+        Ok(Some(bytes)) => v2_attributes_of(&bytes, path),
         Ok(None) => Ok(Value::Object(Default::default())),
         Err(Error::Io(e)) => Err(Error::Io(e)),
         Err(e) => {
             tracing::warn!(node = %display_path(path), ".zattrs cannot be read: {e}");
+            Ok(Value::Object(Default::default()))
+        }
+    }
+}
+
+fn v2_attributes_of(bytes: &[u8], path: &str) -> Result<Value> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) if v.is_object() => Ok(v),
+        _ => {
+            tracing::warn!(node = %display_path(path), ".zattrs is not a JSON object; its attributes are not used");
             Ok(Value::Object(Default::default()))
         }
     }
