@@ -13,6 +13,7 @@ pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod headers;
+pub mod heap;
 pub mod logging;
 pub mod pool;
 pub mod progress;

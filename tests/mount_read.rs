@@ -308,3 +308,31 @@ fn a_shard_another_program_rewrites_reads_as_the_old_or_the_new_never_a_mix() {
         assert!(all == new, "not the new write of the shard: {}", if all == old { "the old one" } else { "a mix of both" });
     }
 }
+
+#[test]
+fn a_walk_asks_once_per_directory_and_sees_another_writers_groups_after_the_metadata_ttl() {
+    let (_dir, store) = common::copy_store(&fixtures().join("ome/v04.zarr"));
+    // A TTL longer than any walk here takes, however loaded the machine.
+    let m = Mount::new(&store, &["--read-only", "--metadata-ttl", "60"]);
+    let count = |m: &Mount, what: &str| {
+        let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(".zarrfs/stats")).unwrap()).unwrap();
+        stats["requests"][what].as_u64().unwrap()
+    };
+    let before = count(&m, "lookup");
+    let mut seen = BTreeSet::new();
+    walk(&m.mountpoint, "", &mut seen);
+    let dirs = seen.iter().filter(|p| p.ends_with('/')).count() as u64;
+    // The listings answered the lookups of their entries (readdirplus).
+    assert!(count(&m, "lookup") - before < dirs / 4, "{} lookups for {dirs} directories", count(&m, "lookup") - before);
+    drop(m);
+    // A group another writer makes in the store: listed once the metadata TTL has passed.
+    let m = Mount::new(&store, &["--read-only", "--metadata-ttl", "1"]);
+    let names =
+        |m: &Mount| std::fs::read_dir(&m.mountpoint).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>();
+    assert!(!names(&m).contains(&"late".to_string()));
+    std::fs::create_dir(store.join("late")).unwrap();
+    std::fs::write(store.join("late/.zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    common::backend::push(&store);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(names(&m).contains(&"late".to_string()), "{:?}", names(&m));
+}

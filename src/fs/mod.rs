@@ -80,6 +80,9 @@ pub struct Attr {
     pub volatile: bool,
 }
 
+/// Nodes whose memory is worth giving back once they have left the table.
+const MANY_NODES: usize = 10_000;
+
 pub struct ZarrFs {
     cx: Context,
     nodes: Nodes,
@@ -93,6 +96,10 @@ pub struct ZarrFs {
     /// `stop_changes` returns only once none is under way: everything acknowledged is then in
     /// memory for the last flush, and every later change is refused.
     accepting: RwLock<bool>,
+    /// When each directory's listing was last given to the kernel, by inode.
+    listed: Mutex<std::collections::HashMap<u64, std::time::Instant>>,
+    /// Nodes that left the table since memory was last given back.
+    left: std::sync::atomic::AtomicUsize,
 }
 
 impl ZarrFs {
@@ -105,6 +112,8 @@ impl ZarrFs {
             stats: stats::Stats::default(),
             hierarchy: Mutex::new(()),
             accepting: RwLock::new(true),
+            listed: Mutex::default(),
+            left: Default::default(),
         }
     }
 
@@ -213,6 +222,18 @@ impl ZarrFs {
         Err(Error::NotFound)
     }
 
+    /// The attributes of a listed entry the kernel is to take as looked up (readdirplus): it
+    /// counts as a lookup. Fails when the entry left the table since it was listed.
+    pub fn remember_entry(&self, ino: u64) -> Result<Attr> {
+        let attr = self.getattr(ino)?;
+        if self.cx.tree.remember(ino) { Ok(attr) } else { Err(Error::NotFound) }
+    }
+
+    /// How long the kernel may keep what does not change behind its back.
+    pub fn metadata_ttl(&self) -> std::time::Duration {
+        self.cx.config.metadata_ttl
+    }
+
     /// The kernel forgot `n` lookups of `ino`: a node it holds no more leaves the table.
     pub fn forget(&self, ino: u64, n: u64) {
         let removed = self.cx.tree.forget(ino, n);
@@ -222,18 +243,30 @@ impl ZarrFs {
     /// Nodes that left the inode table: what was kept for them goes too (a directory's node,
     /// unless it holds changes or open files).
     fn nodes_left(&self, removed: Vec<(u64, Arc<tree::Node>)>) {
+        let count = removed.len();
         for (ino, node) in removed {
             self.cx.take_stale(ino);
+            crate::error::lock(&self.listed).remove(&ino);
             if node.kind == NodeKind::Dir {
                 self.nodes.release_dir(&node.path, |array| self.handles.holds(array));
             }
         }
+        // Many nodes gone (a huge listing, the kernel forgetting a walk): their memory goes back.
+        if self.left.fetch_add(count, std::sync::atomic::Ordering::Relaxed) + count >= MANY_NODES {
+            self.left.store(0, std::sync::atomic::Ordering::Relaxed);
+            crate::heap::give_back();
+        }
     }
 
-    /// Open a directory for listing; returns the handle id.
-    pub fn opendir(&self, ino: u64) -> Result<u64> {
+    /// Open a directory for listing; returns the handle id, and whether the kernel may list it
+    /// from the listing it kept of it (one given out within the metadata TTL: as fresh as any
+    /// node's metadata; changes through the mount drop the kernel's copy themselves).
+    pub fn opendir(&self, ino: u64) -> Result<(u64, bool)> {
         match self.node(ino)?.kind {
-            NodeKind::Dir | NodeKind::ControlDir => Ok(self.insert_handle(0, Opened::Listing(Mutex::new(None)))),
+            NodeKind::Dir | NodeKind::ControlDir => {
+                let fresh = crate::error::lock(&self.listed).get(&ino).is_some_and(|at| at.elapsed() < self.cx.config.metadata_ttl);
+                Ok((self.insert_handle(0, Opened::Listing(Mutex::new(None))), fresh))
+            }
             _ => Err(Error::NotADirectory),
         }
     }
@@ -250,8 +283,10 @@ impl ZarrFs {
         match listing.as_ref() {
             Some(entries) if offset > 0 => Ok(entries.clone()),
             _ => {
+                let at = std::time::Instant::now();
                 let entries: Arc<[DirEntry]> = Arc::from(self.nodes.readdir(&self.cx, ino)?);
                 *listing = Some(entries.clone());
+                crate::error::lock(&self.listed).insert(ino, at);
                 Ok(entries)
             }
         }
@@ -265,6 +300,7 @@ impl ZarrFs {
             && let Some(entries) = crate::error::lock(listing).take()
         {
             let removed = self.cx.tree.release_unheld(entries.iter().map(|e| e.ino));
+            drop(entries);
             self.nodes_left(removed);
         }
     }
@@ -307,9 +343,8 @@ impl ZarrFs {
                 let perm = if data.check_writable().is_ok() { data_perm } else { read_only_perm };
                 Attr { volatile, ..file(size, perm) }
             }
-            // A view follows the array's shape. One that carries the data is cached as `data` is:
-            // every change through the array's other files drops it (`invalidate_files`); a
-            // sidecar is small and not cached.
+            // A view follows the array's shape. It is cached as `data` is: every change through
+            // the array's other files, or seen in the store, drops it (`invalidate_files`).
             NodeKind::View(format) => {
                 let file_of = self.nodes.data_file(&self.cx, &node.path)?;
                 let layout = self.view_layout(&node.path, &file_of, format)?;
@@ -319,7 +354,7 @@ impl ZarrFs {
                         let (size, volatile) = file_of.size(&self.cx)?;
                         Attr { own_bytes: own, volatile, ..file(own + size, data_perm) }
                     }
-                    false => Attr { volatile: true, ..file(own, read_only_perm) },
+                    false => file(own, read_only_perm),
                 }
             }
             // Made from its arrays as they are; cached as `data` is, and dropped with theirs.

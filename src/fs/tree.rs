@@ -70,6 +70,7 @@ impl Maps {
             && siblings.get(&node.name) == Some(&ino)
         {
             siblings.remove(&node.name);
+            shrink_if_sparse(siblings);
         }
         if let Some(children) = self.names.remove(&ino) {
             let unheld: Vec<u64> = children.into_values().filter(|c| !self.lookups.contains_key(c)).collect();
@@ -78,6 +79,20 @@ impl Maps {
             }
         }
         removed.push((ino, node));
+    }
+
+    /// After many nodes left: tables far larger than what they hold give their room back.
+    fn shrink(&mut self) {
+        shrink_if_sparse(&mut self.nodes);
+        shrink_if_sparse(&mut self.lookups);
+    }
+}
+
+/// A map that held many more entries than it does now gives back its room (a walk's worth of
+/// nodes the kernel has forgotten).
+fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 4 * map.len() + 1024 {
+        map.shrink_to_fit();
     }
 }
 
@@ -170,6 +185,7 @@ impl Tree {
             maps.lookups.insert(ino, left);
         } else {
             maps.remove(ino, &mut removed);
+            maps.shrink();
         }
         removed
     }
@@ -183,6 +199,7 @@ impl Tree {
                 maps.remove(ino, &mut removed);
             }
         }
+        maps.shrink();
         removed
     }
 

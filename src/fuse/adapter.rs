@@ -10,15 +10,13 @@ use std::time::{Instant, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
 use crate::fs::{Attr, FileKind, ZarrFs};
 
-/// Metadata is static between our own changes: let the kernel keep it a while.
-const TTL: Duration = Duration::from_secs(1);
 /// Requests that take longer are logged (at debug level).
 const SLOW: Duration = Duration::from_millis(200);
 
@@ -26,6 +24,9 @@ pub struct FuseAdapter {
     fs: Arc<ZarrFs>,
     uid: u32,
     gid: u32,
+    /// How long the kernel may keep entries and attributes that change only with our own
+    /// changes (which invalidate them) or another writer's (seen after the metadata TTL).
+    ttl: Duration,
 }
 
 impl FuseAdapter {
@@ -33,7 +34,8 @@ impl FuseAdapter {
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
         let gid = fs.shown_gid();
-        FuseAdapter { fs, uid, gid }
+        let ttl = fs.metadata_ttl();
+        FuseAdapter { fs, uid, gid, ttl }
     }
 
     /// Run one request on the core: count it (and its error) for `.zarrfs/stats`, log it at
@@ -55,6 +57,10 @@ impl FuseAdapter {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn ttl(&self, a: &Attr) -> Duration {
+        if a.volatile { Duration::ZERO } else { self.ttl }
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
@@ -82,10 +88,6 @@ impl FuseAdapter {
     }
 }
 
-fn ttl(a: &Attr) -> Duration {
-    if a.volatile { Duration::ZERO } else { TTL }
-}
-
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -100,6 +102,10 @@ impl Filesystem for FuseAdapter {
         // O_TRUNC arrives with the open (not as a separate truncate without a file handle), so
         // that a text view knows which handle the new text comes through.
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
+        // A listing answers the lookups of its entries too: a walk (`find`, `ls -lR`) asks once
+        // per directory, not once per name. The kernel asks for it where names are looked up
+        // after a listing (auto), so `ls -f` of a huge group gets the lighter plain entries.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -115,14 +121,14 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::ENOENT);
         };
         match self.run("lookup", || self.fs.lookup(parent.0, name)) {
-            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.run("getattr", || self.fs.getattr(ino.0)) {
-            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -133,7 +139,7 @@ impl Filesystem for FuseAdapter {
         match self.run("open", || self.fs.open(ino.0, write, truncate, req.pid())) {
             Ok(fh) => {
                 let keep = if self.fs.keep_cache(ino.0) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
-                reply.opened(FileHandle(fh), keep)
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -204,7 +210,7 @@ impl Filesystem for FuseAdapter {
             None => Err(self.fs.refuse_change("modes, owners and times are the mount's own")),
         });
         match result {
-            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -253,7 +259,7 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         };
         match self.run("mkdir", || self.fs.mkdir(parent.0, name)) {
-            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -298,7 +304,7 @@ impl Filesystem for FuseAdapter {
         };
         let truncate = flags & libc::O_TRUNC != 0;
         match self.run("create", || self.fs.create(parent.0, name, mode & !umask, truncate, req.pid())) {
-            Ok((a, fh)) => reply.created(&ttl(&a), &self.attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Ok((a, fh)) => reply.created(&self.ttl(&a), &self.attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -312,8 +318,13 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel keeps the listing in its page cache (a walk reads it from there again),
+        // while it is fresh.
         match self.run("opendir", || self.fs.opendir(ino.0)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, fresh)) => {
+                let keep = if fresh { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -338,6 +349,32 @@ impl Filesystem for FuseAdapter {
         }));
         for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
             if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// A listing with each entry's attributes: the kernel counts a lookup of every entry it
+    /// takes (not `.` and `..`), so each is remembered before it is added, and forgotten again
+    /// when the reply is full without it.
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let listed = self.run("readdirplus", || Ok((self.fs.readdir(ino.0, fh.0, offset)?, self.fs.getattr(ino.0)?)));
+        let (entries, dir) = match listed {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
+            if reply.add(ino, (i + 1) as u64, name, &Duration::ZERO, &self.attr(&dir), Generation(0)) {
+                return reply.ok();
+            }
+        }
+        for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+            // An entry whose node left the table since the listing was taken (the kernel forgot
+            // it) is looked up again by name; one gone from the store is left out.
+            let Ok(a) = self.fs.remember_entry(e.ino).or_else(|_| self.fs.lookup(ino.0, &e.name)) else { continue };
+            if reply.add(INodeNo(a.ino), (i + 3) as u64, e.name.as_str(), &self.ttl(&a), &self.attr(&a), Generation(0)) {
+                self.fs.forget(a.ino, 1);
                 break;
             }
         }

@@ -74,15 +74,10 @@ thread_local! {
     static LARGE_DOCUMENT_READ: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Once what was parsed of a large document is dropped, give the memory it took back to the
-/// system: the allocator would keep the high-water mark of every thread that parsed one.
+/// Once what was parsed of a large document is dropped, give the memory it took back.
 pub fn release_parsed_memory() {
     if LARGE_DOCUMENT_READ.replace(false) {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only returns free memory to the system.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::heap::give_back();
     }
 }
 
