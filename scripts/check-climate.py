@@ -25,26 +25,13 @@ import zarr
 
 warnings.filterwarnings("ignore")
 
+import checks
+
 binary = os.path.abspath(sys.argv[1])
 fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "climate")
-passed, failed = 0, []
-
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-
-
-def mount(store, mnt, *extra):
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run([binary, "mount", store, mnt, *extra], check=True, stderr=subprocess.DEVNULL)
-
-
-def unmount(mnt):
-    subprocess.run([binary, "unmount", "--lazy", mnt], check=True)
+check = checks.Checks("climate")
+mount = lambda store, mnt, *extra: checks.mount(binary, store, mnt, *extra)
+unmount = lambda mnt: checks.unmount(binary, mnt)
 
 
 def flat_attrs(attrs):
@@ -161,13 +148,7 @@ try:
     out = subprocess.run([binary, "info", store], capture_output=True, text=True).stdout
     check("no dataset.nc: dimension time is" in out, f"info says why there is no dataset.nc: {out[:300]}")
 finally:
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point.startswith(work + "/"):
-            subprocess.run(["umount", "-l", point], check=False)
+    checks.detach_beneath(work)
     shutil.rmtree(work, ignore_errors=True)
 
-print(f"climate: {passed} passed, {len(failed)} failed")
-for f in failed:
-    print("  FAILED", f)
-sys.exit(1 if failed else 0)
+sys.exit(check.finish())

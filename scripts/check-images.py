@@ -26,6 +26,8 @@ import tifffile
 import zarr
 from ome_zarr_models import open_ome_zarr
 
+import checks
+
 warnings.filterwarnings("ignore")
 
 binary = os.path.abspath(sys.argv[1])
@@ -33,15 +35,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 jar = sys.argv[2] if len(sys.argv) > 2 else subprocess.run([os.path.join(here, "bioformats")], check=True,
                                                            capture_output=True, text=True).stdout.strip()
 fixtures = os.path.join(here, "..", "tests", "fixtures", "ome")
-passed, failed = 0, []
-
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
+check = checks.Checks("images")
 
 
 def java(*args):
@@ -86,11 +80,6 @@ def multiscale(group):
     return (attrs.get("ome", attrs))["multiscales"][0]
 
 
-def mount(store, mnt, *extra):
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run([binary, "mount", store, mnt, *extra], check=True)
-
-
 work = tempfile.mkdtemp(prefix="zarrfs-images-")
 try:
     # The fixtures are OME-Zarr as ome-zarr-models reads the specification.
@@ -104,7 +93,7 @@ try:
                 check(False, f"{store}/{g}: ome-zarr-models: {e}")
     for store in ("v04.zarr", "v05.zarr"):
         mnt = os.path.join(work, "mnt-" + store)
-        mount(os.path.join(fixtures, store), mnt, "--read-only")
+        checks.mount(binary, os.path.join(fixtures, store), mnt, "--read-only")
         try:
             for path, group in images(zarr.open_group(os.path.join(fixtures, store), mode="r")):
                 what = f"{store}/{path}"
@@ -192,15 +181,9 @@ try:
                         fmt, _, _ = bf_info(mhd)
                         check(fmt is None, f"{what}/{i}: Bio-Formats took data.mhd for {fmt}")
         finally:
-            subprocess.run([binary, "unmount", "--lazy", mnt], check=True)
+            checks.unmount(binary, mnt)
 finally:
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point.startswith(work + "/"):
-            subprocess.run(["umount", "-l", point], check=False)
+    checks.detach_beneath(work)
     shutil.rmtree(work, ignore_errors=True)
 
-print(f"images: {passed} passed, {len(failed)} failed")
-for f in failed:
-    print("  FAILED", f)
-sys.exit(1 if failed else 0)
+sys.exit(check.finish())

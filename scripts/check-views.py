@@ -21,6 +21,8 @@ import warnings
 import numpy as np
 import zarr
 
+import checks
+
 # zarr-python notes stray files in the fixtures, GDAL that a raw file has no geotransform.
 warnings.filterwarnings("ignore")
 
@@ -32,25 +34,9 @@ for name in ("nrrd", "SimpleITK", "rasterio", "tifffile", "PIL.Image", "nibabel"
         readers[name] = __import__(name, fromlist=["_"])
     except ImportError:
         print(f"views: {name} is not installed; its view is not checked")
-passed, failed = 0, []
-
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-
-
-def mount(store, mnt, *extra):
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run([binary, "mount", store, mnt, *extra], check=True)
-
-
-def unmount(mnt):
-    # Lazily: the memmaps numpy hands back (np.load(mmap_mode=...)) stay open until collected.
-    subprocess.run([binary, "unmount", "--lazy", mnt], check=True)
+check = checks.Checks("views")
+mount = lambda store, mnt, *extra: checks.mount(binary, store, mnt, *extra)
+unmount = lambda mnt: checks.unmount(binary, mnt)
 
 
 def arrays(group, prefix=""):
@@ -203,15 +189,7 @@ try:
     finally:
         unmount(mnt)
 finally:
-    # A mount left behind (a failed unmount) is detached before anything is removed: a removal
-    # through a live mount would remove the store.
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4]
-        if point.startswith(work + "/"):
-            subprocess.run(["umount", "-l", point], check=False)
+    checks.detach_beneath(work)
     shutil.rmtree(work, ignore_errors=True)
 
-print(f"views: {passed} passed, {len(failed)} failed")
-for f in failed:
-    print("  FAILED", f)
-sys.exit(1 if failed else 0)
+sys.exit(check.finish())

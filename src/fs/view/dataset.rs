@@ -4,28 +4,9 @@
 use serde_json::Value;
 
 use super::DataFile;
-use super::group::{GroupFile, GroupLayout, Span};
-use crate::headers::netcdf::{self, NetCdf, Source};
+use super::group::{GroupFile, Span};
+use crate::headers::netcdf::{self, Source};
 use crate::zarr::metadata::ZarrFormat;
-
-struct DatasetLayout {
-    file: NetCdf,
-    spans: Vec<Span>,
-}
-
-impl GroupLayout for DatasetLayout {
-    fn file_len(&self) -> u64 {
-        self.file.file_len()
-    }
-
-    fn spans(&self) -> &[Span] {
-        &self.spans
-    }
-
-    fn own_bytes(&self, from: u64, to: u64) -> Vec<u8> {
-        self.file.own_bytes(from, to)
-    }
-}
 
 /// An array of the group: its name, its file and its attributes.
 pub struct Member {
@@ -59,5 +40,5 @@ pub fn build(attributes: &Value, members: Vec<Member>) -> std::result::Result<(G
         .collect();
     let mut members: Vec<Option<Member>> = members.into_iter().map(Some).collect();
     let files = plan.sources.iter().filter_map(|&s| members[s].take().map(|m| m.file)).collect();
-    Ok((GroupFile::new(files, Box::new(DatasetLayout { file: plan.file, spans })), plan.left_out))
+    Ok((GroupFile::new(files, Box::new(plan.file), spans), plan.left_out))
 }

@@ -23,12 +23,31 @@ pub struct Span {
     pub swap: usize,
 }
 
-/// What a group's file is made of.
+/// A group's file format: its length and its own bytes (headers, directories).
 pub trait GroupLayout: Send + Sync {
     fn file_len(&self) -> u64;
-    fn spans(&self) -> &[Span];
-    /// The file's own bytes in `from..to` (zeros where spans lie).
+    /// The file's own bytes in `from..to` (zeros where the arrays' spans lie).
     fn own_bytes(&self, from: u64, to: u64) -> Vec<u8>;
+}
+
+impl GroupLayout for crate::headers::ometiff::OmeTiff {
+    fn file_len(&self) -> u64 {
+        self.file_len()
+    }
+
+    fn own_bytes(&self, from: u64, to: u64) -> Vec<u8> {
+        self.own_bytes(from, to)
+    }
+}
+
+impl GroupLayout for crate::headers::netcdf::NetCdf {
+    fn file_len(&self) -> u64 {
+        self.file_len()
+    }
+
+    fn own_bytes(&self, from: u64, to: u64) -> Vec<u8> {
+        self.own_bytes(from, to)
+    }
 }
 
 /// A group's file as its arrays are now.
@@ -37,12 +56,14 @@ pub struct GroupFile {
     /// Each array's metadata when the layout was made: a change of any makes it stale.
     made_from: Vec<Arc<Array>>,
     layout: Box<dyn GroupLayout>,
+    /// Where the arrays' bytes lie, in file order.
+    spans: Vec<Span>,
 }
 
 impl GroupFile {
-    pub fn new(arrays: Vec<DataFile>, layout: Box<dyn GroupLayout>) -> GroupFile {
+    pub fn new(arrays: Vec<DataFile>, layout: Box<dyn GroupLayout>, spans: Vec<Span>) -> GroupFile {
         let made_from = arrays.iter().map(|f| f.array.array()).collect();
-        GroupFile { arrays, made_from, layout }
+        GroupFile { arrays, made_from, layout, spans }
     }
 
     /// Whether its arrays' metadata is what the layout was made from.
@@ -60,14 +81,14 @@ impl GroupFile {
 
     /// Bytes of the file that are its own (headers and directories), for `du`.
     pub fn own_len(&self) -> u64 {
-        self.file_len() - self.layout.spans().iter().map(|s| s.len).sum::<u64>()
+        self.file_len() - self.spans.iter().map(|s| s.len).sum::<u64>()
     }
 
     /// Bytes `offset .. offset + size` (short at the end); `reads` is the handle's read pattern
     /// of each array.
     pub fn read(&self, cx: &Context, reads: Option<&[ReadPattern]>, offset: u64, size: u32) -> Result<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size)).min(self.file_len());
-        let spans = self.layout.spans();
+        let spans = &self.spans;
         // Most reads lie within one array's span: its bytes are the reply, not copied again.
         let i = spans.partition_point(|s| s.start + s.len <= offset);
         if let Some(span) = spans.get(i).filter(|s| s.start <= offset && end <= s.start + s.len) {

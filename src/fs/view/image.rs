@@ -2,29 +2,10 @@
 //! levels' `data`, made from the levels' current metadata.
 
 use super::DataFile;
-use super::group::{GroupFile, GroupLayout, Span};
+use super::group::{GroupFile, Span};
 use crate::headers::ometiff::{OmeTiff, Pyramid};
 use crate::zarr::ome::Image;
 use crate::{Error, Result};
-
-struct ImageLayout {
-    tiff: OmeTiff,
-    spans: Vec<Span>,
-}
-
-impl GroupLayout for ImageLayout {
-    fn file_len(&self) -> u64 {
-        self.tiff.file_len()
-    }
-
-    fn spans(&self) -> &[Span] {
-        &self.spans
-    }
-
-    fn own_bytes(&self, from: u64, to: u64) -> Vec<u8> {
-        self.tiff.own_bytes(from, to)
-    }
-}
 
 /// The OME-TIFF of `image` (named `name`), its level arrays opened by `level` (by path within
 /// the group). `Ok(Err(why))` when the image cannot be one; errors of the store are errors.
@@ -60,6 +41,6 @@ pub fn build(name: &str, image: &Image, level: impl Fn(&str) -> Result<DataFile>
     Ok(OmeTiff::new(&pyramid).map(|tiff| {
         let spans = tiff.spans().into_iter().map(|(array, start, len)| Span { array, start, len, swap: 1 }).collect();
         let levels = selection.levels.iter().filter_map(|&i| files[i].clone()).collect();
-        GroupFile::new(levels, Box::new(ImageLayout { tiff, spans }))
+        GroupFile::new(levels, Box::new(tiff), spans)
     }))
 }
