@@ -93,15 +93,7 @@ fn dataset_nc_follows_its_arrays_and_a_clash_of_dimension_lengths_shows_none() {
     let before = std::fs::read(&nc_path).unwrap();
     let air_begin = netcdf::read(&before).vars.iter().find(|v| v.name == "air").unwrap().begin as usize;
     std::fs::OpenOptions::new().write(true).open(m.path("air/data")).unwrap().write_all_at(&1.5f32.to_le_bytes(), 0).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = std::fs::read(&nc_path).unwrap();
-        if now[air_begin..air_begin + 4] == 1.5f32.to_be_bytes() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "dataset.nc shows a write through data");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::eventually(&nc_path, |now| now[air_begin..air_begin + 4] == 1.5f32.to_be_bytes(), "dataset.nc shows a write through data");
     // Two more time steps of t2m alone: `time` would have two lengths.
     let f = std::fs::OpenOptions::new().write(true).open(m.path("t2m/data")).unwrap();
     f.set_len(6 * 9 * 14 * 2).unwrap();

@@ -6,7 +6,6 @@ mod common;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::{Mount, bin, fixtures, tiff};
 
@@ -127,20 +126,6 @@ fn images_ome_tiff_cannot_hold_show_none_and_info_says_why() {
     assert!(v05.contains("no data.nii: NIfTI wants time on its 4th axis"), "{v05}");
 }
 
-/// Read `path` until `check` holds (the kernel is told of a change off the request path), or
-/// fail after a few seconds with what it last held.
-fn eventually(path: &Path, check: impl Fn(&[u8]) -> bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let bytes = std::fs::read(path).unwrap();
-        if check(&bytes) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn the_ome_tiff_follows_writes_and_growth_of_its_levels_and_is_read_only() {
     let (_dir, store) = common::copy_store(&ome("v05.zarr"));
@@ -149,12 +134,12 @@ fn the_ome_tiff_follows_writes_and_growth_of_its_levels_and_is_read_only() {
     let before = std::fs::read(&image).unwrap();
     // Level 0's data starts at 4096.
     std::fs::OpenOptions::new().write(true).open(m.path("slide/0/data")).unwrap().write_all_at(b"zarrfs", 0).unwrap();
-    eventually(&image, |b| &b[4096..4102] == b"zarrfs", "the OME-TIFF shows a write through a level's data");
+    common::eventually(&image, |b| &b[4096..4102] == b"zarrfs", "the OME-TIFF shows a write through a level's data");
     // 32 more rows of level 0: its planes are taller.
     let f = std::fs::OpenOptions::new().write(true).open(m.path("slide/0/data")).unwrap();
     f.set_len((128 + 32) * 96).unwrap();
     drop(f);
-    eventually(&image, |b| tiff::pages(b)[0].get(257) == 160, "the OME-TIFF follows a growth");
+    common::eventually(&image, |b| tiff::pages(b)[0].get(257) == 160, "the OME-TIFF follows a growth");
     assert!(std::fs::metadata(&image).unwrap().len() > before.len() as u64);
     let err = std::fs::OpenOptions::new().write(true).open(&image).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM));

@@ -285,6 +285,19 @@ impl Drop for Mount {
     }
 }
 
+/// Read `path` until `check` holds (the kernel is told of a change off the request path), or
+/// fail after a few seconds saying `what`.
+pub fn eventually(path: &Path, check: impl Fn(&[u8]) -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if check(&std::fs::read(path).unwrap_or_default()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Open `path` with `opts`, write `bytes`, and close explicitly: the close's error is returned
 /// (it is where zarrfs commits prepends and text).
 pub fn write_and_close(path: &Path, opts: &std::fs::OpenOptions, bytes: &[u8]) -> std::io::Result<()> {
