@@ -113,6 +113,21 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Write a store into one zip archive that zarrfs mounts (read-only): OUT ending in .ozx is
+    /// zipped OME-Zarr as OME RFC-9 recommends (node documents first, breadth-first; entries not
+    /// compressed; ZIP64), anything else a zip that zarr-python's ZipStore opens too.
+    #[command(
+        after_help = "Examples:\n  zarrfs pack image.zarr image.ozx\n  zarrfs pack weather.zarr weather.zip --deflate\n  zarrfs mount weather.zip /mnt/w"
+    )]
+    Pack {
+        store: OsString,
+        out: PathBuf,
+        /// Compress the entries with deflate (not for .ozx).
+        #[arg(long)]
+        deflate: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  zarrfs completions bash > /etc/bash_completion.d/zarrfs\n  zarrfs completions zsh > \"${fpath[1]}/_zarrfs\""
@@ -536,6 +551,7 @@ pub fn main() -> ExitCode {
             offline(&store, &remote, |s| crate::commands::prepend(s, &array, &file, axis))
         }
         Command::Normalize { store, array, remote } => offline(&store, &remote, |s| crate::commands::normalize(s, &array)),
+        Command::Pack { store, out, deflate, remote } => offline(&store, &remote, |s| crate::commands::pack(s, &out, deflate)),
         Command::Info { store, path, attributes, json, remote } => {
             offline(&store, &remote, |s| crate::commands::info(s, path, attributes, json))
         }

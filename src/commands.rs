@@ -119,6 +119,24 @@ pub fn normalize(store: &OpenedStore, array: &str) -> ExitCode {
     })
 }
 
+/// `zarrfs pack`: the store written into the archive `out`.
+pub fn pack(opened: &OpenedStore, out: &Path, deflate: bool) -> ExitCode {
+    match store::pack(opened.store.as_ref(), out, deflate) {
+        Ok(packed) => {
+            let variant = match packed.ome {
+                Some(v) => format!("; zipped OME-Zarr {v} (RFC-9)"),
+                None => String::new(),
+            };
+            say!("{}: {} entries, {}{variant}", out.display(), packed.entries, human_bytes(packed.bytes));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("zarrfs: pack {} into {}: {e}", opened.location, out.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `zarrfs info`: the hierarchy under `path`, as text or JSON. A path that names no node fails.
 pub fn info(opened: &OpenedStore, path: Option<String>, attributes: bool, as_json: bool) -> ExitCode {
     let path = path.unwrap_or_default().trim_matches('/').to_string();

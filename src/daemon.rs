@@ -53,6 +53,8 @@ pub struct MountPlan {
 fn preflight(plan: &MountPlan) -> Result<(), String> {
     if let Location::Local(path) = &plan.store {
         crate::store::check_dir("store", path)?;
+    }
+    if !plan.store.is_remote() {
         check_is_store(&plan.store, plan.store.open(&plan.remote)?.as_ref())?;
     }
     crate::store::check_dir("mount point", &plan.mountpoint)?;

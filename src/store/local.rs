@@ -141,7 +141,7 @@ impl Store for LocalStore {
         let mut out = Vec::new();
         out.try_reserve_exact(len as usize).map_err(|_| crate::zarr::limits::out_of_memory())?;
         // The file may grow while it is read: never past the bound.
-        file.take(max + 1).read_to_end(&mut out)?;
+        file.take(max.saturating_add(1)).read_to_end(&mut out)?;
         if out.len() as u64 > max {
             return Err(Error::refused(key, format!("grew past the {max} bytes it can hold while it was read")));
         }

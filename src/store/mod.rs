@@ -5,13 +5,18 @@ mod local;
 mod memory;
 #[cfg(feature = "object-store")]
 mod object;
+mod pack;
+mod pipeline;
 mod remote;
+mod zip;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 pub use object::{ObjectStore, RequestCounts};
+pub use pack::{PackOptions, Packed, ZipWriter, pack};
 pub use remote::{RemoteLocation, RemoteOptions};
+pub use zip::ZipStore;
 
 /// Decode workers for a mount on object storage: requests wait on the network, so more of them
 /// in flight than there are cores. A worker holds its request's slot while it decodes too, so
@@ -182,11 +187,18 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// Where a store is: a local directory or an object store.
+/// Where a store is: a local directory, an object store, or a zip archive in either.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
     Remote(RemoteLocation),
+    /// The archive `archive` (a key of the store at `container`), read-only; `root` is the
+    /// path inside it that is mounted (`""`: all of it).
+    Zip {
+        container: Box<Location>,
+        archive: String,
+        root: String,
+    },
 }
 
 /// `path` is a directory, or the message says what it is instead.
@@ -200,11 +212,69 @@ pub fn check_dir(what: &str, path: &Path) -> std::result::Result<(), String> {
 }
 
 impl Location {
-    /// `s3://`, `s3a://`, `http://` and `https://` name object stores; anything else is a path.
+    /// `s3://`, `s3a://`, `gs://`, `az://`, `http://` and `https://` name object stores; a name
+    /// ending in `.zip` or `.ozx` (a local file, or an object) is a zip archive; anything else is
+    /// a path. A URL pipeline (`SOURCE|zip:PATH`, `SOURCE|zarr3:PATH`) says the same explicitly;
+    /// an existing local path is never read as one.
     pub fn parse(s: &std::ffi::OsStr) -> std::result::Result<Location, String> {
-        match s.to_str().and_then(RemoteLocation::parse) {
+        let Some(text) = s.to_str() else { return Ok(Location::Local(PathBuf::from(s))) };
+        if text.contains('|') && !Path::new(s).exists() {
+            return pipeline::parse(text);
+        }
+        let base = Location::base(text)?;
+        Ok(if base.names_archive() { base.into_zip("")? } else { base })
+    }
+
+    /// The store a pipeline's first part (or a whole source) names.
+    fn base(text: &str) -> std::result::Result<Location, String> {
+        match RemoteLocation::parse(text) {
             Some(remote) => remote.map(Location::Remote),
-            None => Ok(Location::Local(PathBuf::from(s))),
+            None => Ok(Location::Local(PathBuf::from(text))),
+        }
+    }
+
+    /// Whether this is a file or an object whose name says it is a zip archive.
+    fn names_archive(&self) -> bool {
+        let name = self.to_string().to_ascii_lowercase();
+        let suffix = name.ends_with(".zip") || name.ends_with(".ozx");
+        match self {
+            Location::Local(path) => suffix && path.is_file(),
+            Location::Remote(_) => suffix,
+            Location::Zip { .. } => false,
+        }
+    }
+
+    /// The archive this location names, as a store rooted at `root` inside it.
+    fn into_zip(self, root: &str) -> std::result::Result<Location, String> {
+        let root = root.trim_matches('/').to_string();
+        let (container, archive) = match self {
+            Location::Local(path) => {
+                // The real file (a link to an archive is the archive): its directory holds it.
+                let path = path.canonicalize().map_err(|e| format!("archive {}: {e}", path.display()))?;
+                let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+                    return Err(format!("archive {}: not a file", path.display()));
+                };
+                (Location::Local(dir.to_path_buf()), name.to_string())
+            }
+            Location::Remote(remote) => {
+                let (container, archive) = remote.split_last().ok_or_else(|| format!("{remote}: names no archive"))?;
+                (Location::Remote(container), archive)
+            }
+            Location::Zip { .. } => return Err(format!("{self}: an archive inside an archive is not read")),
+        };
+        Ok(Location::Zip { container: Box::new(container), archive, root })
+    }
+
+    /// The store at `path` inside this one.
+    fn beneath(self, path: &str) -> Location {
+        let path = path.trim_matches('/');
+        if path.is_empty() {
+            return self;
+        }
+        match self {
+            Location::Local(dir) => Location::Local(dir.join(path)),
+            Location::Remote(remote) => Location::Remote(remote.beneath(path)),
+            Location::Zip { container, archive, root } => Location::Zip { container, archive, root: join(&root, path) },
         }
     }
 
@@ -215,6 +285,11 @@ impl Location {
             Location::Local(path) => {
                 check_dir("store", path)?;
                 Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?))
+            }
+            Location::Zip { container, archive, root } => {
+                let container = container.open(options)?;
+                let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
+                Ok(Arc::new(zip))
             }
             #[cfg(feature = "object-store")]
             Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| e.to_string())?)),
@@ -227,12 +302,20 @@ impl Location {
     }
 
     pub fn is_remote(&self) -> bool {
-        matches!(self, Location::Remote(_))
+        match self {
+            Location::Local(_) => false,
+            Location::Remote(_) => true,
+            Location::Zip { container, .. } => container.is_remote(),
+        }
     }
 
-    /// Object stores over plain HTTP cannot be written.
+    /// Object stores over plain HTTP and archives cannot be written.
     pub fn read_only(&self) -> bool {
-        matches!(self, Location::Remote(r) if r.read_only())
+        match self {
+            Location::Local(_) => false,
+            Location::Remote(r) => r.read_only(),
+            Location::Zip { .. } => true,
+        }
     }
 }
 
@@ -247,6 +330,13 @@ impl std::fmt::Display for Location {
         match self {
             Location::Local(p) => write!(f, "{}", p.display()),
             Location::Remote(r) => write!(f, "{r}"),
+            Location::Zip { container, archive, root } => {
+                match container.as_ref() {
+                    Location::Local(dir) => write!(f, "{}", dir.join(archive).display())?,
+                    other => write!(f, "{other}/{archive}")?,
+                }
+                if root.is_empty() { Ok(()) } else { write!(f, "|zip:{root}") }
+            }
         }
     }
 }

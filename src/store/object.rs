@@ -75,8 +75,9 @@ pub struct ObjectStore {
     runtime: tokio::runtime::Runtime,
     location: RemoteLocation,
     listing: Listing,
-    /// The ETag each guarded document was last read or written at (`None`: seen absent).
-    etags: Mutex<HashMap<String, Option<String>>>,
+    /// The ETag and version (a GCS generation) each guarded document was last read or written
+    /// at (`None`: seen absent): a conditional PUT names them.
+    etags: Mutex<HashMap<String, Option<UpdateVersion>>>,
     pub requests: Arc<RequestCounts>,
 }
 
@@ -135,15 +136,39 @@ impl ObjectStore {
                 let s3 = Arc::new(b.build().map_err(invalid)?);
                 let raw_client = client.with_allow_http(base.starts_with("http://"));
                 let raw = listing::RawListing::new(s3.clone(), &raw_client, base, region, prefix.clone(), sign).map_err(invalid)?;
-                let remote: Arc<dyn Remote> = if prefix.is_empty() {
-                    s3
-                } else {
-                    Arc::new(object_store::prefix::PrefixStore::new(
-                        s3,
-                        ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?,
-                    ))
-                };
-                (remote, Listing::Bucket, Some(raw))
+                (prefixed(s3, prefix)?, Listing::Bucket, Some(raw))
+            }
+            RemoteLocation::Gcs { bucket, prefix } => {
+                // The conventional environment (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT, ...).
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_client_options(client.clone())
+                    .with_retry(retry)
+                    .with_bucket_name(bucket);
+                if let Some(e) = &options.endpoint {
+                    b = b.with_base_url(e);
+                }
+                if options.no_sign_request {
+                    b = b.with_skip_signature(true);
+                }
+                (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
+            }
+            RemoteLocation::Azure { container, account, prefix } => {
+                // The conventional environment (AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY,
+                // AZURE_STORAGE_USE_EMULATOR for Azurite, ...).
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_client_options(client.clone())
+                    .with_retry(retry)
+                    .with_container_name(container);
+                if let Some(a) = account {
+                    b = b.with_account(a);
+                }
+                if let Some(e) = &options.endpoint {
+                    b = b.with_endpoint(e.clone()).with_allow_http(e.starts_with("http://"));
+                }
+                if options.no_sign_request {
+                    b = b.with_skip_signature(true);
+                }
+                (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
             }
             RemoteLocation::Http { url } => {
                 let allow_http = url.starts_with("http://");
@@ -200,7 +225,7 @@ impl ObjectStore {
         }
     }
 
-    fn remember_etag(&self, key: &str, etag: Option<Option<String>>) {
+    fn remember_etag(&self, key: &str, etag: Option<Option<UpdateVersion>>) {
         if guarded(key) {
             let mut etags = lock(&self.etags);
             match etag {
@@ -245,6 +270,15 @@ impl ObjectStore {
             out
         })
     }
+}
+
+/// The keys of `remote` under `prefix`, as keys relative to it.
+fn prefixed<R: Remote>(remote: Arc<R>, prefix: &str) -> Result<Arc<dyn Remote>> {
+    if prefix.is_empty() {
+        return Ok(remote);
+    }
+    let prefix = ObjectPath::parse(prefix).map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(Arc::new(object_store::prefix::PrefixStore::new(remote, prefix)))
 }
 
 /// What went wrong, in one line a user can act on.
@@ -359,7 +393,7 @@ impl Store for ObjectStore {
                 if bytes.len() as u64 > max {
                     return Err(Error::refused(key, format!("more than the {max} bytes it can hold")));
                 }
-                self.remember_etag(key, Some(meta.e_tag.clone()));
+                self.remember_etag(key, Some(Some(UpdateVersion { e_tag: meta.e_tag.clone(), version: meta.version.clone() })));
                 Ok(Some(Value { bytes: bytes.into(), version: version_of(&meta) }))
             }
             Ok(Err(size)) => Err(Error::refused(key, format!("{size} bytes, more than the {max} it can hold (not read)"))),
@@ -425,7 +459,7 @@ impl Store for ObjectStore {
         }
         let path = Self::path(key)?;
         let mode = match lock(&self.etags).get(key).filter(|_| guarded(key)) {
-            Some(Some(etag)) => PutMode::Update(UpdateVersion { e_tag: Some(etag.clone()), version: None }),
+            Some(Some(seen)) => PutMode::Update(seen.clone()),
             Some(None) => PutMode::Create,
             None => PutMode::Overwrite,
         };
@@ -433,7 +467,7 @@ impl Store for ObjectStore {
         let payload = PutPayload::from(value.to_vec());
         match self.run(self.remote.put_opts(&path, payload, PutOptions { mode, ..PutOptions::default() })) {
             Ok(put) => {
-                self.remember_etag(key, Some(put.e_tag.clone()));
+                self.remember_etag(key, Some(Some(UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() })));
                 let meta = object_store::ObjectMeta {
                     location: path,
                     last_modified: Default::default(),
@@ -640,7 +674,9 @@ impl Store for ObjectStore {
     fn reach(&self) -> std::result::Result<(), String> {
         let probe = async {
             match self.location {
-                RemoteLocation::S3 { .. } => self.remote.list_with_delimiter(None).await.map(|_| ()),
+                RemoteLocation::S3 { .. } | RemoteLocation::Gcs { .. } | RemoteLocation::Azure { .. } => {
+                    self.remote.list_with_delimiter(None).await.map(|_| ())
+                }
                 // Plain HTTP: the root's metadata, absent or not, proves the server answers.
                 RemoteLocation::Http { .. } => match self.remote.head(&ObjectPath::from("zarr.json")).await {
                     Err(object_store::Error::NotFound { .. }) => Ok(()),

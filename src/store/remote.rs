@@ -7,6 +7,12 @@
 pub enum RemoteLocation {
     /// `s3://bucket/prefix` (or `s3a://`).
     S3 { bucket: String, prefix: String },
+    /// `gs://bucket/prefix` (or `gcs://`): Google Cloud Storage.
+    Gcs { bucket: String, prefix: String },
+    /// `az://container/prefix` (or `azure://`), or
+    /// `abfs[s]://container@account.dfs.core.windows.net/prefix`: Azure Blob Storage. Without an
+    /// account in the URL, the account is `AZURE_STORAGE_ACCOUNT_NAME`'s.
+    Azure { container: String, account: Option<String>, prefix: String },
     /// `http(s)://host/path`: read-only, no listing.
     Http { url: String },
 }
@@ -14,14 +20,34 @@ pub enum RemoteLocation {
 impl RemoteLocation {
     /// The remote location `s` names, or `None` when it is a local path.
     pub fn parse(s: &str) -> Option<std::result::Result<RemoteLocation, String>> {
-        if let Some(rest) = s.strip_prefix("s3://").or_else(|| s.strip_prefix("s3a://")) {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            let prefix = prefix.trim_matches('/').to_string();
-            // S3 bucket names are 3 to 63 characters.
-            if bucket.len() < 3 || bucket.len() > 63 {
-                return Some(Err(format!("{s}: a bucket name has 3 to 63 characters")));
+        let scheme = |names: &[&str]| names.iter().find_map(|n| s.strip_prefix(n)).map(|rest| rest.split_once('/').unwrap_or((rest, "")));
+        let prefix = |p: &str| p.trim_matches('/').to_string();
+        // Bucket names (S3, GCS) and container names (Azure) are 3 to 63 characters.
+        let named = |bucket: &str| {
+            if (3..=63).contains(&bucket.len()) {
+                Ok(bucket.to_string())
+            } else {
+                Err(format!("{s}: a bucket name has 3 to 63 characters"))
             }
-            return Some(Ok(RemoteLocation::S3 { bucket: bucket.to_string(), prefix }));
+        };
+        if let Some((bucket, p)) = scheme(&["s3://", "s3a://"]) {
+            return Some(named(bucket).map(|bucket| RemoteLocation::S3 { bucket, prefix: prefix(p) }));
+        }
+        if let Some((bucket, p)) = scheme(&["gs://", "gcs://"]) {
+            return Some(named(bucket).map(|bucket| RemoteLocation::Gcs { bucket, prefix: prefix(p) }));
+        }
+        if let Some((container, p)) = scheme(&["az://", "azure://"]) {
+            return Some(named(container).map(|container| RemoteLocation::Azure { container, account: None, prefix: prefix(p) }));
+        }
+        if let Some((authority, p)) = scheme(&["abfs://", "abfss://"]) {
+            let parsed = match authority.split_once('@') {
+                Some((container, host)) => named(container).and_then(|container| {
+                    let account = host.split('.').next().filter(|a| !a.is_empty()).ok_or_else(|| format!("{s}: no account after @"))?;
+                    Ok(RemoteLocation::Azure { container, account: Some(account.to_string()), prefix: prefix(p) })
+                }),
+                None => named(authority).map(|container| RemoteLocation::Azure { container, account: None, prefix: prefix(p) }),
+            };
+            return Some(parsed);
         }
         if s.starts_with("http://") || s.starts_with("https://") {
             return Some(Ok(RemoteLocation::Http { url: s.trim_end_matches('/').to_string() }));
@@ -32,21 +58,63 @@ impl RemoteLocation {
     pub fn read_only(&self) -> bool {
         matches!(self, RemoteLocation::Http { .. })
     }
+
+    /// The prefix (or URL path) of the location, to split and extend.
+    fn path_mut(&mut self) -> &mut String {
+        match self {
+            RemoteLocation::S3 { prefix, .. } | RemoteLocation::Gcs { prefix, .. } | RemoteLocation::Azure { prefix, .. } => prefix,
+            RemoteLocation::Http { url } => url,
+        }
+    }
+
+    /// The location's last path part (an object's name) and the location of what holds it.
+    pub fn split_last(&self) -> Option<(RemoteLocation, String)> {
+        let mut parent = self.clone();
+        let path = parent.path_mut();
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((dir, name)) => (dir.to_string(), name.to_string()),
+            None if !matches!(self, RemoteLocation::Http { .. }) => (String::new(), path.clone()),
+            None => return None,
+        };
+        // An URL keeps its host: `https://h/x.zip` is the object `x.zip` of `https://h`.
+        if name.is_empty() || (matches!(self, RemoteLocation::Http { .. }) && dir.ends_with('/')) {
+            return None;
+        }
+        *path = dir;
+        Some((parent, name))
+    }
+
+    /// The location of `path` beneath this one.
+    pub fn beneath(&self, path: &str) -> RemoteLocation {
+        let mut out = self.clone();
+        let p = out.path_mut();
+        *p = if p.is_empty() { path.to_string() } else { format!("{p}/{path}") };
+        out
+    }
 }
 
 impl std::fmt::Display for RemoteLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RemoteLocation::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            RemoteLocation::Gcs { bucket, prefix } if prefix.is_empty() => write!(f, "gs://{bucket}"),
+            RemoteLocation::Azure { container, account: None, prefix } if prefix.is_empty() => write!(f, "az://{container}"),
             RemoteLocation::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            RemoteLocation::Gcs { bucket, prefix } => write!(f, "gs://{bucket}/{prefix}"),
+            RemoteLocation::Azure { container, account: None, prefix } => write!(f, "az://{container}/{prefix}"),
+            RemoteLocation::Azure { container, account: Some(a), prefix } => {
+                write!(f, "abfss://{container}@{a}.dfs.core.windows.net/{prefix}")
+            }
             RemoteLocation::Http { url } => write!(f, "{url}"),
         }
     }
 }
 
-/// What may be set on the command line for object stores; the rest comes from the
-/// conventional AWS environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, ...)
-/// and the shared credentials file of `AWS_PROFILE`.
+/// What may be set on the command line for object stores; the rest comes from each cloud's
+/// conventional environment: AWS's (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`,
+/// ..., and the shared credentials file of `AWS_PROFILE`), Google's
+/// (`GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_SERVICE_ACCOUNT`, ...) and Azure's
+/// (`AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_USE_EMULATOR`, ...).
 #[derive(Clone, Debug, Default)]
 pub struct RemoteOptions {
     pub endpoint: Option<String>,
@@ -70,5 +138,23 @@ mod tests {
         assert_eq!(RemoteLocation::parse("https://h/s.zarr/"), Some(Ok(RemoteLocation::Http { url: "https://h/s.zarr".into() })));
         assert_eq!(RemoteLocation::parse("/tmp/s3://x"), None);
         assert_eq!(RemoteLocation::parse("s3://bkt/a").unwrap().unwrap().to_string(), "s3://bkt/a");
+        assert_eq!(
+            RemoteLocation::parse("gs://bkt/a/").unwrap().unwrap(),
+            RemoteLocation::Gcs { bucket: "bkt".into(), prefix: "a".into() }
+        );
+        let az = RemoteLocation::Azure { container: "box".into(), account: None, prefix: "p/q".into() };
+        assert_eq!(RemoteLocation::parse("az://box/p/q").unwrap().unwrap(), az);
+        let abfs = RemoteLocation::parse("abfss://box@acct.dfs.core.windows.net/p").unwrap().unwrap();
+        assert_eq!(abfs, RemoteLocation::Azure { container: "box".into(), account: Some("acct".into()), prefix: "p".into() });
+        assert_eq!(abfs.to_string(), "abfss://box@acct.dfs.core.windows.net/p");
+        // An object's name and what holds it; the path beneath.
+        let zip = RemoteLocation::parse("s3://bkt/a/x.zip").unwrap().unwrap();
+        assert_eq!(zip.split_last(), Some((RemoteLocation::parse("s3://bkt/a").unwrap().unwrap(), "x.zip".into())));
+        let top = RemoteLocation::parse("gs://bkt/x.ozx").unwrap().unwrap();
+        assert_eq!(top.split_last().map(|(l, n)| (l.to_string(), n)), Some(("gs://bkt".into(), "x.ozx".into())));
+        let http = RemoteLocation::parse("https://h/d/x.zip").unwrap().unwrap();
+        assert_eq!(http.split_last().map(|(l, n)| (l.to_string(), n)), Some(("https://h/d".into(), "x.zip".into())));
+        assert_eq!(RemoteLocation::parse("https://h").unwrap().unwrap().split_last(), None);
+        assert_eq!(top.split_last().unwrap().0.beneath("g/h").to_string(), "gs://bkt/g/h");
     }
 }
