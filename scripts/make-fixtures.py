@@ -567,6 +567,42 @@ WGS84_WKT = ('GEOGCS["WGS 84",DATUM["WGS_1984",SPHEROID["WGS 84",6378137,298.257
              'AUTHORITY["EPSG","9122"]],AXIS["Latitude",NORTH],AXIS["Longitude",EAST],AUTHORITY["EPSG","4326"]]')
 
 
+def zip_store():
+    """zarr-python's ZipStore: arrays written into a zip archive (a sharded one among them), then
+    one chunk rewritten in append mode, which leaves two entries of its name (the last counts),
+    with the bytes each array's `data` must show."""
+    import warnings
+    import zipfile
+    from zarr.codecs import ZstdCodec
+    out = os.path.join(OUT, "zip")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(os.path.join(out, "expected"))
+    path = os.path.join(out, "zarr-python.zip")
+    store = zarr.storage.ZipStore(path, mode="w")
+    root = zarr.open_group(store, mode="w", zarr_format=3, attributes={"made by": "zarr-python ZipStore"})
+    plain = root.create_array("plain", shape=(10, 7), chunks=(4, 3), dtype="int16", fill_value=-1)
+    plain[...] = np.arange(70, dtype="int16").reshape(10, 7)
+    sharded = root.create_array("sharded", shape=(12, 10), chunks=(3, 5), shards=(6, 10), dtype="float32",
+                                compressors=ZstdCodec(level=3), fill_value=0)
+    sharded[...] = RNG.standard_normal((12, 10)).astype("float32")
+    store.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: that is the point
+        store = zarr.storage.ZipStore(path, mode="a")
+        plain = zarr.open_array(store, path="plain", mode="r+")
+        plain[0:4, 0:3] = 1000
+        store.close()
+    names = zipfile.ZipFile(path).namelist()
+    assert len(names) != len(set(names)), "the rewrite left a duplicate entry"
+    store = zarr.storage.ZipStore(path, mode="r")
+    root = zarr.open_group(store, mode="r")
+    for name in ("plain", "sharded"):
+        with open(os.path.join(out, "expected", name + ".bin"), "wb") as f:
+            f.write(flat_bytes(root[name][...]))
+    store.close()
+
+
 def climate():
     """xarray datasets: a Pangeo-style one (air temperature on a 0-360 grid with descending
     latitudes, CF times, NaN fill, a CF grid mapping, packed int16 with scale_factor and
@@ -617,6 +653,10 @@ def main():
         demo()
         print("demo/weather.zarr written")
         return
+    if sys.argv[1:] == ["zip"]:
+        zip_store()
+        print("tests/fixtures/zip written")
+        return
     if sys.argv[1:] == ["ome"]:
         ome()
         print("tests/fixtures/ome written")
@@ -638,6 +678,7 @@ def main():
     damaged("damaged.zarr")
     ome()
     climate()
+    zip_store()
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)
     demo()

@@ -74,8 +74,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 }
 
 /// Where the end record starts in `tail`: the last signature whose comment ends the archive,
-/// else the last one at all (bytes appended after an archive).
-fn find_end(tail: &[u8]) -> Option<usize> {
+/// else (unless `exact`) the last one at all (bytes appended after an archive).
+fn find_end(tail: &[u8], exact: bool) -> Option<usize> {
     let candidates = (0..=tail.len().checked_sub(END_LEN)?).rev().filter(|&i| u32_at(tail, i) == Some(END));
     let mut last = None;
     for i in candidates {
@@ -84,7 +84,7 @@ fn find_end(tail: &[u8]) -> Option<usize> {
         }
         last = last.or(Some(i));
     }
-    last
+    last.filter(|_| !exact)
 }
 
 /// A key an archive entry can stand for: relative, no empty, `.` or `..` parts.
@@ -111,9 +111,17 @@ impl ZipStore {
             }
             Ok(bytes)
         };
-        let tail_len = len.min((END_LEN + MAX_COMMENT + 20) as u64);
-        let tail = read(len - tail_len, tail_len)?;
-        let at = find_end(&tail).ok_or_else(|| bad("no end of central directory record"))?;
+        // The end record, and the ZIP64 locator before it: in the last kibibytes unless a long
+        // comment follows, which a second read of the most a comment can be finds.
+        let mut tail_len = len.min(4096);
+        let mut tail = read(len - tail_len, tail_len)?;
+        let mut at = find_end(&tail, tail_len < len);
+        if at.is_none() && tail_len < len {
+            tail_len = len.min((END_LEN + MAX_COMMENT + 20) as u64);
+            tail = read(len - tail_len, tail_len)?;
+            at = find_end(&tail, false);
+        }
+        let at = at.ok_or_else(|| bad("no end of central directory record"))?;
         let end_offset = len - tail_len + at as u64;
         let field = |f: Option<u64>| f.ok_or_else(|| bad("a truncated end record"));
         let mut entries = field(u16_at(&tail, at + 10).map(u64::from))?;
@@ -467,6 +475,15 @@ mod tests {
             let usage = zip.usage("a", 100).unwrap().unwrap();
             assert_eq!((usage.values, usage.complete), (2, true));
         }
+    }
+
+    #[test]
+    fn an_archive_with_a_long_comment_is_found_past_it() {
+        // A comment of 60 000 bytes that holds an end record's signature of its own.
+        let mut comment = vec![b'x'; 60_000];
+        comment[59_000..59_004].copy_from_slice(&END.to_le_bytes());
+        let (store, _) = archive(&[("c/0", CHUNK)], PackOptions { comment, ..PackOptions::default() });
+        assert_eq!(open(&store, "").unwrap().get("c/0", 100).unwrap().unwrap(), CHUNK);
     }
 
     #[test]

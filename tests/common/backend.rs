@@ -48,8 +48,20 @@ fn hash(bytes: &[u8]) -> u64 {
 }
 
 /// What `zarrfs mount` is given for the store in `dir`: the directory itself, or the bucket
-/// prefix its contents were just mirrored to.
+/// prefix its contents were just mirrored to. A file (an archive) is mirrored with the
+/// directory that holds it, and named as the object it became.
 pub fn mount_source(dir: &Path) -> std::ffi::OsString {
+    if dir.is_file()
+        && let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
+    {
+        let mut source = mount_source(parent);
+        if source != parent.as_os_str() {
+            source.push("/");
+            source.push(name);
+            return source;
+        }
+        return dir.as_os_str().to_owned();
+    }
     match push(dir) {
         Some(prefix) => format!("s3://{}/{prefix}", bucket().map_or("", |b| b.name.as_str())).into(),
         None => dir.as_os_str().to_owned(),
