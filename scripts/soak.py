@@ -3,7 +3,7 @@ mount with a small dirty limit and cache, for a while. Every read is checked aga
 each array; the daemon's RSS must stay bounded; at the end zarr-python must read exactly what
 the mount showed last. Usage: python scripts/soak.py ZARRFS [SECONDS] [s3]
 
-With `s3`, the arrays live in the bucket of an S3-compatible server (scripts/with-s3 starts one
+With `s3`, the arrays live in the bucket of an S3-compatible server (scripts/with-store s3 starts one
 and says where in the environment) and the mount serves s3://BUCKET/PREFIX."""
 
 import mmap

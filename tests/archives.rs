@@ -58,7 +58,9 @@ fn a_packed_archive_mounts_read_only_with_the_same_tree_and_bytes_as_its_store()
         ("v2.zarr", "v2.zip", &[]),
         ("ome/v05.zarr", "v05.ozx", &[]),
     ];
-    for (store, name, extra) in cases {
+    // Against a bucket, one kind is enough: the others differ only in what the local run proves.
+    let kinds = if common::backend::local_only("deflate, v2 and .ozx archives read as .zip does") { 1 } else { cases.len() };
+    for (store, name, extra) in cases.into_iter().take(kinds) {
         let (store, archive) = (fixtures().join(store), dir.path().join(name));
         pack(&store, &archive, extra);
         let directory = Mount::new(&store, &["--read-only"]);

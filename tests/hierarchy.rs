@@ -1,7 +1,7 @@
 //! The hierarchy edited through real mounts with ordinary tools: `mkdir`, `cp` and `cat >` of
 //! metadata documents, `sed -i`, `vim -es`, Python's truncate-and-write, `rm -r`, `rmdir`, `mv`.
 //! Every result is checked in the store itself (and read back through a fresh mount); refused
-//! edits leave the store byte-identical. Against a bucket (scripts/with-s3), `mv` of a node is
+//! edits leave the store byte-identical. Against a bucket (scripts/with-store s3), `mv` of a node is
 //! refused with EXDEV by the daemon and carried out by `mv` as a copy through the mount.
 
 mod common;

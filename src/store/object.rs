@@ -93,14 +93,8 @@ impl ObjectStore {
         let (remote, listing, raw): (Arc<dyn Remote>, _, _) = match location {
             RemoteLocation::S3 { bucket, prefix } => {
                 let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client.clone()).with_retry(retry);
-                // The conventional environment, as `AmazonS3Builder::from_env` reads it, over the
-                // client options above (AWS_ALLOW_HTTP is one of them).
-                for (key, value) in std::env::vars() {
-                    if key.starts_with("AWS_")
-                        && let Ok(config) = key.to_ascii_lowercase().parse()
-                    {
-                        b = b.with_config(config, value);
-                    }
+                for (key, value) in env_config("AWS_") {
+                    b = b.with_config(key, value);
                 }
                 b = b.with_bucket_name(bucket).with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
                 if let Some(e) = &options.endpoint {
@@ -139,11 +133,12 @@ impl ObjectStore {
                 (prefixed(s3, prefix)?, Listing::Bucket, Some(raw))
             }
             RemoteLocation::Gcs { bucket, prefix } => {
-                // The conventional environment (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT, ...).
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_client_options(client.clone())
-                    .with_retry(retry)
-                    .with_bucket_name(bucket);
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new().with_client_options(client.clone()).with_retry(retry);
+                // GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT, ...
+                for (key, value) in env_config("GOOGLE_") {
+                    b = b.with_config(key, value);
+                }
+                b = b.with_bucket_name(bucket);
                 if let Some(e) = &options.endpoint {
                     b = b.with_base_url(e);
                 }
@@ -153,12 +148,13 @@ impl ObjectStore {
                 (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
             }
             RemoteLocation::Azure { container, account, prefix } => {
-                // The conventional environment (AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY,
-                // AZURE_STORAGE_USE_EMULATOR for Azurite, ...).
-                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
-                    .with_client_options(client.clone())
-                    .with_retry(retry)
-                    .with_container_name(container);
+                let mut b = object_store::azure::MicrosoftAzureBuilder::new().with_client_options(client.clone()).with_retry(retry);
+                // AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_USE_EMULATOR
+                // (Azurite), ...
+                for (key, value) in env_config("AZURE_") {
+                    b = b.with_config(key, value);
+                }
+                b = b.with_container_name(container);
                 if let Some(a) = account {
                     b = b.with_account(a);
                 }
@@ -270,6 +266,16 @@ impl ObjectStore {
             out
         })
     }
+}
+
+/// A cloud's conventional environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as its builder's
+/// `from_env` reads it: applied over the client options set here, of which the environment may
+/// set some too (`AWS_ALLOW_HTTP`, `GOOGLE_ALLOW_HTTP`).
+fn env_config<K: std::str::FromStr>(prefix: &str) -> Vec<(K, String)> {
+    std::env::vars()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .filter_map(|(key, value)| Some((key.to_ascii_lowercase().parse().ok()?, value)))
+        .collect()
 }
 
 /// The keys of `remote` under `prefix`, as keys relative to it.
@@ -416,6 +422,19 @@ impl Store for ObjectStore {
     }
 
     fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
+        if let (ByteRange::Suffix(n), RemoteLocation::Azure { .. }) = (range, &self.location)
+            && n > 0
+        {
+            // Azure Blob has no suffix ranges: the value's length first, then its last bytes,
+            // which must be of the value that length was of.
+            let Some(head) = self.head(key)? else { return Ok(None) };
+            let (start, end) = super::resolve_range(key, range, head.len)?;
+            let got = self.get_range_versioned(key, ByteRange::Range { start, len: end - start })?;
+            return match got {
+                Some((_, version)) if version != head.version => Err(Error::Stale(format!("{key} changed while it was read"))),
+                other => Ok(other),
+            };
+        }
         let path = Self::path(key)?;
         let range = match range {
             // An empty range asks only whether the value exists.

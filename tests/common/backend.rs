@@ -1,17 +1,17 @@
 //! Which store the mount tests run against. By default the local directory a test built; with
-//! `ZARRFS_TEST_S3_BUCKET` set (and the conventional `AWS_*` environment pointing at a server,
-//! as `scripts/with-s3` sets it for moto), the same tests run against an S3 bucket: the
-//! directory is mirrored to a prefix of the bucket before the mount, mounted as
-//! `s3://bucket/prefix`, and mirrored back when the mount stops (and whenever a test takes a
-//! `snapshot` of it or calls `pull`), so every test checks the store in the same way whichever
-//! backend served it.
+//! `ZARRFS_TEST_BUCKET_URL` set (`s3://bucket`, `az://container`, `gs://bucket`, with its cloud's
+//! environment pointing at a server on loopback, as `scripts/with-store` sets them), the same
+//! tests run against that bucket: the directory is mirrored to a prefix of the bucket before the
+//! mount, mounted as `URL/prefix`, and mirrored back when the mount stops (and whenever a test
+//! takes a `snapshot` of it or calls `pull`), so every test checks the store in the same way
+//! whichever backend served it.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use zarrfs::store::{Location, RemoteLocation, RemoteOptions, Store};
+use zarrfs::store::{Location, RemoteOptions, Store};
 
 /// A directory mirrored to a bucket prefix.
 struct Mirror {
@@ -22,7 +22,8 @@ struct Mirror {
 }
 
 struct Bucket {
-    name: String,
+    /// `s3://bucket`, `az://container`, `gs://bucket`.
+    url: String,
     mirrors: Mutex<HashMap<PathBuf, Arc<Mutex<Mirror>>>>,
 }
 
@@ -30,13 +31,16 @@ fn bucket() -> Option<&'static Bucket> {
     static BUCKET: OnceLock<Option<Bucket>> = OnceLock::new();
     BUCKET
         .get_or_init(|| {
-            let name = std::env::var("ZARRFS_TEST_S3_BUCKET").ok().filter(|b| !b.is_empty())?;
-            Some(Bucket { name, mirrors: Mutex::default() })
+            let url = std::env::var("ZARRFS_TEST_BUCKET_URL")
+                .ok()
+                .or_else(|| std::env::var("ZARRFS_TEST_S3_BUCKET").ok().map(|b| format!("s3://{b}")))
+                .filter(|u| !u.is_empty())?;
+            Some(Bucket { url: url.trim_end_matches('/').to_string(), mirrors: Mutex::default() })
         })
         .as_ref()
 }
 
-/// Whether the tests run against a bucket.
+/// Whether the tests run against a bucket (of any cloud).
 pub fn is_s3() -> bool {
     bucket().is_some()
 }
@@ -63,7 +67,7 @@ pub fn mount_source(dir: &Path) -> std::ffi::OsString {
         return dir.as_os_str().to_owned();
     }
     match push(dir) {
-        Some(prefix) => format!("s3://{}/{prefix}", bucket().map_or("", |b| b.name.as_str())).into(),
+        Some(prefix) => format!("{}/{prefix}", bucket().map_or("", |b| b.url.as_str())).into(),
         None => dir.as_os_str().to_owned(),
     }
 }
@@ -85,7 +89,7 @@ pub fn push(dir: &Path) -> Option<String> {
         .or_insert_with(|| {
             // A prefix of its own per process and directory: it starts empty.
             let prefix = format!("t{}-{}", std::process::id(), hash(canon.as_os_str().as_encoded_bytes()));
-            let location = Location::Remote(RemoteLocation::S3 { bucket: b.name.clone(), prefix: prefix.clone() });
+            let location = Location::parse(format!("{}/{prefix}", b.url).as_ref()).expect("the test bucket's URL");
             let store = location.open(&RemoteOptions::default()).expect("open the test bucket");
             Arc::new(Mutex::new(Mirror { prefix, store, synced: HashMap::new() }))
         })
