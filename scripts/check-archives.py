@@ -22,19 +22,10 @@ import zipfile
 import numpy as np
 import zarr
 
-from checks import Checks, detach_beneath, mount, unmount
+from checks import Checks, arrays, detach_beneath, mount, unmount
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
-
-
-def arrays(group, prefix=""):
-    for name, node in group.members():
-        path = f"{prefix}{name}"
-        if isinstance(node, zarr.Array):
-            yield path, node
-        else:
-            yield from arrays(node, path + "/")
 
 
 def same(a, b):

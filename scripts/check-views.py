@@ -39,15 +39,6 @@ mount = lambda store, mnt, *extra: checks.mount(binary, store, mnt, *extra)
 unmount = lambda mnt: checks.unmount(binary, mnt)
 
 
-def arrays(group, prefix=""):
-    for name, node in group.members():
-        path = f"{prefix}{name}"
-        if isinstance(node, zarr.Array):
-            yield path, node
-        else:
-            yield from arrays(node, path + "/")
-
-
 def reread(d, want, when):
     """The views of the array in `d`, read again after it changed, must show `want`."""
     check(np.array_equal(np.load(os.path.join(d, "data.npy")), want), f"numpy {when}")
@@ -73,7 +64,7 @@ try:
         # The committed fixtures themselves: read-only, whatever happens to this script.
         mount(os.path.join(fixtures, store), mnt, "--read-only")
         try:
-            for path, arr in arrays(zarr.open_group(os.path.join(fixtures, store), mode="r")):
+            for path, arr in checks.arrays(zarr.open_group(os.path.join(fixtures, store), mode="r")):
                 d = os.path.join(mnt, path)
                 if not os.path.exists(os.path.join(d, "data.npy")):
                     continue

@@ -39,3 +39,14 @@ def detach_beneath(work):
         point = line.split()[4]
         if point.startswith(work + "/"):
             subprocess.run(["umount", "-l", point], check=False)
+
+
+def arrays(group, prefix=""):
+    """Every array under a zarr-python group, with its path."""
+    import zarr
+    for name, node in group.members():
+        path = f"{prefix}{name}"
+        if isinstance(node, zarr.Array):
+            yield path, node
+        else:
+            yield from arrays(node, path + "/")
