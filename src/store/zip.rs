@@ -15,8 +15,9 @@ use std::sync::{Arc, OnceLock};
 use super::{ByteRange, Entry, Head, Permissions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
-/// The largest central directory read (some ten million entries): an archive may be hostile.
-const MAX_DIRECTORY: u64 = 1 << 30;
+/// The largest central directory read (some three million entries, each held in memory at
+/// some 150 bytes): an archive may be hostile. RFC-9 archives are sharded: far fewer entries.
+const MAX_DIRECTORY: u64 = 256 << 20;
 /// The largest compressed entry inflated to serve part of it (a stored entry is read by ranges).
 const MAX_INFLATED: u64 = 4 << 30;
 
