@@ -44,6 +44,12 @@ impl<W: Write> ZipWriter<W> {
     /// Add the entry `name` holding `value`. A name added twice is two entries: a reader
     /// serves the last (as zarr-python's rewrites leave them).
     pub fn add(&mut self, name: &str, value: &[u8]) -> io::Result<()> {
+        if name.len() > 0xffff {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a key of {} bytes (a zip entry name has at most 65 535)", name.len()),
+            ));
+        }
         let crc = crc32fast::hash(value);
         let (method, stored) = if self.options.deflate {
             let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
