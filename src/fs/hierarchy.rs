@@ -18,7 +18,7 @@ use super::view::DataFile;
 use super::{Attr, ZarrFs, write};
 use crate::headers::HeaderFormat;
 use crate::store::{self, Store};
-use crate::zarr::consolidated::{self, Change};
+use crate::zarr::consolidated::{self, Change, Update};
 use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node};
 use crate::{Error, Result};
@@ -194,7 +194,6 @@ impl ZarrFs {
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         let _permit = self.change_permit()?;
         let _hierarchy = crate::error::lock(&self.hierarchy);
-        consolidated::repair_stale(self.cx.store.as_ref());
         let ino = self.nodes.lookup(&self.cx, parent, name)?;
         let node = self.node(ino)?;
         match node.kind {
@@ -233,11 +232,12 @@ impl ZarrFs {
             }
             _ => (Vec::new(), Vec::new()),
         };
-        let update = consolidated::prepare(store, &[(path, format, Change::Remove)])?;
-        update.apply(store)?;
+        // Before the consolidated metadata is held: discarding waits for a flush under way,
+        // which may itself be waiting to update the consolidated metadata.
         if let DirState::Array(file) = &state {
             file.array.discard();
         }
+        let update = Update::begin(store, &[(path, format, Change::Remove)])?;
         let deleted = store.delete_many(&chunks).and_then(|()| {
             let documents: Vec<String> = NODE_DOCUMENTS.iter().chain(&[".zattrs", ".zmetadata"]).map(|d| store::join(path, d)).collect();
             store.delete_many(&documents)
@@ -351,8 +351,7 @@ impl ZarrFs {
         let moved: Vec<String> = documents.iter().map(|(node, _, _)| format!("{new_path}{}", &node[path.len()..])).collect();
         let mut changes = vec![(path, format, Change::Remove)];
         changes.extend(documents.iter().zip(&moved).map(|((_, name, doc), to)| (to.as_str(), format, Change::Set(name, doc))));
-        let update = consolidated::prepare(store, &changes)?;
-        update.apply(store)?;
+        let update = Update::begin(store, &changes)?;
         if let Err(e) = store.rename_prefix(path, new_path) {
             update.undo(store);
             return Err(e);
@@ -460,12 +459,10 @@ impl ZarrFs {
 
     fn store_node_documents(&self, path: &str, name: &str, bytes: &[u8], doc: &Value, unset: Option<&str>) -> Result<()> {
         let store = self.cx.store.as_ref();
-        consolidated::repair_stale(store);
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
         let mut changes = vec![(path, format, Change::Set(name, doc))];
         changes.extend(unset.map(|u| (path, format, Change::Unset(u))));
-        let update = consolidated::prepare(store, &changes)?;
-        update.apply(store)?;
+        let update = Update::begin(store, &changes)?;
         let stored = store.set(&store::join(path, name), bytes).and_then(|_| unset.map_or(Ok(()), |u| store.delete(&store::join(path, u))));
         if stored.is_err() {
             update.undo(store);

@@ -605,10 +605,8 @@ impl Array {
         {
             return Err(Error::refused(&key, "changed in the store by another writer since this mount read it; not overwritten"));
         }
-        consolidated::repair_stale(self.store.as_ref());
         let change = consolidated::Change::Set(self.meta.document_name(), &self.meta.document);
-        let update = consolidated::prepare(self.store.as_ref(), &[(&self.path, self.meta.format, change)])?;
-        let mut keys = update.apply(self.store.as_ref())?;
+        let update = consolidated::Update::begin(self.store.as_ref(), &[(&self.path, self.meta.format, change)])?;
         match self.store.set(&key, &metadata::render_like(old.as_ref().map(|v| v.bytes.as_slice()), &self.meta.document)) {
             Ok(version) => *stored = Some(version),
             Err(e) => {
@@ -616,8 +614,7 @@ impl Array {
                 return Err(e);
             }
         }
-        keys.insert(0, key);
-        Ok(Touched { keys })
+        Ok(Touched { keys: std::iter::once(key).chain(update.keys()).collect() })
     }
 }
 

@@ -3,15 +3,18 @@
 //! `zarr.json`, v2 `.zmetadata`) gets the same change, so readers that prefer consolidated
 //! metadata see what the store holds.
 //!
-//! A change is prepared first (`prepare`: the new documents, from the store, nothing written),
-//! then written (`Update::apply`), and can be put back (`Update::undo`) when the change of the
+//! A change begins with its consolidated metadata (`Update::begin`: the new documents read
+//! from the store and written), and can be put back (`Update::undo`) when the change of the
 //! nodes themselves fails after it: a change happens with its consolidated metadata or not at
-//! all. Where even putting back fails (a full disk), the documents are remembered as stale and
-//! rebuilt from the nodes at the next chance (`repair_stale`), as they are checked when a local
-//! store is mounted (`repair`).
+//! all. The `Update` holds every other change of consolidated metadata off until it is dropped,
+//! after the nodes' own documents are written: a check of the consolidation (`repair`, at mount)
+//! or another node's change in between would read the old node or the old consolidation and
+//! write it back over the new. Where even putting back fails (a full disk), the documents are
+//! remembered as stale and rebuilt from the nodes at the next change, as they are checked when a
+//! local store is mounted (`repair`).
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 
@@ -39,13 +42,15 @@ struct Rewrite {
     new: Vec<u8>,
 }
 
-/// The rewrites of consolidated metadata that a change of nodes needs, not yet written.
-#[derive(Default)]
+/// The rewrites of consolidated metadata that a change of nodes made: while it lives, no other
+/// change of consolidated metadata runs.
 pub struct Update {
     rewrites: Vec<Rewrite>,
+    _one: MutexGuard<'static, ()>,
 }
 
-/// Each update reads, changes and writes whole documents: two at once would lose one.
+/// Each update reads, changes and writes whole documents, and goes with the nodes' own: two at
+/// once would lose one.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Consolidating documents that could be neither updated nor put back: rebuilt from the nodes
@@ -69,7 +74,7 @@ fn entries_of(doc: &mut Value, format: ZarrFormat) -> Option<&mut serde_json::Ma
 /// The rewrites `changes` of nodes (each `(path, format, change)`) need in every group above
 /// them that consolidates its hierarchy (v2: and in a node's own `.zmetadata`, which lists its
 /// own documents). Nothing is written.
-pub fn prepare(store: &dyn Store, changes: &[(&str, ZarrFormat, Change<'_>)]) -> Result<Update> {
+fn prepare(store: &dyn Store, changes: &[(&str, ZarrFormat, Change<'_>)]) -> Result<Vec<Rewrite>> {
     let mut docs: Vec<(String, Vec<u8>, Value, ZarrFormat, bool)> = Vec::new();
     for (path, format, change) in changes {
         let parts: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
@@ -94,31 +99,38 @@ pub fn prepare(store: &dyn Store, changes: &[(&str, ZarrFormat, Change<'_>)]) ->
             }
         }
     }
-    let rewrites = docs
+    Ok(docs
         .into_iter()
         .filter(|d| d.4)
         .map(|(key, old, doc, _, _)| Rewrite { new: metadata::render_like(Some(&old), &doc), key, old })
-        .collect();
-    Ok(Update { rewrites })
+        .collect())
 }
 
 impl Update {
-    /// Write the rewrites. If one fails, those written before it are put back, and the error is
-    /// returned: the store is as it was. Returns the keys written.
-    pub fn apply(&self, store: &dyn Store) -> Result<Vec<String>> {
-        let _one = crate::error::lock(&ONE_AT_A_TIME);
-        for (i, r) in self.rewrites.iter().enumerate() {
+    /// Write what `changes` of nodes need in the consolidated metadata above them, once any
+    /// stale consolidation is rebuilt. If a write fails, those before it are put back, and the
+    /// error is returned: the store is as it was. Write the nodes' own documents before the
+    /// `Update` is dropped.
+    pub fn begin(store: &dyn Store, changes: &[(&str, ZarrFormat, Change<'_>)]) -> Result<Update> {
+        let one = crate::error::lock(&ONE_AT_A_TIME);
+        repair_stale(store);
+        let rewrites = prepare(store, changes)?;
+        for (i, r) in rewrites.iter().enumerate() {
             if let Err(e) = store.set(&r.key, &r.new) {
-                put_back(store, &self.rewrites[..i]);
+                put_back(store, &rewrites[..i]);
                 return Err(e);
             }
         }
-        Ok(self.rewrites.iter().map(|r| r.key.clone()).collect())
+        Ok(Update { rewrites, _one: one })
     }
 
-    /// Put back what `apply` wrote: the change of the nodes it went with failed.
+    /// The consolidating documents written.
+    pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.rewrites.iter().map(|r| r.key.clone())
+    }
+
+    /// Put back what `begin` wrote: the change of the nodes it went with failed.
     pub fn undo(&self, store: &dyn Store) {
-        let _one = crate::error::lock(&ONE_AT_A_TIME);
         put_back(store, &self.rewrites);
     }
 }
@@ -131,12 +143,6 @@ fn put_back(store: &dyn Store, rewrites: &[Rewrite]) {
             crate::error::lock(&STALE).insert(r.key.clone());
         }
     }
-}
-
-/// Apply `change` of the node at `path` (of `format`) to the consolidated metadata above it, at
-/// once. Returns the keys written.
-pub fn update(store: &dyn Store, path: &str, format: ZarrFormat, change: &Change<'_>) -> Result<Vec<String>> {
-    prepare(store, &[(path, format, *change)])?.apply(store)
 }
 
 /// Apply `change` of the node `rel` (relative to the consolidating group) to its entries.
@@ -231,6 +237,11 @@ pub fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &
 /// from the nodes' documents. Returns whether it was stale (and was rewritten).
 pub fn repair(store: &dyn Store, group: &str) -> Result<bool> {
     let _one = crate::error::lock(&ONE_AT_A_TIME);
+    repair_held(store, group)
+}
+
+/// `repair`, with every other change of consolidated metadata held off by the caller.
+fn repair_held(store: &dyn Store, group: &str) -> Result<bool> {
     let format = if store.head(&document_key(group, ZarrFormat::V2))?.is_some() { ZarrFormat::V2 } else { ZarrFormat::V3 };
     let key = document_key(group, format);
     let Some(bytes) = store.get(&key, MAX_DOCUMENT_BYTES)? else { return Ok(false) };
@@ -272,12 +283,13 @@ pub fn repair(store: &dyn Store, group: &str) -> Result<bool> {
     Ok(stale)
 }
 
-/// Repair the consolidating documents that could not be put back (`STALE`).
-pub fn repair_stale(store: &dyn Store) {
+/// Repair the consolidating documents that could not be put back (`STALE`); the caller holds
+/// every other change off.
+fn repair_stale(store: &dyn Store) {
     let keys: Vec<String> = crate::error::lock(&STALE).iter().cloned().collect();
     for key in keys {
         let group = key.rsplit_once('/').map_or("", |(g, _)| g);
-        if let Err(e) = repair(store, group) {
+        if let Err(e) = repair_held(store, group) {
             tracing::warn!(document = %display_path(&key), "consolidated metadata is still stale: {e}");
         }
     }
@@ -287,6 +299,12 @@ pub fn repair_stale(store: &dyn Store) {
 mod tests {
     use super::*;
     use crate::store::MemoryStore;
+
+    /// Apply `change` of the node at `path` to the consolidated metadata above it. Returns the
+    /// keys written.
+    fn update(store: &dyn Store, path: &str, format: ZarrFormat, change: &Change<'_>) -> Result<Vec<String>> {
+        Ok(Update::begin(store, &[(path, format, *change)])?.keys().collect())
+    }
 
     fn root_v3(store: &MemoryStore, entries: Value) {
         let doc = json!({"zarr_format": 3, "node_type": "group", "attributes": {},
@@ -336,6 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn a_check_of_the_consolidation_waits_for_the_nodes_own_documents() {
+        // The check at mount ran between a grown array's consolidated entry and its own
+        // document, read the old document and wrote the old shape back over the new.
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let old = json!({"zarr_format": 3, "node_type": "array", "shape": [4]});
+        let grown = json!({"zarr_format": 3, "node_type": "array", "shape": [6]});
+        store.set("a/zarr.json", &serde_json::to_vec(&old).unwrap()).unwrap();
+        root_v3(&store, json!({"a": old}));
+        let update = Update::begin(store.as_ref(), &[("a", ZarrFormat::V3, Change::Set("zarr.json", &grown))]).unwrap();
+        let check = {
+            let store = store.clone();
+            std::thread::spawn(move || repair(store.as_ref(), "").unwrap())
+        };
+        // Time for the check to run now, were it not held off.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        store.set("a/zarr.json", &serde_json::to_vec(&grown).unwrap()).unwrap();
+        drop(update);
+        assert!(!check.join().unwrap(), "the check found the consolidation current");
+        assert_eq!(entries(&store, "zarr.json", "consolidated_metadata")["a"]["shape"], json!([6]));
+    }
+
+    #[test]
     fn an_update_is_put_back_and_a_stale_consolidation_is_rebuilt() {
         let store = MemoryStore::new();
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
@@ -344,10 +384,11 @@ mod tests {
         root_v3(&store, json!({"a": array.clone()}));
         let before = store.get("zarr.json", 1 << 20).unwrap();
         let update =
-            prepare(&store, &[("g", ZarrFormat::V3, Change::Set("zarr.json", &group)), ("a", ZarrFormat::V3, Change::Remove)]).unwrap();
-        update.apply(&store).unwrap();
+            Update::begin(&store, &[("g", ZarrFormat::V3, Change::Set("zarr.json", &group)), ("a", ZarrFormat::V3, Change::Remove)])
+                .unwrap();
         assert_eq!(entries(&store, "zarr.json", "consolidated_metadata").as_object().unwrap().keys().collect::<Vec<_>>(), ["g"]);
         update.undo(&store);
+        drop(update);
         assert_eq!(store.get("zarr.json", 1 << 20).unwrap(), before);
         // Stale: a node it does not list, one it lists that is gone, one that differs.
         store.set("b/zarr.json", &serde_json::to_vec(&array).unwrap()).unwrap();
