@@ -6,6 +6,8 @@ array's `data` file must show (C order, little-endian).
     scripts/make-fixtures.py demo       # rewrites demo/weather.zarr only
     scripts/make-fixtures.py ome        # rewrites tests/fixtures/ome (OME-Zarr images) only
     scripts/make-fixtures.py climate    # rewrites tests/fixtures/climate (xarray datasets) only
+    scripts/make-fixtures.py zip        # rewrites tests/fixtures/zip (zarr-python's ZipStore) only
+    scripts/make-fixtures.py icechunk   # rewrites tests/fixtures/icechunk (Python icechunk) only
 
 Output:
   tests/fixtures/<store>.zarr/...           the stores
@@ -603,6 +605,42 @@ def zip_store():
     store.close()
 
 
+def icechunk_repo():
+    """An Icechunk repository by Python icechunk: a first commit (tagged v1) with one array,
+    a second on main that rewrites part of it and adds a sharded one, with the bytes each
+    array's `data` must show at the branch and at the tag."""
+    import icechunk
+    out = os.path.join(OUT, "icechunk")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(os.path.join(out, "expected", "main"))
+    os.makedirs(os.path.join(out, "expected", "v1"))
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(os.path.join(out, "repo")))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w", zarr_format=3, attributes={"made by": "Python icechunk"})
+    plain = root.create_array("plain", shape=(10, 7), chunks=(4, 3), dtype="int16", fill_value=-1,
+                              dimension_names=["y", "x"])
+    plain[...] = np.arange(70, dtype="int16").reshape(10, 7)
+    first = session.commit("first: plain")
+    repo.create_tag("v1", first)
+    with open(os.path.join(out, "expected", "v1", "plain.bin"), "wb") as f:
+        f.write(flat_bytes(plain[...]))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="r+")
+    root["plain"][0:4, 0:3] = 1000
+    # Shards past Icechunk's inline threshold (512 bytes): stored as chunk objects.
+    sharded = root.create_group("g").create_array("sharded", shape=(48, 40), chunks=(6, 10), shards=(24, 40),
+                                                  dtype="float32", compressors=ZstdCodec(level=3), fill_value=0)
+    sharded[...] = RNG.standard_normal((48, 40)).astype("float32")
+    session.commit("second: plain rewritten, g/sharded added")
+    root = zarr.open_group(repo.readonly_session("main").store, mode="r")
+    for name in ("plain", "g/sharded"):
+        with open(os.path.join(out, "expected", "main", name.replace("/", "-") + ".bin"), "wb") as f:
+            f.write(flat_bytes(root[name][...]))
+    with open(os.path.join(out, "expected", "v1.snapshot"), "w") as f:
+        f.write(first)
+
+
 def climate():
     """xarray datasets: a Pangeo-style one (air temperature on a 0-360 grid with descending
     latitudes, CF times, NaN fill, a CF grid mapping, packed int16 with scale_factor and
@@ -657,6 +695,10 @@ def main():
         zip_store()
         print("tests/fixtures/zip written")
         return
+    if sys.argv[1:] == ["icechunk"]:
+        icechunk_repo()
+        print("tests/fixtures/icechunk written")
+        return
     if sys.argv[1:] == ["ome"]:
         ome()
         print("tests/fixtures/ome written")
@@ -679,6 +721,7 @@ def main():
     ome()
     climate()
     zip_store()
+    icechunk_repo()
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)
     demo()

@@ -620,8 +620,12 @@ impl ZarrFs {
                     let mut edit = crate::error::lock(edit);
                     std::mem::take(&mut edit.dirty).then(|| edit.bytes.to_vec())
                 };
+                // A saved document is durable when `close` returns (on Icechunk: committed).
                 let stored = match written {
-                    Some(bytes) => self.change_permit().and_then(|_permit| self.commit_document(key, &bytes, writer)),
+                    Some(bytes) => self
+                        .change_permit()
+                        .and_then(|_permit| self.commit_document(key, &bytes, writer))
+                        .and_then(|()| self.cx.store.sync(&[key.to_string()])),
                     None => Ok(()),
                 };
                 if last {
@@ -677,6 +681,11 @@ impl ZarrFs {
                 tracing::error!(array = %path, "flush at unmount failed: {e}");
                 unstored.push(Unstored { array: path, bytes: crate::error::lock(&a.edits).dirty_bytes() as u64, error: e.to_string() });
             }
+        }
+        // What no array carried (hierarchy edits): on Icechunk, the last commit.
+        if let Err(e) = self.cx.store.sync(&[]) {
+            tracing::error!("the store's last sync at unmount failed: {e}");
+            unstored.push(Unstored { array: "/".into(), bytes: 0, error: e.to_string() });
         }
         FlushReport { unstored }
     }

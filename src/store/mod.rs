@@ -1,6 +1,8 @@
 //! Key/value stores under the format: a local directory, object storage (S3-compatible or
 //! HTTP), and an in-memory map for tests. The core sees one `Store` whichever serves it.
 
+#[cfg(feature = "icechunk")]
+mod icechunk;
 mod local;
 mod memory;
 #[cfg(feature = "object-store")]
@@ -10,11 +12,14 @@ mod pipeline;
 mod remote;
 mod zip;
 
+#[cfg(feature = "icechunk")]
+pub use icechunk::IcechunkStore;
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 pub use object::{ObjectStore, RequestCounts};
 pub use pack::{PackOptions, Packed, ZipWriter, pack};
+pub use pipeline::Reference;
 pub use remote::{RemoteLocation, RemoteOptions};
 pub use zip::ZipStore;
 
@@ -187,7 +192,8 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// Where a store is: a local directory, an object store, or a zip archive in either.
+/// Where a store is: a local directory, an object store, a zip archive in either, or an
+/// Icechunk repository in either.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
@@ -197,6 +203,13 @@ pub enum Location {
     Zip {
         container: Box<Location>,
         archive: String,
+        root: String,
+    },
+    /// The Icechunk repository at `repo` (a local directory or an S3 prefix), at `reference`;
+    /// `root` is the node inside it that is mounted (`""`: all of it).
+    Icechunk {
+        repo: Box<Location>,
+        reference: Reference,
         root: String,
     },
 }
@@ -221,8 +234,30 @@ impl Location {
         if text.contains('|') && !Path::new(s).exists() {
             return pipeline::parse(text);
         }
+        if let Some(repo) = text.strip_prefix("icechunk:").filter(|_| !Path::new(s).exists()) {
+            return pipeline::parse(&format!("{repo}|icechunk:"));
+        }
         let base = Location::base(text)?;
+        if base.is_icechunk_repo() {
+            return base.into_icechunk(Reference::Branch("main".into()));
+        }
         Ok(if base.names_archive() { base.into_zip("")? } else { base })
+    }
+
+    /// Whether this is a local directory that holds an Icechunk repository (its `repo` file
+    /// and `snapshots` directory) rather than a Zarr store.
+    fn is_icechunk_repo(&self) -> bool {
+        matches!(self, Location::Local(dir) if dir.join("repo").is_file() && dir.join("snapshots").is_dir() && !dir.join("zarr.json").exists())
+    }
+
+    /// The Icechunk repository this location holds, at `reference`.
+    fn into_icechunk(self, reference: Reference) -> std::result::Result<Location, String> {
+        match self {
+            Location::Local(_) | Location::Remote(RemoteLocation::S3 { .. }) => {
+                Ok(Location::Icechunk { repo: Box::new(self), reference, root: String::new() })
+            }
+            other => Err(format!("{other}: an Icechunk repository is read from a local directory or from S3")),
+        }
     }
 
     /// The store a pipeline's first part (or a whole source) names.
@@ -240,7 +275,7 @@ impl Location {
         match self {
             Location::Local(path) => suffix && path.is_file(),
             Location::Remote(_) => suffix,
-            Location::Zip { .. } => false,
+            Location::Zip { .. } | Location::Icechunk { .. } => false,
         }
     }
 
@@ -261,6 +296,7 @@ impl Location {
                 (Location::Remote(container), archive)
             }
             Location::Zip { .. } => return Err(format!("{self}: an archive inside an archive is not read")),
+            Location::Icechunk { .. } => return Err(format!("{self}: an archive is not read from an Icechunk repository")),
         };
         Ok(Location::Zip { container: Box::new(container), archive, root })
     }
@@ -275,6 +311,7 @@ impl Location {
             Location::Local(dir) => Location::Local(dir.join(path)),
             Location::Remote(remote) => Location::Remote(remote.beneath(path)),
             Location::Zip { container, archive, root } => Location::Zip { container, archive, root: join(&root, path) },
+            Location::Icechunk { repo, reference, root } => Location::Icechunk { repo, reference, root: join(&root, path) },
         }
     }
 
@@ -291,6 +328,12 @@ impl Location {
                 let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
                 Ok(Arc::new(zip))
             }
+            #[cfg(feature = "icechunk")]
+            Location::Icechunk { repo, reference, root } => {
+                Ok(Arc::new(IcechunkStore::open(repo, reference, root, options).map_err(|e| format!("{self}: {e}"))?))
+            }
+            #[cfg(not(feature = "icechunk"))]
+            Location::Icechunk { .. } => Err(format!("{self}: this build has no Icechunk support (cargo feature icechunk)")),
             #[cfg(feature = "object-store")]
             Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| e.to_string())?)),
             #[cfg(not(feature = "object-store"))]
@@ -306,15 +349,18 @@ impl Location {
             Location::Local(_) => false,
             Location::Remote(_) => true,
             Location::Zip { container, .. } => container.is_remote(),
+            Location::Icechunk { repo, .. } => repo.is_remote(),
         }
     }
 
-    /// Object stores over plain HTTP and archives cannot be written.
+    /// Object stores over plain HTTP, archives, and Icechunk tags and snapshots cannot be
+    /// written.
     pub fn read_only(&self) -> bool {
         match self {
             Location::Local(_) => false,
             Location::Remote(r) => r.read_only(),
             Location::Zip { .. } => true,
+            Location::Icechunk { reference, .. } => reference.read_only(),
         }
     }
 }
@@ -336,6 +382,10 @@ impl std::fmt::Display for Location {
                     other => write!(f, "{other}/{archive}")?,
                 }
                 if root.is_empty() { Ok(()) } else { write!(f, "|zip:{root}") }
+            }
+            Location::Icechunk { repo, reference, root } => {
+                write!(f, "{repo}|icechunk:{reference}")?;
+                if root.is_empty() { Ok(()) } else { write!(f, "|zarr3:{root}") }
             }
         }
     }

@@ -5,9 +5,51 @@
 //! - `zip:[PATH]`: the part before is a zip archive; `PATH` is the directory inside it mounted.
 //! - `zarr2:[PATH]`, `zarr3:[PATH]`: the part before is a Zarr store (of that format: the mount
 //!   reads either, by the metadata it finds); `PATH` is the node inside it mounted. Last only.
-//! - `icechunk:[@REF]`: an Icechunk repository: parsed, and refused as this build cannot read one.
+//! - `icechunk:[@REF]`: the part before is an Icechunk repository (a local directory or S3);
+//!   `@branch.NAME` (the default: `@branch.main`), `@tag.NAME` or `@SNAPSHOT_ID` says which
+//!   version is mounted. A `zarr3:PATH` after it mounts a node inside.
 
 use super::Location;
+
+/// Which version of a repository is mounted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// The tip of a branch: read-write.
+    Branch(String),
+    /// A tag: read-only.
+    Tag(String),
+    /// A snapshot by its ID: read-only.
+    Snapshot(String),
+}
+
+impl Reference {
+    /// `branch.NAME`, `tag.NAME` or a snapshot ID (the pipeline's `@REF` without the `@`).
+    pub fn parse(text: &str) -> std::result::Result<Reference, String> {
+        if let Some(name) = text.strip_prefix("branch.").filter(|n| !n.is_empty()) {
+            Ok(Reference::Branch(name.to_string()))
+        } else if let Some(name) = text.strip_prefix("tag.").filter(|n| !n.is_empty()) {
+            Ok(Reference::Tag(name.to_string()))
+        } else if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric()) {
+            Ok(Reference::Snapshot(text.to_string()))
+        } else {
+            Err("a reference is @branch.NAME, @tag.NAME or @SNAPSHOT_ID".into())
+        }
+    }
+
+    pub fn read_only(&self) -> bool {
+        !matches!(self, Reference::Branch(_))
+    }
+}
+
+impl std::fmt::Display for Reference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reference::Branch(b) => write!(f, "@branch.{b}"),
+            Reference::Tag(t) => write!(f, "@tag.{t}"),
+            Reference::Snapshot(s) => write!(f, "@{s}"),
+        }
+    }
+}
 
 /// Why `source` cannot be read as a pipeline, with a caret under where it broke.
 fn broken(source: &str, at: usize, why: impl std::fmt::Display) -> String {
@@ -47,16 +89,11 @@ pub fn parse(source: &str) -> Result<Location, String> {
             }
             "icechunk" => {
                 let reference = match path.strip_prefix('@') {
-                    Some(r) if r.starts_with("branch.") || r.starts_with("tag.") || (!r.is_empty() && !r.contains('.')) => r,
-                    Some(_) => return Err(broken(source, at + 9, "a reference is @branch.NAME, @tag.NAME or @SNAPSHOT_ID")),
-                    None if path.is_empty() => "branch.main",
+                    Some(r) => Reference::parse(r).map_err(|e| broken(source, at + 9, e))?,
+                    None if path.is_empty() => Reference::Branch("main".into()),
                     None => return Err(broken(source, at + 9, "a reference starts with @ (@branch.main)")),
                 };
-                return Err(broken(
-                    source,
-                    at,
-                    format!("an Icechunk repository ({reference}): this build of zarrfs cannot read Icechunk repositories"),
-                ));
+                location.into_icechunk(reference).map_err(|e| broken(source, at, e))?
             }
             other => {
                 return Err(broken(source, at, format!("unknown adapter `{other}:` (known: zip:, zarr2:, zarr3:, icechunk:)")));
@@ -70,6 +107,17 @@ pub fn parse(source: &str) -> Result<Location, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn references_parse() {
+        assert_eq!(Reference::parse("branch.main"), Ok(Reference::Branch("main".into())));
+        assert_eq!(Reference::parse("tag.v1.0"), Ok(Reference::Tag("v1.0".into())));
+        assert_eq!(Reference::parse("R67A35M91PE2DEW4QAF0"), Ok(Reference::Snapshot("R67A35M91PE2DEW4QAF0".into())));
+        assert!(Reference::parse("main").is_ok(), "a bare name is a snapshot ID, checked when the repository is opened");
+        assert!(Reference::parse("branch.").is_err());
+        assert!(Reference::parse("").is_err());
+    }
+
     use crate::store::RemoteLocation;
 
     fn remote(s: &str) -> Location {
@@ -106,8 +154,14 @@ mod tests {
         assert!(parse("|zip:").unwrap_err().contains("starts with the store"));
         assert!(parse("s3://bkt/a|nothing").unwrap_err().contains("`nothing` is no adapter"));
         assert!(parse("s3://x/a|zip:").unwrap_err().contains("3 to 63 characters"));
-        let icechunk = parse("s3://bkt/repo|icechunk:@branch.main").unwrap_err();
-        assert!(icechunk.contains("cannot read Icechunk repositories"), "{icechunk}");
+        let repo =
+            |reference: Reference, root: &str| Location::Icechunk { repo: Box::new(remote("s3://bkt/repo")), reference, root: root.into() };
+        assert_eq!(parse("s3://bkt/repo|icechunk:"), Ok(repo(Reference::Branch("main".into()), "")));
+        assert_eq!(parse("s3://bkt/repo|icechunk:@tag.v1|zarr3:g/a"), Ok(repo(Reference::Tag("v1".into()), "g/a")));
+        assert_eq!(parse("s3://bkt/repo|icechunk:@tag.v1|zarr3:g/a").unwrap().to_string(), "s3://bkt/repo|icechunk:@tag.v1|zarr3:g/a");
+        assert!(parse("https://h/repo|icechunk:").unwrap_err().contains("from a local directory or from S3"));
+        assert!(parse("s3://bkt/repo|icechunk:@branch.").unwrap_err().contains("@branch.NAME"));
+        assert!(parse("s3://bkt/repo|icechunk:|zip:").unwrap_err().contains("not read from an Icechunk repository"));
         assert!(parse("s3://bkt/repo|icechunk:main").unwrap_err().contains("starts with @"));
     }
 }

@@ -1,0 +1,449 @@
+//! An Icechunk repository as a store: the keys of one branch, tag or snapshot, read and
+//! written through an Icechunk session (the `icechunk` crate). Writes go into the session,
+//! which every read of this mount sees at once; `sync` (fsync, the close of a metadata
+//! document, the unmount) commits the session to the branch, with a message naming the nodes
+//! changed. A commit the branch has moved past is rebased on its tip when the changes are
+//! disjoint (other arrays, other chunks) and fails with the conflict otherwise: the branch
+//! stays as the other writer left it, and this mount keeps its changes to commit again.
+//!
+//! Icechunk holds Zarr v3 with the default chunk keys (`c/0/1`); its chunk indices are not
+//! negative, so an `offset`-encoded array cannot be prepended to here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures_util::TryStreamExt;
+use icechunk::Repository;
+use icechunk::conflicts::basic_solver::{BasicConflictSolver, VersionSelection};
+use icechunk::format::{ByteRange as IcRange, SnapshotId};
+use icechunk::repository::VersionInfo;
+use icechunk::session::{Session, SessionError, SessionErrorKind};
+use icechunk::storage::{S3Credentials, S3Options, Storage};
+use icechunk::store::{ListDirItem, StoreError, StoreErrorKind};
+use tokio::sync::RwLock;
+
+use super::pipeline::Reference;
+use super::{ByteRange, Entry, Head, Location, RemoteLocation, RemoteOptions, Store, Value, Version, join};
+use crate::error::lock;
+use crate::{Error, Result};
+
+pub struct IcechunkStore {
+    runtime: tokio::runtime::Runtime,
+    repo: Repository,
+    session: Arc<RwLock<Session>>,
+    store: icechunk::Store,
+    reference: Reference,
+    /// The path inside the repository that is mounted (`""`: all of it).
+    root: String,
+    versions: Mutex<Versions>,
+    /// Chunks written beyond their array's shape, held until the array's grown document is
+    /// written: zarrfs stores the chunks of a growth before the document that makes them part
+    /// of the array (a crash between leaves them unseen), and Icechunk takes no chunk outside
+    /// an array's grid. At most what one write-back stores; what no document takes in (a
+    /// growth whose document failed) is not part of the array, and is never committed.
+    beyond: Mutex<BTreeMap<String, bytes::Bytes>>,
+}
+
+/// A key's version is the count of changes seen when it last changed: this mount's writes,
+/// and the changes of other writers a commit brought in. Keys not changed since are at the
+/// floor (0, or the count when it was not known what other writers changed).
+#[derive(Default)]
+struct Versions {
+    changes: u64,
+    floor: u64,
+    of: HashMap<String, u64>,
+    /// Keys written since the last commit, for its message.
+    uncommitted: BTreeSet<String>,
+}
+
+impl Versions {
+    fn changed(&mut self, key: &str) {
+        self.changes += 1;
+        self.of.insert(key.to_string(), self.changes);
+    }
+
+    fn version(&self, key: &str) -> Version {
+        Version([self.of.get(key).copied().unwrap_or(self.floor), 0, 0, 0, 0])
+    }
+}
+
+/// A store error as the core's: an absent key is `None` (`Ok(None)` by the caller), a key
+/// Icechunk cannot hold is refused, the rest is I/O.
+fn failed(key: &str, e: StoreError) -> Error {
+    match e.kind {
+        StoreErrorKind::InvalidKey { .. } | StoreErrorKind::NotAllowed(_) => {
+            Error::Unsupported(format!("{key}: an Icechunk repository holds Zarr v3 documents and chunk keys c/I/J with indices ≥ 0"))
+        }
+        StoreErrorKind::InvalidIndex { .. } => Error::refused(key, "outside the array's chunk grid"),
+        other => Error::Io(std::io::Error::other(format!("{key}: {other}"))),
+    }
+}
+
+/// Absent: no such node or chunk, a v2 document, or a name that is no Zarr v3 key.
+fn is_absent(e: &StoreError) -> bool {
+    matches!(e.kind, StoreErrorKind::NotFound(_) | StoreErrorKind::InvalidKey { .. })
+}
+
+/// A chunk key outside its array's grid.
+fn outside_grid(e: &StoreError) -> bool {
+    matches!(e.kind, StoreErrorKind::InvalidIndex { .. } | StoreErrorKind::SessionError(SessionErrorKind::InvalidIndex { .. }))
+}
+
+/// A commit that failed: a conflict another writer made is EBUSY with the conflicts named.
+fn commit_failed(e: SessionError) -> Error {
+    match e.kind {
+        SessionErrorKind::RebaseFailed { snapshot, conflicts } => {
+            let named: Vec<String> = conflicts.iter().take(5).map(|c| format!("{c:?}")).collect();
+            Error::Busy(format!(
+                "the commit conflicts with snapshot {snapshot} of another writer ({}{}); the branch is as that writer left it, and this mount's changes are kept uncommitted",
+                named.join("; "),
+                if conflicts.len() > 5 { format!("; {} more", conflicts.len() - 5) } else { String::new() }
+            ))
+        }
+        other => Error::Io(std::io::Error::other(format!("commit: {other}"))),
+    }
+}
+
+fn icechunk_error(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl IcechunkStore {
+    /// Open the repository at `repo` (a local directory or an S3 prefix) at `reference`.
+    pub fn open(repo: &Location, reference: &Reference, root: &str, options: &RemoteOptions) -> std::result::Result<IcechunkStore, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("zarrfs-icechunk")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (repo, session) = runtime.block_on(async {
+            let storage: Arc<dyn Storage + Send + Sync> = match repo {
+                Location::Local(path) => icechunk::new_local_filesystem_storage(path).await.map_err(|e| icechunk_error("repository", e))?,
+                Location::Remote(RemoteLocation::S3 { bucket, prefix }) => {
+                    let endpoint = options.endpoint.clone().or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
+                    let region = options
+                        .region
+                        .clone()
+                        .or_else(|| std::env::var("AWS_REGION").ok())
+                        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok());
+                    // Non-exhaustive: set field by field.
+                    let mut s3 = S3Options::default();
+                    s3.region = region;
+                    s3.allow_http = endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+                    s3.force_path_style = endpoint.is_some() && !options.virtual_hosted;
+                    s3.endpoint_url = endpoint;
+                    s3.anonymous = options.no_sign_request;
+                    let credentials = if options.no_sign_request { S3Credentials::Anonymous } else { S3Credentials::FromEnv };
+                    let prefix = (!prefix.is_empty()).then(|| prefix.clone());
+                    icechunk::new_s3_object_store_storage(s3, bucket.clone(), prefix, Some(credentials), Vec::new(), Vec::new())
+                        .await
+                        .map_err(|e| icechunk_error("repository", e))?
+                }
+                other => return Err(format!("{other}: an Icechunk repository is read from a local directory or from S3")),
+            };
+            let repository = Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e))?;
+            let session = match reference {
+                Reference::Branch(b) => repository.writable_session(b).await,
+                Reference::Tag(t) => repository.readonly_session(&VersionInfo::TagRef(t.clone())).await,
+                Reference::Snapshot(s) => {
+                    let id = SnapshotId::try_from(s.as_str()).map_err(|e| format!("snapshot {s}: {e}"))?;
+                    repository.readonly_session(&VersionInfo::SnapshotId(id)).await
+                }
+            }
+            .map_err(|e| icechunk_error(&reference.to_string(), e))?;
+            Ok::<_, String>((repository, session))
+        })?;
+        let session = Arc::new(RwLock::new(session));
+        let store = runtime.block_on(icechunk::Store::from_session(session.clone()));
+        Ok(IcechunkStore {
+            runtime,
+            repo,
+            session,
+            store,
+            reference: reference.clone(),
+            root: root.trim_matches('/').to_string(),
+            versions: Mutex::default(),
+            beyond: Mutex::default(),
+        })
+    }
+
+    fn key(&self, key: &str) -> String {
+        join(&self.root, key)
+    }
+
+    fn refuse_writes(&self) -> Result<()> {
+        if self.reference.read_only() { Err(Error::ReadOnly) } else { Ok(()) }
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        if let Some(held) = lock(&self.beyond).get(key) {
+            return Ok(Some(held.len() as u64));
+        }
+        match self.runtime.block_on(self.store.getsize(&self.key(key))) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(e) => Err(failed(key, e)),
+        }
+    }
+
+    fn read(&self, key: &str, range: IcRange) -> Result<Option<(Vec<u8>, Version)>> {
+        // The version first: a write between the two leaves an older version, which is safe.
+        let version = lock(&self.versions).version(key);
+        if let Some(held) = lock(&self.beyond).get(key) {
+            let IcRange::Bounded(r) = range else { return Ok(Some((held.to_vec(), version))) };
+            return Ok(held.get(r.start as usize..r.end as usize).map(|b| (b.to_vec(), version)));
+        }
+        match self.runtime.block_on(self.store.get(&self.key(key), &range)) {
+            Ok(bytes) => Ok(Some((bytes.to_vec(), version))),
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(e) => Err(failed(key, e)),
+        }
+    }
+
+    /// Store the chunks of `node` held beyond its shape that its document now takes in.
+    fn store_held_chunks(&self, node: &str) -> Result<()> {
+        let lead = if node.is_empty() { "c/".to_string() } else { format!("{node}/c/") };
+        let held: Vec<(String, bytes::Bytes)> =
+            lock(&self.beyond).iter().filter(|(k, _)| k.starts_with(&lead)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (key, value) in held {
+            match self.runtime.block_on(self.store.set(&self.key(&key), value)) {
+                Ok(()) => {
+                    lock(&self.beyond).remove(&key);
+                }
+                Err(e) if outside_grid(&e) => {}
+                Err(e) => return Err(failed(&key, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Commit the session to the branch, rebasing over other writers' commits when they do not
+    /// touch what this one does. The message names the nodes changed.
+    fn commit(&self) -> Result<()> {
+        let Reference::Branch(branch) = &self.reference else { return Ok(()) };
+        let uncommitted = std::mem::take(&mut lock(&self.versions).uncommitted);
+        let message = commit_message(&uncommitted);
+        let result = self.runtime.block_on(async {
+            let mut session = self.session.write().await;
+            if !session.has_uncommitted_changes() {
+                return Ok(None);
+            }
+            let base = session.snapshot_id().clone();
+            let solver = BasicConflictSolver { on_chunk_conflict: VersionSelection::Fail, ..BasicConflictSolver::default() };
+            let committed = session.commit(message.clone()).rebase(&solver, 5).execute().await.map_err(commit_failed)?;
+            // A committed session takes no more changes: the next ones go into a new one, at
+            // the branch's tip (this commit, or what others committed since).
+            *session = self
+                .repo
+                .writable_session(branch)
+                .await
+                .map_err(|e| Error::Io(std::io::Error::other(format!("a new session on branch {branch}: {e}"))))?;
+            Ok::<_, Error>(Some((base, committed, session.snapshot_id().clone())))
+        });
+        match result {
+            Ok(None) => Ok(()),
+            Ok(Some((base, committed, tip))) => {
+                tracing::info!(branch = %branch, snapshot = %committed, "committed: {message}");
+                if let Some(parent) = self.parent(&committed).filter(|p| *p != base) {
+                    self.note_others_changes(&base, &parent);
+                }
+                if tip != committed {
+                    self.note_others_changes(&committed, &tip);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                lock(&self.versions).uncommitted.extend(uncommitted);
+                tracing::warn!(branch = %branch, "commit failed: {e}");
+                Err(e)
+            }
+        }
+    }
+
+    /// The snapshot `id` was made on.
+    fn parent(&self, id: &SnapshotId) -> Option<SnapshotId> {
+        self.runtime.block_on(async {
+            let ancestry = self.repo.ancestry(&VersionInfo::SnapshotId(id.clone())).await.ok()?;
+            let mut ancestry = std::pin::pin!(ancestry);
+            ancestry.try_next().await.ok()?.and_then(|info| info.parent_id)
+        })
+    }
+
+    /// What other writers committed between snapshots `from` and `to` gets new versions, so
+    /// that nothing cached of it is taken for what is stored.
+    fn note_others_changes(&self, from: &SnapshotId, to: &SnapshotId) {
+        let diff = self.runtime.block_on(self.repo.diff(&VersionInfo::SnapshotId(from.clone()), &VersionInfo::SnapshotId(to.clone())));
+        let mut versions = lock(&self.versions);
+        let Ok(diff) = diff else {
+            // Not known what changed: everything may have.
+            versions.changes += 1;
+            versions.floor = versions.changes;
+            versions.of.clear();
+            tracing::warn!("the changes of other writers since {from} are not known: everything cached is read again");
+            return;
+        };
+        let unrooted = |path: &icechunk::format::Path| path.to_string().trim_start_matches('/').to_string();
+        let documents = diff
+            .new_groups
+            .iter()
+            .chain(&diff.new_arrays)
+            .chain(&diff.deleted_groups)
+            .chain(&diff.deleted_arrays)
+            .chain(&diff.updated_groups)
+            .chain(&diff.updated_arrays)
+            .map(|p| join(&unrooted(p), "zarr.json"));
+        let chunks = diff.updated_chunks.iter().flat_map(|(p, chunks)| {
+            let node = unrooted(p);
+            chunks.iter().map(move |c| {
+                let coords: Vec<String> = c.0.iter().map(u32::to_string).collect();
+                join(&node, &format!("c/{}", coords.join("/")))
+            })
+        });
+        let lead = if self.root.is_empty() { String::new() } else { format!("{}/", self.root) };
+        for key in documents.chain(chunks) {
+            if let Some(key) = key.strip_prefix(&lead) {
+                versions.changed(key);
+            }
+        }
+    }
+}
+
+/// "zarrfs: a (2 chunks, zarr.json), g/b (zarr.json)": the nodes changed, with what of them.
+fn commit_message(keys: &BTreeSet<String>) -> String {
+    let mut nodes: Vec<(String, u64, bool)> = Vec::new();
+    for key in keys {
+        let (node, document) = match key.rsplit_once('/') {
+            _ if key == "zarr.json" => (String::new(), true),
+            Some((node, "zarr.json")) => (node.to_string(), true),
+            _ => match key.find("/c/").map(|i| &key[..i]).or_else(|| key.strip_prefix("c/").map(|_| "")) {
+                Some(node) => (node.to_string(), false),
+                None => (key.clone(), false),
+            },
+        };
+        match nodes.iter_mut().find(|n| n.0 == node) {
+            Some(n) => {
+                n.1 += u64::from(!document);
+                n.2 |= document;
+            }
+            None => nodes.push((node, u64::from(!document), document)),
+        }
+    }
+    let shown: Vec<String> = nodes
+        .iter()
+        .take(10)
+        .map(|(node, chunks, document)| {
+            let what: Vec<String> = [
+                (*chunks > 0).then(|| format!("{chunks} chunk{}", if *chunks == 1 { "" } else { "s" })),
+                document.then(|| "zarr.json".to_string()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            format!("{} ({})", if node.is_empty() { "/" } else { node }, what.join(", "))
+        })
+        .collect();
+    let more = if nodes.len() > 10 { format!(" and {} more nodes", nodes.len() - 10) } else { String::new() };
+    if shown.is_empty() { "zarrfs: changes".to_string() } else { format!("zarrfs: {}{more}", shown.join(", ")) }
+}
+
+impl Store for IcechunkStore {
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        let Some(len) = self.size(key)? else { return Ok(None) };
+        if len > max {
+            return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
+        }
+        Ok(self.read(key, IcRange::ALL)?.map(|(bytes, version)| Value { bytes, version }))
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        let version = lock(&self.versions).version(key);
+        Ok(self.size(key)?.map(|len| Head { len, version }))
+    }
+
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
+        let Some(len) = self.size(key)? else { return Ok(None) };
+        let (start, end) = super::resolve_range(key, range, len)?;
+        self.read(key, IcRange::Bounded(start..end))
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
+        self.refuse_writes()?;
+        let value = bytes::Bytes::copy_from_slice(value);
+        match self.runtime.block_on(self.store.set(&self.key(key), value.clone())) {
+            Ok(()) => {}
+            Err(e) if outside_grid(&e) => {
+                lock(&self.beyond).insert(key.to_string(), value);
+            }
+            Err(e) => return Err(failed(key, e)),
+        }
+        if let Some(node) = (key == "zarr.json").then_some("").or_else(|| key.strip_suffix("/zarr.json")) {
+            self.store_held_chunks(node)?;
+        }
+        let mut versions = lock(&self.versions);
+        versions.changed(key);
+        versions.uncommitted.insert(key.to_string());
+        Ok(versions.version(key))
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.refuse_writes()?;
+        lock(&self.beyond).remove(key);
+        match self.runtime.block_on(self.store.delete(&self.key(key))) {
+            Ok(()) => {}
+            // Outside the array's grid (it shrank): not part of the array any more.
+            Err(e) if is_absent(&e) || outside_grid(&e) => return Ok(()),
+            Err(e) => return Err(failed(key, e)),
+        }
+        let mut versions = lock(&self.versions);
+        versions.changed(key);
+        versions.uncommitted.insert(key.to_string());
+        Ok(())
+    }
+
+    fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
+        let listed = self.runtime.block_on(async {
+            let mut items = self.store.list_dir_items(&self.key(prefix)).await?;
+            let mut out = Vec::new();
+            while let Some(item) = items.try_next().await? {
+                out.push(match item {
+                    ListDirItem::Key(name) => Entry { name, is_dir: false },
+                    ListDirItem::Prefix(name) => Entry { name, is_dir: true },
+                });
+            }
+            Ok::<_, StoreError>(out)
+        });
+        listed.map_err(|e| failed(prefix, e))
+    }
+
+    /// Deleting a node's keys one by one leaves it in Icechunk's tree: the node goes as one.
+    fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        self.refuse_writes()?;
+        self.runtime.block_on(self.store.delete_dir(&self.key(prefix))).map_err(|e| failed(prefix, e))?;
+        let mut versions = lock(&self.versions);
+        versions.changed(&join(prefix, "zarr.json"));
+        versions.uncommitted.insert(join(prefix, "zarr.json"));
+        Ok(1)
+    }
+
+    /// The keys written are in the session; making them durable is committing it.
+    fn sync(&self, _keys: &[String]) -> Result<()> {
+        self.commit()
+    }
+
+    fn reach(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_messages_name_nodes_and_what_of_them_changed() {
+        let keys: BTreeSet<String> =
+            ["a/c/0/0", "a/c/1/0", "a/zarr.json", "g/b/zarr.json", "zarr.json", "c/0"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(commit_message(&keys), "zarrfs: a (2 chunks, zarr.json), / (1 chunk, zarr.json), g/b (zarr.json)");
+    }
+}

@@ -1,0 +1,106 @@
+//! Icechunk repositories (written by Python icechunk, `scripts/make-fixtures.py icechunk`): a
+//! branch, a tag and a snapshot read right through the mount; a branch mount takes writes,
+//! growth and new nodes, and commits them at fsync and at the unmount, where a new mount reads
+//! them back and the tag still shows what it showed.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use common::{Mount, copy_store, fixtures};
+
+fn fixture() -> PathBuf {
+    fixtures().join("icechunk")
+}
+
+fn expected(name: &str) -> Vec<u8> {
+    std::fs::read(fixture().join("expected").join(name)).expect("expected bytes")
+}
+
+/// `REPO|icechunk:REF` and what follows, as a mount source.
+fn source(repo: &Path, tail: &str) -> PathBuf {
+    PathBuf::from(format!("{}|icechunk:{tail}", repo.display()))
+}
+
+#[test]
+fn a_python_repository_reads_right_at_its_branch_tag_and_snapshot() {
+    if common::backend::local_only("the repository is a local directory; Icechunk on S3 is checked by scripts/check-icechunk.py") {
+        return;
+    }
+    let repo = fixture().join("repo");
+    // The directory of a repository is mounted as its main branch.
+    let main = Mount::new(&repo, &["--read-only"]);
+    assert_eq!(std::fs::read(main.path("plain/data")).expect("plain"), expected("main/plain.bin"));
+    assert_eq!(std::fs::read(main.path("g/sharded/data")).expect("sharded"), expected("main/g-sharded.bin"));
+    let root = std::fs::read_to_string(main.path("zarr.json")).expect("root document");
+    assert!(root.contains("Python icechunk"), "{root}");
+    // Ranged reads of a shard stored as its own object.
+    let mut part = vec![0u8; 100];
+    std::fs::File::open(main.path("g/sharded/data")).expect("open").read_exact_at(&mut part, 3000).expect("read");
+    assert_eq!(part, expected("main/g-sharded.bin")[3000..3100]);
+    drop(main);
+
+    let snapshot = std::fs::read_to_string(fixture().join("expected/v1.snapshot")).expect("snapshot id");
+    for tail in ["@tag.v1".to_string(), format!("@{}", snapshot.trim())] {
+        let tag = Mount::new(&source(&repo, &tail), &[]);
+        assert_eq!(std::fs::read(tag.path("plain/data")).expect("plain"), expected("v1/plain.bin"), "{tail}");
+        assert!(!tag.path("g").exists(), "{tail}: g came with the second commit");
+        // Tags and snapshots are read-only, whatever the options say.
+        let err = std::fs::OpenOptions::new().write(true).open(tag.path("plain/data")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{tail}");
+    }
+
+    // A node inside, by the pipeline.
+    let inner = Mount::new(&source(&repo, "|zarr3:g"), &["--read-only"]);
+    assert_eq!(std::fs::read(inner.path("sharded/data")).expect("sharded"), expected("main/g-sharded.bin"));
+
+    // A reference that is not there is refused before anything is mounted.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(common::bin())
+        .arg("mount")
+        .arg(source(&repo, "@tag.nope"))
+        .arg(dir.path())
+        .output()
+        .expect("zarrfs mount");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("@tag.nope"), "{err}");
+}
+
+#[test]
+fn a_branch_mount_commits_writes_growth_and_new_nodes() {
+    if common::backend::local_only("the repository is a local directory") {
+        return;
+    }
+    let (_dir, repo) = copy_store(&fixture().join("repo"));
+    let mut plain = expected("main/plain.bin");
+    let mut sharded = expected("main/g-sharded.bin");
+    let row: Vec<u8> = (0..7i16).flat_map(|v| (v * 11).to_le_bytes()).collect();
+    {
+        let mut m = Mount::new(&source(&repo, ""), &[]);
+        // Rows appended past the last chunk (Icechunk takes a chunk once the shape holds it),
+        // made durable by fsync: a commit.
+        let f = std::fs::OpenOptions::new().append(true).open(m.path("plain/data")).expect("open plain");
+        for _ in 0..3 {
+            std::io::Write::write_all(&mut &f, &row).expect("append");
+            plain.extend_from_slice(&row);
+        }
+        f.sync_all().expect("fsync commits");
+        drop(f);
+        let f = std::fs::OpenOptions::new().write(true).open(m.path("g/sharded/data")).expect("open sharded");
+        f.write_all_at(&[7u8; 64], 1000).expect("write");
+        sharded[1000..1064].copy_from_slice(&[7u8; 64]);
+        drop(f);
+        std::fs::create_dir(m.path("new")).expect("mkdir: a new group");
+        assert!(m.stop().is_some_and(|s| s.success()), "the unmount commits: {}", m.log_text());
+        let log = m.log_text();
+        assert!(log.contains("committed: zarrfs: plain"), "{log}");
+    }
+    let again = Mount::new(&source(&repo, ""), &["--read-only"]);
+    assert_eq!(std::fs::read(again.path("plain/data")).expect("plain"), plain);
+    assert_eq!(std::fs::read(again.path("g/sharded/data")).expect("sharded"), sharded);
+    assert!(again.path("new/zarr.json").exists(), "the new group was committed");
+    let tag = Mount::new(&source(&repo, "@tag.v1"), &[]);
+    assert_eq!(std::fs::read(tag.path("plain/data")).expect("plain"), expected("v1/plain.bin"), "the tag did not move");
+}
