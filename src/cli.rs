@@ -143,6 +143,8 @@ Examples:
   zarrfs mount weather.zarr /mnt/w -o ro,allow_other,cache_size=4G
   zarrfs mount -f weather.zarr /mnt/w -v            in the foreground, logging to stderr
   zarrfs mount s3://bucket/weather.zarr /mnt/w --region eu-west-1
+  zarrfs mount icechunk:/data/repo /mnt/r            fsync commits to the main branch
+  zarrfs mount 's3://bucket/repo|icechunk:@tag.v1' /mnt/r
   zarrfs /data/weather.zarr /mnt/w -o ro            the form mount(8) and fstab use
 
 Every flag has an -o form (cache_size=2G, read_only is ro); generic mount(8) options (nodev,
@@ -179,7 +181,9 @@ impl RemoteArgs {
 
 #[derive(clap::Args, Debug)]
 struct MountArgs {
-    /// A directory, s3://bucket/prefix (also s3a://), or http(s)://host/path (read-only).
+    /// A directory; s3://, gs://, az:// or http(s):// (read-only) URL; a .zip/.ozx archive
+    /// (read-only); icechunk:PATH_OR_S3_URL (an Icechunk repository's main branch); or a URL
+    /// pipeline (SOURCE|zip:PATH, SOURCE|icechunk:@tag.T, ...|zarr3:PATH). See docs/stores.md.
     store: OsString,
     mountpoint: PathBuf,
     /// Stay in the foreground.

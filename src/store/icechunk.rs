@@ -370,14 +370,27 @@ impl Store for IcechunkStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
         self.refuse_writes()?;
         let value = bytes::Bytes::copy_from_slice(value);
-        match self.runtime.block_on(self.store.set(&self.key(key), value.clone())) {
+        let node = (key == "zarr.json").then_some("").or_else(|| key.strip_suffix("/zarr.json"));
+        let mut stored = self.runtime.block_on(self.store.set(&self.key(key), value.clone()));
+        if let (Err(e), Some(node)) = (&stored, node)
+            && matches!(e.kind, StoreErrorKind::SessionError(SessionErrorKind::AlreadyExists { .. }))
+        {
+            // A node of the other kind is there (a group becoming an array): Icechunk replaces a
+            // node as a whole, and only one that holds no nodes.
+            if self.list_dir(node)?.iter().any(|e| e.name != "zarr.json" && e.name != "c") {
+                return Err(Error::NotEmpty);
+            }
+            self.runtime.block_on(self.store.delete_dir(&self.key(node))).map_err(|e| failed(key, e))?;
+            stored = self.runtime.block_on(self.store.set(&self.key(key), value.clone()));
+        }
+        match stored {
             Ok(()) => {}
             Err(e) if outside_grid(&e) => {
                 lock(&self.beyond).insert(key.to_string(), value);
             }
             Err(e) => return Err(failed(key, e)),
         }
-        if let Some(node) = (key == "zarr.json").then_some("").or_else(|| key.strip_suffix("/zarr.json")) {
+        if let Some(node) = node {
             self.store_held_chunks(node)?;
         }
         let mut versions = lock(&self.versions);

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Icechunk repositories both ways with Python icechunk 2.3 and zarr-python: a repository Python
+wrote reads through a mount with the values zarr-python reads; what a branch mount commits
+(writes, growth, a new array made through the mount) reads back in Python with the values of a
+numpy model, and the commit log names it; two mounts of one branch (two daemons, as two hosts)
+writing different arrays both land, and writing the same chunk fails the second fsync (EBUSY)
+and loses nothing the first stored. Run under `scripts/with-store s3` it does the same on the
+S3 server too (AWS_ENDPOINT_URL).
+
+    scripts/check-icechunk.py target/release/zarrfs
+"""
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import icechunk
+import numpy as np
+import zarr
+from zarr.codecs import GzipCodec, ZstdCodec
+
+from checks import Checks, detach_beneath, unmount
+
+RNG = np.random.default_rng(20261204)
+
+
+def storage(where):
+    """A fresh repository's storage and its mount source: a local directory, or a prefix in the
+    S3 server's bucket."""
+    kind, place = where
+    if kind == "local":
+        return icechunk.local_filesystem_storage(place), place
+    bucket = os.environ["ZARRFS_TEST_S3_BUCKET"]
+    return icechunk.s3_storage(bucket=bucket, prefix=place, endpoint_url=os.environ["AWS_ENDPOINT_URL"], allow_http=True,
+                               force_path_style=True, region="us-east-1", access_key_id="test",
+                               secret_access_key="test"), f"s3://{bucket}/{place}"
+
+
+def mount(binary, source, mnt, *extra):
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([binary, "mount", f"{source}|icechunk:", mnt, *extra], check=True, stderr=subprocess.DEVNULL)
+
+
+def python_repo(check, binary, work, where):
+    """Python writes; the mount reads."""
+    st, source = storage(where)
+    repo = icechunk.Repository.create(st)
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w", attributes={"title": "by Python"})
+    want = {
+        "i16": np.arange(300, dtype="<i2").reshape(20, 15),
+        "f64/gz": RNG.standard_normal((9, 31)),
+        "u8/sharded": RNG.integers(0, 255, (64, 64), dtype="u1"),
+        "big": RNG.integers(0, 1 << 30, (40, 200), dtype="<u4"),
+    }
+    root.create_array("i16", shape=(20, 15), chunks=(7, 4), dtype="<i2", fill_value=5)[...] = want["i16"]
+    root.create_group("f64").create_array("gz", shape=(9, 31), chunks=(4, 8), dtype="<f8", compressors=GzipCodec(),
+                                          fill_value=np.nan)[...] = want["f64/gz"]
+    root.create_group("u8").create_array("sharded", shape=(64, 64), chunks=(8, 8), shards=(32, 64), dtype="u1",
+                                         compressors=ZstdCodec(), fill_value=0)[...] = want["u8/sharded"]
+    root.create_array("big", shape=(40, 200), chunks=(10, 200), dtype="<u4", fill_value=0)[...] = want["big"]
+    session.commit("python")
+    mnt = os.path.join(work, f"mnt-read-{where[0]}")
+    mount(binary, source, mnt, "--read-only")
+    try:
+        for path, values in want.items():
+            with open(os.path.join(mnt, path, "data"), "rb") as f:
+                check(f.read() == values.tobytes(), f"{where[0]}: {path} reads as Python wrote it")
+        with open(os.path.join(mnt, "zarr.json")) as f:
+            check('"by Python"' in f.read(), f"{where[0]}: the root's attributes")
+    finally:
+        unmount(binary, mnt)
+    return repo, source, want
+
+
+def mount_writes(check, binary, work, where, repo, source, want):
+    """The mount writes; Python reads what it committed."""
+    mnt = os.path.join(work, f"mnt-write-{where[0]}")
+    mount(binary, source, mnt)
+    model = {k: v.copy() for k, v in want.items()}
+    try:
+        rows = np.arange(45, dtype="<i2").reshape(3, 15) + 1000
+        with open(os.path.join(mnt, "i16", "data"), "ab") as f:  # growth past the last chunk
+            f.write(rows.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        model["i16"] = np.concatenate([model["i16"], rows])
+        fd = os.open(os.path.join(mnt, "u8", "sharded", "data"), os.O_WRONLY)
+        try:
+            os.pwrite(fd, bytes(range(100)), 64 * 10 + 3)
+        finally:
+            os.close(fd)
+        model["u8/sharded"].reshape(-1)[64 * 10 + 3:64 * 10 + 103] = np.arange(100, dtype="u1")
+        # A new array: zarr-python writes its document through the mount, the values go
+        # through its data file (the mount shows arrays as files, not chunk keys).
+        zarr.open_group(mnt, mode="r+").create_array("made", shape=(5, 6), chunks=(2, 6), dtype="<f4", fill_value=0)
+        model["made"] = np.arange(30, dtype="<f4").reshape(5, 6)
+        with open(os.path.join(mnt, "made", "data"), "r+b") as f:
+            f.write(model["made"].tobytes())
+    finally:
+        unmount(binary, mnt)
+    got = zarr.open_group(repo.readonly_session("main").store, mode="r")
+    for path, values in model.items():
+        arr = got[path]
+        check(arr.shape == values.shape, f"{where[0]}: {path} shape {arr.shape} after the mount's commits")
+        check(np.array_equal(arr[...], values, equal_nan=True), f"{where[0]}: {path} values after the mount's commits")
+    messages = [s.message for s in repo.ancestry(branch="main")]
+    check(any(m.startswith("zarrfs: i16") for m in messages), f"{where[0]}: the commit log names i16: {messages}")
+    check(any("made" in m for m in messages), f"{where[0]}: the commit log names the new array: {messages}")
+    check(messages[-1] == "Repository initialized" and "python" in messages, f"{where[0]}: Python's commits stay: {messages}")
+
+
+def two_writers(check, binary, work, where):
+    """Two daemons on one branch: different arrays both land; the same chunk fails the second."""
+    st, source = storage((where[0], where[1] + "-two"))
+    repo = icechunk.Repository.create(st)
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w")
+    for name in ("a", "b"):
+        root.create_array(name, shape=(8, 8), chunks=(4, 4), dtype="u1", fill_value=0)[...] = 1
+    session.commit("two arrays")
+    m1, m2 = os.path.join(work, f"mnt-one-{where[0]}"), os.path.join(work, f"mnt-two-{where[0]}")
+    mount(binary, source, m1)
+    mount(binary, source, m2)
+    try:
+        # Both open before either commits: each session starts at the same snapshot.
+        f1 = os.open(os.path.join(m1, "a", "data"), os.O_WRONLY)
+        f2 = os.open(os.path.join(m2, "b", "data"), os.O_WRONLY)
+        os.pwrite(f1, b"\x0a" * 8, 0)
+        os.pwrite(f2, b"\x0b" * 8, 0)
+        os.fsync(f1)
+        os.fsync(f2)  # rebased over the first: disjoint
+        # The same chunk of a, which neither had written: the second fsync fails and names
+        # the conflict.
+        g2 = os.open(os.path.join(m2, "a", "data"), os.O_WRONLY)
+        os.pwrite(f1, b"\x0c" * 4, 8 * 4 + 4)
+        os.pwrite(g2, b"\x0d" * 4, 8 * 4 + 4)
+        os.fsync(f1)
+        try:
+            os.fsync(g2)
+            failed = None
+        except OSError as e:
+            failed = e.errno
+        check(failed == errno.EBUSY, f"{where[0]}: a commit of the same chunk fails with EBUSY (got {failed})")
+        for fd in (f1, f2, g2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    finally:
+        unmount(binary, m1)
+        # The conflicting change is still the second mount's: its unmount says it was not stored.
+        refused = subprocess.run([binary, "unmount", m2], stderr=subprocess.PIPE, text=True)
+        check(refused.returncode != 0 and "conflict" in refused.stderr,
+              f"{where[0]}: the second mount's unmount reports the unstored conflict: {refused.returncode} {refused.stderr.strip()}")
+        subprocess.run([binary, "unmount", "--lazy", m2], check=False, stderr=subprocess.DEVNULL)
+    got = zarr.open_group(repo.readonly_session("main").store, mode="r")
+    a, b = got["a"][...], got["b"][...]
+    check(bytes(a[0]) == b"\x0a" * 8, f"{where[0]}: the first writer's row landed: {a[0]}")
+    check(bytes(b[0]) == b"\x0b" * 8, f"{where[0]}: the second writer's disjoint row landed: {b[0]}")
+    check(bytes(a[4, 4:]) == b"\x0c" * 4, f"{where[0]}: the same chunk holds the first commit's bytes: {a[4]}")
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    check = Checks("check-icechunk")
+    work = tempfile.mkdtemp()
+    places = [("local", os.path.join(work, "repo"))]
+    if os.environ.get("AWS_ENDPOINT_URL") and os.environ.get("ZARRFS_TEST_S3_BUCKET"):
+        places.append(("s3", f"icechunk-{uuid.uuid4().hex[:8]}"))
+    try:
+        for where in places:
+            repo, source, want = python_repo(check, binary, work, where)
+            mount_writes(check, binary, work, where, repo, source, want)
+            two_writers(check, binary, work, where)
+    finally:
+        detach_beneath(work)
+        shutil.rmtree(work, ignore_errors=True)
+    return check.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
