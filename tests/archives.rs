@@ -129,7 +129,7 @@ fn a_broken_source_is_refused_saying_where_it_broke() {
     let cases = [
         (format!("{}|zap:", archive.display()), "unknown adapter `zap:`"),
         (format!("{}|zip:|zip:", archive.display()), "an archive inside an archive"),
-        (format!("{}|icechunk:@branch.main", archive.display()), "cannot read Icechunk repositories"),
+        (format!("{}|icechunk:@branch.main", archive.display()), "not an Icechunk repository"),
         (format!("{}|zip:nothing-here", archive.display()), "is not a Zarr store"),
     ];
     for (source, why) in cases {

@@ -119,7 +119,9 @@ impl IcechunkStore {
             .map_err(|e| e.to_string())?;
         let (repo, session) = runtime.block_on(async {
             let storage: Arc<dyn Storage + Send + Sync> = match repo {
-                Location::Local(path) => icechunk::new_local_filesystem_storage(path).await.map_err(|e| icechunk_error("repository", e))?,
+                Location::Local(path) => {
+                    icechunk::new_local_filesystem_storage(path).await.map_err(|e| icechunk_error("repository", e.kind))?
+                }
                 Location::Remote(RemoteLocation::S3 { bucket, prefix }) => {
                     let endpoint = options.endpoint.clone().or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
                     let region = options
@@ -138,11 +140,11 @@ impl IcechunkStore {
                     let prefix = (!prefix.is_empty()).then(|| prefix.clone());
                     icechunk::new_s3_object_store_storage(s3, bucket.clone(), prefix, Some(credentials), Vec::new(), Vec::new())
                         .await
-                        .map_err(|e| icechunk_error("repository", e))?
+                        .map_err(|e| icechunk_error("repository", e.kind))?
                 }
                 other => return Err(format!("{other}: an Icechunk repository is read from a local directory or from S3")),
             };
-            let repository = Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e))?;
+            let repository = Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e.kind))?;
             let session = match reference {
                 Reference::Branch(b) => repository.writable_session(b).await,
                 Reference::Tag(t) => repository.readonly_session(&VersionInfo::TagRef(t.clone())).await,
@@ -151,7 +153,7 @@ impl IcechunkStore {
                     repository.readonly_session(&VersionInfo::SnapshotId(id)).await
                 }
             }
-            .map_err(|e| icechunk_error(&reference.to_string(), e))?;
+            .map_err(|e| icechunk_error(&reference.to_string(), e.kind))?;
             Ok::<_, String>((repository, session))
         })?;
         let session = Arc::new(RwLock::new(session));
