@@ -128,6 +128,16 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// List the snapshots of an Icechunk repository, newest first from the branch, tag or
+    /// snapshot named: ID, time, message. Mount one with SOURCE|icechunk:@ID (read-only).
+    #[command(
+        after_help = "Examples:\n  zarrfs log icechunk:/data/repo\n  zarrfs log 's3://bucket/repo|icechunk:@branch.dev'\n  zarrfs mount '/data/repo|icechunk:@R67A35M91PE2DEW4QAF0' /mnt/then"
+    )]
+    Log {
+        store: OsString,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  zarrfs completions bash > /etc/bash_completion.d/zarrfs\n  zarrfs completions zsh > \"${fpath[1]}/_zarrfs\""
@@ -519,7 +529,10 @@ pub fn main() -> ExitCode {
     };
     // Commands that only print end quietly when their reader goes away (`zarrfs info S | head`),
     // as other Unix tools do. Not the daemon: a peer closing a socket must not kill it.
-    if matches!(cli.command, Command::Info { .. } | Command::Status { .. } | Command::Completions { .. } | Command::Man { .. }) {
+    if matches!(
+        cli.command,
+        Command::Info { .. } | Command::Log { .. } | Command::Status { .. } | Command::Completions { .. } | Command::Man { .. }
+    ) {
         // SAFETY: restores the default disposition before any thread exists.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
@@ -556,6 +569,7 @@ pub fn main() -> ExitCode {
         }
         Command::Normalize { store, array, remote } => offline(&store, &remote, |s| crate::commands::normalize(s, &array)),
         Command::Pack { store, out, deflate, remote } => offline(&store, &remote, |s| crate::commands::pack(s, &out, deflate)),
+        Command::Log { store, remote } => offline(&store, &remote, crate::commands::log),
         Command::Info { store, path, attributes, json, remote } => {
             offline(&store, &remote, |s| crate::commands::info(s, path, attributes, json))
         }

@@ -137,6 +137,26 @@ pub fn pack(opened: &OpenedStore, out: &Path, deflate: bool) -> ExitCode {
     }
 }
 
+/// `zarrfs log`: the snapshots of an Icechunk repository, newest first.
+pub fn log(opened: &OpenedStore) -> ExitCode {
+    match opened.store.history() {
+        Ok(Some(snapshots)) => {
+            for s in snapshots {
+                say!("{}  {}  {}", s.id, s.made, s.message);
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            eprintln!("zarrfs: {}: keeps no history (only an Icechunk repository has snapshots)", opened.location);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("zarrfs: {}: {e}", opened.location);
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `zarrfs info`: the hierarchy under `path`, as text or JSON. A path that names no node fails.
 pub fn info(opened: &OpenedStore, path: Option<String>, attributes: bool, as_json: bool) -> ExitCode {
     let path = path.unwrap_or_default().trim_matches('/').to_string();

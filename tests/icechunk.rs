@@ -42,6 +42,13 @@ fn a_python_repository_reads_right_at_its_branch_tag_and_snapshot() {
     drop(main);
 
     let snapshot = std::fs::read_to_string(fixture().join("expected/v1.snapshot")).expect("snapshot id");
+    // The history, newest first, with the IDs that mount.
+    let log = std::process::Command::new(common::bin()).arg("log").arg(source(&repo, "")).output().expect("zarrfs log");
+    let log = String::from_utf8_lossy(&log.stdout).into_owned();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    assert!(lines[0].ends_with("second: plain rewritten, g/sharded added") && lines[2].ends_with("Repository initialized"), "{log}");
+    assert!(lines[1].starts_with(snapshot.trim()), "{log}");
     for tail in ["@tag.v1".to_string(), format!("@{}", snapshot.trim())] {
         let tag = Mount::new(&source(&repo, &tail), &[]);
         assert_eq!(std::fs::read(tag.path("plain/data")).expect("plain"), expected("v1/plain.bin"), "{tail}");

@@ -23,7 +23,7 @@ use icechunk::store::{ListDirItem, StoreError, StoreErrorKind};
 use tokio::sync::RwLock;
 
 use super::pipeline::Reference;
-use super::{ByteRange, Entry, Head, Location, RemoteLocation, RemoteOptions, Store, Value, Version, join};
+use super::{ByteRange, Entry, Head, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join};
 use crate::error::lock;
 use crate::{Error, Result};
 
@@ -448,6 +448,20 @@ impl Store for IcechunkStore {
 
     fn reach(&self) -> std::result::Result<(), String> {
         Ok(())
+    }
+
+    fn history(&self) -> Result<Option<Vec<Snapshot>>> {
+        let from = VersionInfo::SnapshotId(self.runtime.block_on(self.session.read()).snapshot_id().clone());
+        let snapshots = self.runtime.block_on(async {
+            let ancestry = self.repo.ancestry(&from).await?;
+            let mut ancestry = std::pin::pin!(ancestry);
+            let mut out = Vec::new();
+            while let Some(info) = ancestry.try_next().await? {
+                out.push(Snapshot { id: info.id.to_string(), made: info.flushed_at.to_rfc3339(), message: info.message });
+            }
+            Ok::<_, icechunk::repository::RepositoryError>(out)
+        });
+        snapshots.map(Some).map_err(|e| Error::Io(std::io::Error::other(format!("history: {}", e.kind))))
     }
 }
 

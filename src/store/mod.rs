@@ -73,6 +73,15 @@ pub struct Value {
     pub version: Version,
 }
 
+/// One snapshot of a store's history: its ID (what `|icechunk:@ID` mounts), when it was made
+/// (RFC 3339) and its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: String,
+    pub made: String,
+    pub message: String,
+}
+
 /// What is known of a stored value without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Head {
@@ -184,6 +193,11 @@ pub trait Store: Send + Sync {
     /// The requests made so far, by kind, for stores that make requests.
     fn requests(&self) -> Option<serde_json::Value> {
         None
+    }
+    /// The snapshots of a store that keeps them (an Icechunk repository), newest first from
+    /// the mounted one; `None` for stores that keep no history.
+    fn history(&self) -> Result<Option<Vec<Snapshot>>> {
+        Ok(None)
     }
     /// Reach the store once and say in one line why it cannot be used: a missing bucket,
     /// refused credentials, a wrong region or an unreachable endpoint. A local store is there.
