@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import zipfile
 
 import numpy as np
@@ -91,12 +90,13 @@ def check_http(binary, work, check):
     os.makedirs(served)
     archive = os.path.join(served, "zarr-python.zip")
     shutil.copy(os.path.join(FIXTURES, "zip", "zarr-python.zip"), archive)
-    handler = functools.partial(QuietHandler, directory=served)
-    server = QuietServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # In a process of its own: a read of the mount that holds this process's GIL (numpy's
+    # fromfile does) would keep a server thread here from answering the mount's requests.
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", served], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
     mnt = os.path.join(work, "mnt-http")
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/zarr-python.zip"
+        url = f"http://127.0.0.1:{port}/zarr-python.zip"
         mount(binary, url, mnt)
         try:
             group = zarr.open_group(zarr.storage.ZipStore(archive, mode="r"), mode="r")
@@ -110,7 +110,8 @@ def check_http(binary, work, check):
         finally:
             unmount(binary, mnt)
     finally:
-        server.shutdown()
+        server.kill()
+        server.wait()
 
 
 class QuietServer(http.server.ThreadingHTTPServer):
@@ -157,5 +158,14 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         return io.BytesIO(body)
 
 
+def serve(directory):
+    """Serve `directory` on a free port of 127.0.0.1, said on the first line of stdout."""
+    server = QuietServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=directory))
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        serve(sys.argv[2])
     sys.exit(main())
