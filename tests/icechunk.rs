@@ -111,3 +111,30 @@ fn a_branch_mount_commits_writes_growth_and_new_nodes() {
     let tag = Mount::new(&source(&repo, "@tag.v1"), &[]);
     assert_eq!(std::fs::read(tag.path("plain/data")).expect("plain"), expected("v1/plain.bin"), "the tag did not move");
 }
+
+#[test]
+fn a_saved_document_and_a_lone_hierarchy_edit_are_committed() {
+    if common::backend::local_only("the repository is a local directory") {
+        return;
+    }
+    let (_dir, repo) = copy_store(&fixture().join("repo"));
+    let mut m = Mount::new(&source(&repo, ""), &[]);
+    // A document saved through the mount is committed at its close: a new daemon reading the
+    // branch sees it while the first is still mounted.
+    let doc = std::fs::read_to_string(m.path("plain/zarr.json")).expect("document");
+    let changed = doc.replacen("\"attributes\": {}", "\"attributes\": {\"saved\": \"at close\"}", 1);
+    assert_ne!(doc, changed, "an attributes object to add to: {doc}");
+    std::fs::write(m.path("plain/zarr.json"), &changed).expect("save the document");
+    let reader = Mount::new(&source(&repo, ""), &["--read-only"]);
+    let seen = std::fs::read_to_string(reader.path("plain/zarr.json")).expect("document");
+    assert!(seen.contains("at close"), "committed at close: {seen}");
+    drop(reader);
+    assert!(m.stop().is_some_and(|s| s.success()), "{}", m.log_text());
+    // An edit of the hierarchy alone, in a mount where no array was opened: committed at the
+    // unmount.
+    let mut m = Mount::new(&source(&repo, ""), &[]);
+    std::fs::create_dir(m.path("lone")).expect("mkdir");
+    assert!(m.stop().is_some_and(|s| s.success()), "{}", m.log_text());
+    let again = Mount::new(&source(&repo, ""), &["--read-only"]);
+    assert!(again.path("lone/zarr.json").exists(), "the lone group was committed at the unmount");
+}

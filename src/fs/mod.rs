@@ -659,8 +659,8 @@ impl ZarrFs {
     pub fn fsync(&self, fh: u64) -> Result<()> {
         let Some(handle) = self.handles.get(fh) else { return Ok(()) };
         if let Opened::Edit { key, edit } = &handle.opened {
-            self.close(OnClose::Document { key, edit, last: false, writer: handle.opener })?;
-            return self.cx.store.sync(std::slice::from_ref(key));
+            // A document stored is synced as it is stored (`close`): nothing else to sync.
+            return self.close(OnClose::Document { key, edit, last: false, writer: handle.opener });
         }
         let Some(array) = handle.array() else { return Ok(()) };
         self.cx.flush_array(array)?;
