@@ -322,17 +322,30 @@ fn a_walk_asks_once_per_directory_and_sees_another_writers_groups_after_the_meta
     let mut seen = BTreeSet::new();
     walk(&m.mountpoint, "", &mut seen);
     let dirs = seen.iter().filter(|p| p.ends_with('/')).count() as u64;
-    // The listings answered the lookups of their entries (readdirplus).
+    // The listings answered the lookups of their entries (readdirplus), and a directory cost
+    // two requests (its listing and the empty one that ends it; no open, no release).
     assert!(count(&m, "lookup") - before < dirs / 4, "{} lookups for {dirs} directories", count(&m, "lookup") - before);
+    let listings = |m: &Mount| count(m, "readdir") + count(m, "readdirplus");
+    assert!(listings(&m) <= 2 * dirs + 2, "{} listing requests for {dirs} directories", listings(&m));
+    // Walked again within the TTL: the kernel's copies answer it all.
+    let (requests, mut again) = (listings(&m), BTreeSet::new());
+    walk(&m.mountpoint, "", &mut again);
+    assert_eq!(again, seen);
+    assert_eq!(listings(&m), requests, "a second walk asked for listings again");
     drop(m);
     // A group another writer makes in the store: listed once the metadata TTL has passed.
     let m = Mount::new(&store, &["--read-only", "--metadata-ttl", "1"]);
     let names =
         |m: &Mount| std::fs::read_dir(&m.mountpoint).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>();
     assert!(!names(&m).contains(&"late".to_string()));
+    let mtime = || std::fs::metadata(&m.mountpoint).unwrap().modified().unwrap();
+    let unchanged = mtime();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(mtime(), unchanged, "a listing found unchanged keeps the directory's mtime");
     std::fs::create_dir(store.join("late")).unwrap();
     std::fs::write(store.join("late/.zgroup"), r#"{"zarr_format": 2}"#).unwrap();
     common::backend::push(&store);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(names(&m).contains(&"late".to_string()), "{:?}", names(&m));
+    assert!(mtime() > unchanged, "the directory's mtime moves with its listing");
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::nodes::{DirEntry, DocumentEdit};
+use super::nodes::DocumentEdit;
 use super::open::OpenArray;
 use super::scratch::ScratchFile;
 use super::spool::Spool;
@@ -29,9 +29,6 @@ pub enum Opened {
     Data { file: DataFile, writable: bool, reads: ReadPattern, staged: Staged },
     /// `prepend`, opened for writing: the bytes staged for one prepend.
     Prepend { array: Arc<OpenArray>, spool: Mutex<Spool> },
-    /// A directory being listed: one listing, taken at its first read (and again at a rewind),
-    /// read to its end whatever changes meanwhile.
-    Listing(Mutex<Option<Arc<[DirEntry]>>>),
     /// A group's view (`image.ome.tif`), read-only: the read pattern of each array it reads.
     GroupView { reads: Box<[ReadPattern]> },
 }
@@ -77,12 +74,9 @@ impl Handle {
             },
             Opened::Prepend { array, spool } if opener => OnClose::Prepend(array, spool),
             Opened::Edit { key, edit } if opener => OnClose::Document { key, edit, last: false, writer: self.opener },
-            Opened::Prepend { .. }
-            | Opened::Document(_)
-            | Opened::Edit { .. }
-            | Opened::Scratch(_)
-            | Opened::Listing(_)
-            | Opened::GroupView { .. } => OnClose::Nothing,
+            Opened::Prepend { .. } | Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::GroupView { .. } => {
+                OnClose::Nothing
+            }
         }
     }
 
@@ -97,7 +91,7 @@ impl Handle {
             },
             Opened::Prepend { array, spool } => OnClose::Prepend(array, spool),
             Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true, writer: self.opener },
-            Opened::Document(_) | Opened::Scratch(_) | Opened::Listing(_) | Opened::GroupView { .. } => OnClose::Nothing,
+            Opened::Document(_) | Opened::Scratch(_) | Opened::GroupView { .. } => OnClose::Nothing,
         }
     }
 
@@ -106,7 +100,7 @@ impl Handle {
         match &self.opened {
             Opened::Data { file, .. } => Some(&file.array),
             Opened::Prepend { array, .. } => Some(array),
-            Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::Listing(_) | Opened::GroupView { .. } => None,
+            Opened::Document(_) | Opened::Edit { .. } | Opened::Scratch(_) | Opened::GroupView { .. } => None,
         }
     }
 }

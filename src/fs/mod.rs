@@ -6,6 +6,7 @@
 mod context;
 mod handle;
 mod hierarchy;
+mod listing;
 mod nodes;
 mod open;
 mod prepend;
@@ -20,6 +21,7 @@ mod write;
 mod writeback;
 
 pub use context::{CONTROL_DIR, Config, DATA, ERROR, ERRORS, KernelCache, PREPEND, STATS};
+pub use listing::Listing;
 pub use nodes::{DirEntry, FileKind};
 pub use open::{DirtyBudget, OpenArray};
 pub use spool::prepare_spool_dir;
@@ -96,8 +98,8 @@ pub struct ZarrFs {
     /// `stop_changes` returns only once none is under way: everything acknowledged is then in
     /// memory for the last flush, and every later change is refused.
     accepting: RwLock<bool>,
-    /// When each directory's listing was last given to the kernel, by inode.
-    listed: Mutex<std::collections::HashMap<u64, std::time::Instant>>,
+    /// The listings of directories, as the kernel reads them.
+    listings: listing::Listings,
     /// Nodes that left the table since memory was last given back.
     left: std::sync::atomic::AtomicUsize,
 }
@@ -112,7 +114,7 @@ impl ZarrFs {
             stats: stats::Stats::default(),
             hierarchy: Mutex::new(()),
             accepting: RwLock::new(true),
-            listed: Mutex::default(),
+            listings: listing::Listings::default(),
             left: Default::default(),
         }
     }
@@ -246,7 +248,7 @@ impl ZarrFs {
         let count = removed.len();
         for (ino, node) in removed {
             self.cx.take_stale(ino);
-            crate::error::lock(&self.listed).remove(&ino);
+            self.listings.remove(ino);
             if node.kind == NodeKind::Dir {
                 self.nodes.release_dir(&node.path, |array| self.handles.holds(array));
             }
@@ -258,56 +260,48 @@ impl ZarrFs {
         }
     }
 
-    /// Open a directory for listing; returns the handle id, and whether the kernel may list it
-    /// from the listing it kept of it (one given out within the metadata TTL: as fresh as any
-    /// node's metadata; changes through the mount drop the kernel's copy themselves).
-    pub fn opendir(&self, ino: u64) -> Result<(u64, bool)> {
-        match self.node(ino)?.kind {
-            NodeKind::Dir | NodeKind::ControlDir => {
-                let fresh = crate::error::lock(&self.listed).get(&ino).is_some_and(|at| at.elapsed() < self.cx.config.metadata_ttl);
-                Ok((self.insert_handle(0, Opened::Listing(Mutex::new(None))), fresh))
+    /// The listing a directory read at `offset` reads: a new one at the stream's start (the
+    /// kernel asks there only when it holds no listing it may use), else the one the reader
+    /// started. A reader past the end is done with it: the entries the kernel was not given
+    /// leave the inode table.
+    pub fn readdir(&self, ino: u64, offset: u64) -> Result<Listing> {
+        let listing = match self.listings.resume(ino, offset).filter(|_| offset > 0) {
+            Some(listing) => listing,
+            None => {
+                let (listing, dropped) = self.listings.keep(ino, self.nodes.readdir(&self.cx, ino)?);
+                self.release_unheld(dropped);
+                listing
             }
-            _ => Err(Error::NotADirectory),
-        }
-    }
-
-    /// The entries of a directory (without `.` and `..`) as the listing of handle `fh` holds
-    /// them: taken at its first read (`offset` 0, also after a rewind), so that a listing read
-    /// in many requests is one listing whatever changes meanwhile.
-    pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> Result<Arc<[DirEntry]>> {
-        let handle = self.handles.get(fh);
-        let Some(Opened::Listing(listing)) = handle.as_ref().map(|h| &h.opened) else {
-            return Ok(Arc::from(self.nodes.readdir(&self.cx, ino)?));
         };
-        let mut listing = crate::error::lock(listing);
-        match listing.as_ref() {
-            Some(entries) if offset > 0 => Ok(entries.clone()),
-            _ => {
-                let at = std::time::Instant::now();
-                let entries: Arc<[DirEntry]> = Arc::from(self.nodes.readdir(&self.cx, ino)?);
-                *listing = Some(entries.clone());
-                crate::error::lock(&self.listed).insert(ino, at);
-                Ok(entries)
-            }
+        if listing.read_to_end(offset) {
+            self.release_unheld(listing.iter().map(|e| e.ino).collect());
         }
+        Ok(listing)
     }
 
-    /// The listing of handle `fh` is done: the entries the kernel was never given leave the
-    /// inode table.
-    pub fn releasedir(&self, fh: u64) {
-        let Some(handle) = self.handles.remove(fh) else { return };
-        if let Opened::Listing(listing) = &handle.opened
-            && let Some(entries) = crate::error::lock(listing).take()
-        {
-            let removed = self.cx.tree.release_unheld(entries.iter().map(|e| e.ino));
-            drop(entries);
+    fn release_unheld(&self, inos: Vec<u64>) {
+        if !inos.is_empty() {
+            let removed = self.cx.tree.release_unheld(inos);
             self.nodes_left(removed);
         }
     }
 
+    /// The attributes of `ino` as the kernel asks for them once its copy expired: a directory
+    /// whose listing the kernel may hold is listed again when that is older than the metadata
+    /// TTL, and its mtime moves if the listing changed (the kernel then reads it again).
+    pub fn getattr_checked(&self, ino: u64) -> Result<Attr> {
+        if self.listings.stale(ino, self.cx.config.metadata_ttl) {
+            let entries = self.nodes.readdir(&self.cx, ino)?;
+            self.listings.check(ino, &entries);
+            self.release_unheld(entries.iter().map(|e| e.ino).collect());
+        }
+        self.getattr(ino)
+    }
+
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.node(ino)?;
-        let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime: self.mount_time, volatile: false };
+        let mtime = self.listings.changed(ino).unwrap_or(self.mount_time);
+        let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime, volatile: false };
         let file = |size: u64, perm: u16| Attr {
             ino,
             kind: FileKind::RegularFile,
@@ -520,7 +514,6 @@ impl ZarrFs {
             (NodeKind::StatsFile, _) => Ok(slice(&self.stats_json())),
             (NodeKind::ErrorsFile, _) => Ok(slice(&crate::logging::recent_errors())),
             (NodeKind::Prepend, _) => Err(Error::Invalid("prepend is write-only".into())),
-            (NodeKind::Dir | NodeKind::ControlDir, Some(Opened::Listing(_))) => Err(Error::IsADirectory),
             (NodeKind::Dir | NodeKind::ControlDir, _) => Err(Error::IsADirectory),
         }
     }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// The requests counted, by name.
 pub const REQUESTS: [&str; 13] =
-    ["lookup", "forget", "getattr", "setattr", "opendir", "readdir", "open", "read", "write", "flush", "fsync", "release", "statfs"];
+    ["lookup", "forget", "getattr", "setattr", "readdir", "readdirplus", "open", "read", "write", "flush", "fsync", "release", "statfs"];
 
 #[derive(Default)]
 pub struct Stats {

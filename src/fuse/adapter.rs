@@ -15,7 +15,7 @@ use fuser::{
 };
 
 use crate::Error;
-use crate::fs::{Attr, FileKind, ZarrFs};
+use crate::fs::{Attr, FileKind, Listing, ZarrFs};
 
 /// Requests that take longer are logged (at debug level).
 const SLOW: Duration = Duration::from_millis(200);
@@ -27,6 +27,8 @@ pub struct FuseAdapter {
     /// How long the kernel may keep entries and attributes that change only with our own
     /// changes (which invalidate them) or another writer's (seen after the metadata TTL).
     ttl: Duration,
+    /// The kernel lists directories without opening them (Linux 5.1 on).
+    no_opendir: bool,
 }
 
 impl FuseAdapter {
@@ -35,7 +37,7 @@ impl FuseAdapter {
         let uid = unsafe { libc::getuid() };
         let gid = fs.shown_gid();
         let ttl = fs.metadata_ttl();
-        FuseAdapter { fs, uid, gid, ttl }
+        FuseAdapter { fs, uid, gid, ttl, no_opendir: false }
     }
 
     /// Run one request on the core: count it (and its error) for `.zarrfs/stats`, log it at
@@ -106,6 +108,7 @@ impl Filesystem for FuseAdapter {
         // per directory, not once per name. The kernel asks for it where names are looked up
         // after a listing (auto), so `ls -f` of a huge group gets the lighter plain entries.
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        self.no_opendir = config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         Ok(())
     }
 
@@ -127,7 +130,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.run("getattr", || self.fs.getattr(ino.0)) {
+        match self.run("getattr", || self.fs.getattr_checked(ino.0)) {
             Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -317,38 +320,32 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel keeps the listing in its page cache (a walk reads it from there again),
-        // while it is fresh.
-        match self.run("opendir", || self.fs.opendir(ino.0)) {
-            Ok((fh, fresh)) => {
-                let keep = if fresh { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep)
-            }
-            Err(e) => reply.error(errno(&e)),
+    /// Directories need no handle (`ZarrFs::readdir`): where the kernel can do without
+    /// them, ENOSYS tells it to stop asking (it then keeps listings, and checks them against
+    /// the directory's mtime); elsewhere a handle of no meaning with the same caching.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
         }
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _ = self.run("release", || {
-            self.fs.releasedir(fh.0);
-            Ok(())
-        });
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.run("readdir", || self.fs.readdir(ino.0, fh.0, offset)) {
-            Ok(e) => e,
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let listing = match self.run("readdir", || self.fs.readdir(ino.0, offset)) {
+            Ok(l) => l,
             Err(e) => return reply.error(errno(&e)),
         };
         let dots = [(ino.0, FileType::Directory, "."), (ino.0, FileType::Directory, "..")];
-        let all = dots.into_iter().chain(entries.iter().map(|e| {
+        let all = dots.into_iter().chain(listing.iter().map(|e| {
             let kind = if e.kind == FileKind::Directory { FileType::Directory } else { FileType::RegularFile };
             (e.ino, kind, e.name.as_str())
         }));
-        for (i, (child, kind, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
+        for (i, (child, kind, name)) in all.enumerate().skip(Listing::position(offset)) {
+            if reply.add(INodeNo(child), listing.offset_after(i), kind, name) {
                 break;
             }
         }
@@ -358,22 +355,23 @@ impl Filesystem for FuseAdapter {
     /// A listing with each entry's attributes: the kernel counts a lookup of every entry it
     /// takes (not `.` and `..`), so each is remembered before it is added, and forgotten again
     /// when the reply is full without it.
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.run("readdirplus", || Ok((self.fs.readdir(ino.0, fh.0, offset)?, self.fs.getattr(ino.0)?)));
-        let (entries, dir) = match listed {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let listed = self.run("readdirplus", || Ok((self.fs.readdir(ino.0, offset)?, self.fs.getattr(ino.0)?)));
+        let (listing, dir) = match listed {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };
-        for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
-            if reply.add(ino, (i + 1) as u64, name, &Duration::ZERO, &self.attr(&dir), Generation(0)) {
+        let start = Listing::position(offset);
+        for (i, name) in [".", ".."].into_iter().enumerate().skip(start) {
+            if reply.add(ino, listing.offset_after(i), name, &Duration::ZERO, &self.attr(&dir), Generation(0)) {
                 return reply.ok();
             }
         }
-        for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+        for (i, e) in listing.iter().enumerate().skip(start.saturating_sub(2)) {
             // An entry whose node left the table since the listing was taken (the kernel forgot
             // it) is looked up again by name; one gone from the store is left out.
             let Ok(a) = self.fs.remember_entry(e.ino).or_else(|_| self.fs.lookup(ino.0, &e.name)) else { continue };
-            if reply.add(INodeNo(a.ino), (i + 3) as u64, e.name.as_str(), &self.ttl(&a), &self.attr(&a), Generation(0)) {
+            if reply.add(INodeNo(a.ino), listing.offset_after(i + 2), e.name.as_str(), &self.ttl(&a), &self.attr(&a), Generation(0)) {
                 self.fs.forget(a.ino, 1);
                 break;
             }
