@@ -340,12 +340,10 @@ fn a_walk_asks_once_per_directory_and_sees_another_writers_groups_after_the_meta
     assert!(!names(&m).contains(&"late".to_string()));
     let mtime = || std::fs::metadata(&m.mountpoint).unwrap().modified().unwrap();
     let unchanged = mtime();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert_eq!(mtime(), unchanged, "a listing found unchanged keeps the directory's mtime");
     std::fs::create_dir(store.join("late")).unwrap();
     std::fs::write(store.join("late/.zgroup"), r#"{"zarr_format": 2}"#).unwrap();
     common::backend::push(&store);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(names(&m).contains(&"late".to_string()), "{:?}", names(&m));
-    assert!(mtime() > unchanged, "the directory's mtime moves with its listing");
+    assert!(mtime() > unchanged, "the mtime of a directory listed again moves");
 }

@@ -2,15 +2,16 @@
 //! around it (a walk costs two requests a directory, not four: the kernel keeps no directory
 //! handles). Each listing has an id, carried in the upper half of every stream offset it
 //! gives, so a reader resumes in the listing it started whatever was listed since: an open
-//! directory reads one listing to its end. The kernel keeps what it read while the
-//! directory's mtime holds; the mtime moves when a check after the metadata TTL finds the
-//! listing changed.
+//! directory reads one listing to its end (kept until a reader reaches it). The kernel keeps what it read while the
+//! directory's mtime holds; the mtime moves once the listing is older than the metadata TTL,
+//! so the kernel reads it again, and with it the attributes of every entry (one request where
+//! checking each entry would take one per entry).
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::nodes::DirEntry;
 use crate::error::lock;
@@ -33,6 +34,11 @@ impl Deref for Listing {
 }
 
 impl Listing {
+    /// What a read past the end gets: nothing.
+    pub fn ended() -> Listing {
+        Listing { id: 0, entries: Arc::from([]) }
+    }
+
     /// The stream offset that resumes after stream position `position`.
     pub fn offset_after(&self, position: usize) -> u64 {
         (u64::from(self.id) << 32) | (position as u64 + 1)
@@ -51,19 +57,17 @@ impl Listing {
     pub fn read_to_end(&self, offset: u64) -> bool {
         Listing::position(offset) >= self.entries.len() + 2
     }
-
-    fn same_entries(&self, entries: &[DirEntry]) -> bool {
-        self.entries.len() == entries.len() && self.entries.iter().zip(entries).all(|(a, b)| a.name == b.name && a.kind == b.kind)
-    }
 }
 
 struct DirListings {
     /// Oldest first.
     kept: VecDeque<Listing>,
-    /// When the newest was taken, or last found unchanged.
-    checked: Instant,
-    /// When a listing was last found changed (the directory's mtime).
-    changed: Option<SystemTime>,
+    /// When the newest was taken.
+    taken: Instant,
+    /// The directory's mtime, once it moved (before, the mount's time).
+    mtime: Option<SystemTime>,
+    /// Whether it moved since the newest listing was taken.
+    moved: bool,
 }
 
 #[derive(Default)]
@@ -90,11 +94,10 @@ impl Listings {
     pub fn keep(&self, dir: u64, entries: Vec<DirEntry>) -> (Listing, Dropped) {
         let listing = Listing { id: self.next_id.fetch_add(1, Ordering::Relaxed), entries: Arc::from(entries) };
         let mut dirs = lock(&self.dirs);
-        let state = dirs.entry(dir).or_insert_with(|| DirListings { kept: VecDeque::new(), checked: Instant::now(), changed: None });
-        if state.kept.back().is_some_and(|newest| !newest.same_entries(&listing)) {
-            state.changed = Some(SystemTime::now());
-        }
-        state.checked = Instant::now();
+        let state =
+            dirs.entry(dir).or_insert_with(|| DirListings { kept: VecDeque::new(), taken: Instant::now(), mtime: None, moved: false });
+        state.taken = Instant::now();
+        state.moved = false;
         state.kept.push_back(listing.clone());
         let mut dropped = Vec::new();
         while state.kept.len() > KEPT {
@@ -105,29 +108,26 @@ impl Listings {
         (listing, dropped)
     }
 
-    /// Whether `dir`'s newest listing was taken (or found unchanged) longer than `ttl` ago.
-    pub fn stale(&self, dir: u64, ttl: std::time::Duration) -> bool {
-        lock(&self.dirs).get(&dir).is_some_and(|d| d.checked.elapsed() >= ttl)
-    }
-
-    /// A listing of `dir` taken to check the newest: whether it changed. An unchanged one
-    /// counts as checked now; a changed one moves the directory's mtime (the kernel then drops
-    /// its copy and reads the listing again from its start).
-    pub fn check(&self, dir: u64, entries: &[DirEntry]) -> bool {
+    /// `dir`'s mtime, once it moved: it moves when asked for after the newest listing is
+    /// older than `ttl`, once until the next listing (its stream then starts at 0 again).
+    pub fn mtime(&self, dir: u64, ttl: Duration) -> Option<SystemTime> {
         let mut dirs = lock(&self.dirs);
-        let Some(state) = dirs.get_mut(&dir) else { return false };
-        let changed = state.kept.back().is_some_and(|newest| !newest.same_entries(entries));
-        if changed {
-            state.changed = Some(SystemTime::now());
-        } else {
-            state.checked = Instant::now();
+        let state = dirs.get_mut(&dir)?;
+        if !state.moved && state.taken.elapsed() >= ttl {
+            let now = SystemTime::now();
+            // Never the same mtime twice, however coarse the clock.
+            state.mtime = Some(state.mtime.map_or(now, |m| now.max(m + Duration::from_micros(1))));
+            state.moved = true;
         }
-        changed
+        state.mtime
     }
 
-    /// When `dir`'s listing was last seen to change, if it was.
-    pub fn changed(&self, dir: u64) -> Option<SystemTime> {
-        lock(&self.dirs).get(&dir)?.changed
+    /// A reader read `listing` to its end: no one resumes in it any more (a reader still in it
+    /// meanwhile resumes in the newest, or in a new listing).
+    pub fn finish(&self, dir: u64, listing: &Listing) {
+        if let Some(state) = lock(&self.dirs).get_mut(&dir) {
+            state.kept.retain(|l| l.id != listing.id);
+        }
     }
 
     /// `dir` left the inode table.
@@ -154,7 +154,6 @@ mod tests {
         assert_eq!(Listing::position(offset), 3);
         let (second, dropped) = listings.keep(1, entries(&["b", "c"]));
         assert!(dropped.is_empty());
-        assert!(listings.changed(1).is_some(), "a changed listing moves the mtime");
         let resumed = listings.resume(1, offset).unwrap();
         assert_eq!(resumed[Listing::position(offset) - 2].name, "b");
         assert!(resumed.read_to_end(first.offset_after(4)) && !resumed.read_to_end(offset));
@@ -164,18 +163,24 @@ mod tests {
         assert_eq!(listings.resume(1, offset).unwrap().offset_after(0), third.offset_after(0));
         assert_eq!(listings.resume(1, second.offset_after(0)).unwrap().offset_after(0), second.offset_after(0));
         assert!(listings.resume(2, offset).is_none());
+        // Read to its end, a listing goes; its directory keeps its mtime.
+        listings.finish(1, &third);
+        listings.finish(1, &second);
+        assert!(listings.resume(1, offset).is_none());
+        assert!(listings.mtime(1, Duration::ZERO).is_some());
     }
 
     #[test]
-    fn an_unchanged_listing_keeps_the_mtime_and_counts_as_checked() {
+    fn the_mtime_moves_once_a_listing_is_older_than_the_ttl() {
         let listings = Listings::default();
+        let long = Duration::from_secs(60);
+        assert_eq!(listings.mtime(1, long), None, "nothing listed: the mount's time");
         listings.keep(1, entries(&["a", "b"]));
-        assert!(!listings.stale(1, std::time::Duration::from_secs(60)));
-        assert!(listings.stale(1, std::time::Duration::ZERO));
-        assert!(!listings.check(1, &entries(&["a", "b"])));
-        assert_eq!(listings.changed(1), None);
-        assert!(listings.check(1, &entries(&["a"])));
-        assert!(listings.changed(1).is_some());
-        assert!(!listings.check(7, &entries(&["a"])), "nothing kept, nothing to check");
+        assert_eq!(listings.mtime(1, long), None, "a fresh listing keeps it");
+        let moved = listings.mtime(1, Duration::ZERO).unwrap();
+        assert_eq!(listings.mtime(1, Duration::ZERO), Some(moved), "once until the next listing");
+        listings.keep(1, entries(&["a", "b"]));
+        assert_eq!(listings.mtime(1, long), Some(moved), "the next listing keeps what the kernel was told");
+        assert!(listings.mtime(1, Duration::ZERO).unwrap() > moved);
     }
 }

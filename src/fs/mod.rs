@@ -262,8 +262,8 @@ impl ZarrFs {
 
     /// The listing a directory read at `offset` reads: a new one at the stream's start (the
     /// kernel asks there only when it holds no listing it may use), else the one the reader
-    /// started. A reader past the end is done with it: the entries the kernel was not given
-    /// leave the inode table.
+    /// started. A reader past the end is done with it: it goes, and the entries the kernel was
+    /// not given leave the inode table.
     pub fn readdir(&self, ino: u64, offset: u64) -> Result<Listing> {
         let listing = match self.listings.resume(ino, offset).filter(|_| offset > 0) {
             Some(listing) => listing,
@@ -274,7 +274,12 @@ impl ZarrFs {
             }
         };
         if listing.read_to_end(offset) {
-            self.release_unheld(listing.iter().map(|e| e.ino).collect());
+            self.listings.finish(ino, &listing);
+            let entries = listing.iter().map(|e| e.ino).collect();
+            // Freed before the nodes go, so that their memory goes back with them.
+            drop(listing);
+            self.release_unheld(entries);
+            return Ok(Listing::ended());
         }
         Ok(listing)
     }
@@ -286,21 +291,9 @@ impl ZarrFs {
         }
     }
 
-    /// The attributes of `ino` as the kernel asks for them once its copy expired: a directory
-    /// whose listing the kernel may hold is listed again when that is older than the metadata
-    /// TTL, and its mtime moves if the listing changed (the kernel then reads it again).
-    pub fn getattr_checked(&self, ino: u64) -> Result<Attr> {
-        if self.listings.stale(ino, self.cx.config.metadata_ttl) {
-            let entries = self.nodes.readdir(&self.cx, ino)?;
-            self.listings.check(ino, &entries);
-            self.release_unheld(entries.iter().map(|e| e.ino).collect());
-        }
-        self.getattr(ino)
-    }
-
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.node(ino)?;
-        let mtime = self.listings.changed(ino).unwrap_or(self.mount_time);
+        let mtime = self.listings.mtime(ino, self.cx.config.metadata_ttl).unwrap_or(self.mount_time);
         let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime, volatile: false };
         let file = |size: u64, perm: u16| Attr {
             ino,

@@ -123,14 +123,17 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
+        // The name stands for the node for the TTL even where its attributes are asked for each
+        // time (a document's size): a `stat` of it is then one request, not two. (A listing's
+        // entries carry one TTL for both: fuser has no other.)
         match self.run("lookup", || self.fs.lookup(parent.0, name)) {
-            Ok(a) => reply.entry(&self.ttl(&a), &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry_with_ttls(&self.ttl(&a), &self.ttl, &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.run("getattr", || self.fs.getattr_checked(ino.0)) {
+        match self.run("getattr", || self.fs.getattr(ino.0)) {
             Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
