@@ -332,6 +332,14 @@ fn a_walk_asks_once_per_directory_and_sees_another_writers_groups_after_the_meta
     walk(&m.mountpoint, "", &mut again);
     assert_eq!(again, seen);
     assert_eq!(listings(&m), requests, "a second walk asked for listings again");
+    // A document's name stands for the TTL, though its size is asked for each time.
+    let document = m.path(seen.iter().find(|p| p.ends_with(".zattrs") || p.ends_with("zarr.json")).unwrap());
+    std::fs::metadata(&document).unwrap();
+    let lookups = count(&m, "lookup");
+    std::fs::metadata(&document).unwrap();
+    std::fs::metadata(&document).unwrap();
+    // (Reading the stats looks up `stats` once.)
+    assert!(count(&m, "lookup") - lookups <= 1, "{} lookups for two stats of one document", count(&m, "lookup") - lookups);
     drop(m);
     // A group another writer makes in the store: listed once the metadata TTL has passed.
     let m = Mount::new(&store, &["--read-only", "--metadata-ttl", "1"]);

@@ -2,10 +2,10 @@
 //! around it (a walk costs two requests a directory, not four: the kernel keeps no directory
 //! handles). Each listing has an id, carried in the upper half of every stream offset it
 //! gives, so a reader resumes in the listing it started whatever was listed since: an open
-//! directory reads one listing to its end (kept until a reader reaches it). The kernel keeps what it read while the
-//! directory's mtime holds; the mtime moves once the listing is older than the metadata TTL,
-//! so the kernel reads it again, and with it the attributes of every entry (one request where
-//! checking each entry would take one per entry).
+//! directory reads one listing to its end (kept until a reader reaches it). The kernel keeps
+//! what it read while the directory's mtime holds; the mtime moves once the listing is older
+//! than the metadata TTL, so the kernel reads it again, and with it the attributes of every
+//! entry (one request where checking each entry would take one per entry).
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Deref;

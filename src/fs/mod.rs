@@ -265,7 +265,7 @@ impl ZarrFs {
     /// started. A reader past the end is done with it: it goes, and the entries the kernel was
     /// not given leave the inode table.
     pub fn readdir(&self, ino: u64, offset: u64) -> Result<Listing> {
-        let listing = match self.listings.resume(ino, offset).filter(|_| offset > 0) {
+        let listing = match (offset > 0).then(|| self.listings.resume(ino, offset)).flatten() {
             Some(listing) => listing,
             None => {
                 let (listing, dropped) = self.listings.keep(ino, self.nodes.readdir(&self.cx, ino)?);
@@ -293,8 +293,10 @@ impl ZarrFs {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.node(ino)?;
-        let mtime = self.listings.mtime(ino, self.cx.config.metadata_ttl).unwrap_or(self.mount_time);
-        let dir = |perm: u16| Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime, volatile: false };
+        let dir = |perm: u16| {
+            let mtime = self.listings.mtime(ino, self.cx.config.metadata_ttl).unwrap_or(self.mount_time);
+            Attr { ino, kind: FileKind::Directory, size: 0, own_bytes: 0, perm, mtime, volatile: false }
+        };
         let file = |size: u64, perm: u16| Attr {
             ino,
             kind: FileKind::RegularFile,
