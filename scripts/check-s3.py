@@ -18,6 +18,9 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
   access to a public bucket (`--no-sign-request`, AWS_SKIP_SIGNATURE, `s3a://`) signing nothing;
   virtual-hosted addressing (a private mount namespace names the bucket's host); the fstab form
   `mount -t fuse.zarrfs s3://... -o endpoint=`;
+- walks: a `find` over a plate is one listing and one GET a document, a second within the TTL
+  none; new nodes show (the mount's at once, another writer's after the TTL); a bucket that
+  refuses listings still serves each node;
 - plain HTTP: a consolidated store served over http:// mounts read-only, and over https://
   (a TLS front with a test CA's certificate) too.
 
@@ -761,6 +764,55 @@ def odd_keys():
     check("arr/zarr.json" not in left and "arr/c/0" not in left, f"the array's own keys are gone ({left})")
 
 
+def walks(proxy):
+    """A walk of a hierarchy lists it once and fetches each document once, many at a time; a
+    second walk within the metadata TTL asks for nothing; another writer's node shows after the
+    TTL, the mount's own at once; a bucket that refuses listings still serves each node."""
+    import boto3
+    from plate import plate
+    s3 = boto3.client("s3", endpoint_url=EP, region_name=REGION)
+    prefix = f"walk-{uuid.uuid4().hex[:8]}"
+    local = tempfile.mkdtemp()
+    plate(local, 3, 4, 2, fmt=3, chunks=True)
+    keys = []
+    for d, _, files in os.walk(local):
+        for f in files:
+            key = os.path.relpath(os.path.join(d, f), local)
+            keys.append(key)
+            s3.upload_file(os.path.join(d, f), BUCKET, f"{prefix}/{key}")
+    documents = [k for k in keys if k.endswith("zarr.json")]
+    arrays = sorted(os.path.dirname(k) for k in documents if json.load(open(os.path.join(local, k)))["node_type"] == "array")
+    data = sorted(os.path.join(a, "data") for a in arrays)
+    with Mount(f"s3://{BUCKET}/{prefix}", "--metadata-ttl", "2", endpoint=proxy.url) as m:
+        proxy.reset()
+        found = subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split()
+        asked = proxy.entries()
+        lists = [e for e in asked if e[0] == "GET" and e[1] == f"/{BUCKET}"]
+        gets = sorted(e[1][len(f"/{BUCKET}/{prefix}/"):] for e in asked if e[0] == "GET" and e[1] != f"/{BUCKET}")
+        check(sorted(os.path.relpath(f, m.dir) for f in found) == data, f"a walk finds every array ({len(found)} of {len(data)})")
+        check(len(lists) == 1 and gets == sorted(documents) and not [e for e in asked if e[0] == "HEAD"],
+              f"a walk of {len(keys)} keys is one listing and one GET a document ({len(lists)} listings, {len(gets)} GETs "
+              f"for {len(documents)} documents, {len(asked)} requests)")
+        print(f"walks: find over {len(arrays)} arrays made {len(asked)} requests ({len(lists)} listing, {len(gets)} GETs)", flush=True)
+        proxy.reset()
+        again = subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split()
+        check(sorted(again) == sorted(found) and not proxy.entries(), f"a second walk within the TTL asks for nothing ({proxy.entries()[:3]})")
+        # The mount's own new group shows at once; another writer's after the TTL.
+        os.mkdir(m.path("A/mine"))
+        check("mine" in os.listdir(m.path("A")), "a group made through the mount is listed at once")
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/A/theirs/zarr.json", Body=json.dumps({"zarr_format": 3, "node_type": "group"}))
+        time.sleep(2.5)
+        check("theirs" in os.listdir(m.path("A")), f"another writer's group is listed after the TTL ({os.listdir(m.path('A'))})")
+    # A bucket whose listings are refused (GetObject granted, ListBucket not): each node still
+    # serves, asked for alone.
+    with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
+        proxy.refuse = ("GET", f"/{BUCKET}")
+        check(os.path.getsize(m.path(data[0])) == 2 * 64 * 64 * 2, f"a node serves when its directory's listing is refused ({data[0]})")
+        refused = [e for e in proxy.entries() if e[3] == 403]
+        check(len(refused) == 1, f"the listing was refused ({refused})")
+        proxy.refuse = None
+
+
 def plain_http():
     # A public bucket, served to anonymous GETs as any web server would serve the files.
     import boto3
@@ -823,6 +875,7 @@ def main():
     virtual_hosted()
     fstab_forms()
     odd_keys()
+    walks(proxy)
     plain_http()
     print(f"check-s3: {RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
     sys.exit(1 if RESULTS["failed"] else 0)

@@ -185,6 +185,7 @@ impl RemoteArgs {
             region: self.region.clone(),
             no_sign_request: self.no_sign_request,
             virtual_hosted: self.virtual_hosted,
+            metadata_ttl: std::time::Duration::ZERO,
         }
     }
 }

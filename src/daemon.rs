@@ -233,7 +233,8 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
-    let store = plan.store.open(&plan.remote)?;
+    let metadata_ttl = plan.metadata_ttl.unwrap_or(Config::default().metadata_ttl);
+    let store = plan.store.open(&crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() })?;
     let mut config = Config {
         read_only: plan.read_only,
         shared: plan.allow_other,
@@ -246,9 +247,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         config.workers = std::num::NonZeroUsize::new(REMOTE_WORKERS).unwrap_or(config.workers);
         config.read_ahead = config.read_ahead.max(64 << 20);
     }
-    if let Some(ttl) = plan.metadata_ttl {
-        config.metadata_ttl = ttl;
-    }
+    config.metadata_ttl = metadata_ttl;
     if let Some(n) = plan.cache_size {
         config.cache_size = n as usize;
     }

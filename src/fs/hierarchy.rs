@@ -40,7 +40,7 @@ fn check_node_name(name: &str) -> Result<()> {
 /// The format of the node at `path`, from the document that makes it one.
 fn node_format(store: &dyn Store, path: &str) -> Result<Option<ZarrFormat>> {
     for (name, format) in [("zarr.json", ZarrFormat::V3), (".zarray", ZarrFormat::V2), (".zgroup", ZarrFormat::V2)] {
-        if store.head(&store::join(path, name))?.is_some() {
+        if store.head_current(&store::join(path, name))?.is_some() {
             return Ok(Some(format));
         }
     }
@@ -508,7 +508,7 @@ impl ZarrFs {
         let store = self.cx.store.as_ref();
         // Chunks an interrupted removal left behind would read as the new array's.
         let cleared = self.clear_leftovers(path, true)?;
-        let zgroup = (name == ".zarray" && store.head(&store::join(path, ".zgroup"))?.is_some()).then_some(".zgroup");
+        let zgroup = (name == ".zarray" && store.head_current(&store::join(path, ".zgroup"))?.is_some()).then_some(".zgroup");
         self.store_node_documents(path, name, bytes, doc, zgroup)?;
         self.nodes.forget(path);
         // Scratch files under the names of the array's own files would hide them.

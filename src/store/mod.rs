@@ -109,6 +109,11 @@ pub trait Store: Send + Sync {
     }
     /// The length and version of a value, or `None` when the key is absent; nothing is read.
     fn head(&self, key: &str) -> Result<Option<Head>>;
+    /// `head`, asked of the store itself even where a recent listing could answer: what a write
+    /// is decided on (another writer's change within the metadata TTL must count).
+    fn head_current(&self, key: &str) -> Result<Option<Head>> {
+        self.head(key)
+    }
     /// Part of a value, or `None` when the key is absent. A range past the end is an error.
     fn get_range(&self, key: &str, range: ByteRange) -> Result<Option<Vec<u8>>> {
         Ok(self.get_range_versioned(key, range)?.map(|(bytes, _)| bytes))

@@ -22,7 +22,10 @@ use object_store::{
     ClientOptions, GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 
+mod listed;
 mod listing;
+
+use listed::{Listed, ListedKeys};
 
 use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
 use crate::error::lock;
@@ -78,8 +81,13 @@ pub struct ObjectStore {
     /// The ETag and version (a GCS generation) each guarded document was last read or written
     /// at (`None`: seen absent): a conditional PUT names them.
     etags: Mutex<HashMap<String, Option<UpdateVersion>>>,
+    /// What recent listings of the bucket showed (for the metadata TTL).
+    listed: ListedKeys,
     pub requests: Arc<RequestCounts>,
 }
+
+/// Documents fetched at once after a listing: a walk then finds them read.
+const DOCUMENTS_IN_FLIGHT: usize = 64;
 
 impl ObjectStore {
     /// Connect to `location`. Nothing is requested yet: `check` does that.
@@ -183,7 +191,17 @@ impl ObjectStore {
             .enable_all()
             .build()
             .map_err(Error::Io)?;
-        Ok(ObjectStore { remote, raw, runtime, location: location.clone(), listing, etags: Mutex::default(), requests: Arc::default() })
+        let listed = ListedKeys::new(if matches!(listing, Listing::Bucket) { options.metadata_ttl } else { Duration::ZERO });
+        Ok(ObjectStore {
+            remote,
+            raw,
+            runtime,
+            location: location.clone(),
+            listing,
+            etags: Mutex::default(),
+            listed,
+            requests: Arc::default(),
+        })
     }
 
     pub fn location(&self) -> &RemoteLocation {
@@ -229,6 +247,85 @@ impl ObjectStore {
                 None => etags.remove(key),
             };
         }
+    }
+
+    /// List every key under the directory `dir`, up to `budget` keys, and keep what
+    /// the listing showed; then fetch the node documents it showed, many at once. A key
+    /// object_store cannot parse, or keys out of order, leave nothing kept.
+    fn list_beneath(&self, dir: &str, budget: usize) -> Result<()> {
+        let prefix = listed::dir_prefix(dir);
+        let path = if dir.is_empty() { None } else { Some(Self::path(dir)?) };
+        self.count(&self.requests.list);
+        let listing = self.run(async {
+            let mut stream = self.remote.list(path.as_ref());
+            let mut keys = std::collections::BTreeMap::new();
+            let mut last = String::new();
+            while let Some(meta) = stream.next().await {
+                let meta = meta?;
+                let key = meta.location.as_ref().to_string();
+                // A key object_store encoded reads differently from the key asked for.
+                if key.contains('%') || key <= last || !key.starts_with(&prefix) {
+                    return Ok(None);
+                }
+                last.clone_from(&key);
+                let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
+                keys.insert(key, Listed { size: meta.size, version, bytes: None });
+                if keys.len() >= budget {
+                    return Ok(Some((keys, false)));
+                }
+            }
+            Ok(Some((keys, true)))
+        });
+        let (keys, complete) = match listing {
+            Ok(Some(listing)) => listing,
+            Ok(None) | Err(object_store::Error::InvalidPath { .. }) => {
+                self.listed.insert_failed(prefix);
+                return Ok(());
+            }
+            Err(e) => {
+                self.listed.insert_failed(prefix);
+                return Err(self.failed("LIST", dir, e));
+            }
+        };
+        self.listed.insert(prefix.clone(), keys, complete);
+        // Documents too large to keep, or beyond the room left, wait to be asked for.
+        let mut budget = self.listed.room();
+        let wanted = self.listed.unfetched(&prefix, |key, l| {
+            let take = guarded(key) && l.size <= listed::DOCUMENT_KEPT_MAX && l.size <= budget;
+            budget -= if take { l.size } else { 0 };
+            take
+        });
+        let remote = self.remote.clone();
+        let fetched: Vec<_> = self.runtime.block_on(
+            futures_util::stream::iter(wanted)
+                .map(|key| {
+                    let remote = remote.clone();
+                    async move {
+                        let got = async {
+                            let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
+                            let meta = r.meta.clone();
+                            Ok::<_, object_store::Error>((r.bytes().await?, meta))
+                        };
+                        (got.await, key)
+                    }
+                })
+                .buffer_unordered(DOCUMENTS_IN_FLIGHT)
+                .collect(),
+        );
+        for (got, key) in fetched {
+            self.count(&self.requests.get);
+            match got {
+                Ok((bytes, meta)) => {
+                    self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
+                    self.listed.changed(&key, Some(Listed { size: meta.size, version, bytes: Some(bytes) }));
+                }
+                Err(object_store::Error::NotFound { .. }) => self.listed.changed(&key, None),
+                // Asked for again when it is wanted, and its error said then.
+                Err(_) => {}
+            }
+        }
+        Ok(())
     }
 
     fn count(&self, counter: &AtomicU64) {
@@ -372,15 +469,48 @@ fn parse_credentials(text: &str, profile: &str) -> Option<(String, String, Optio
 
 /// A value's version from its ETag (or its length alone where the server gives none).
 fn version_of(meta: &object_store::ObjectMeta) -> Version {
+    version_from(&meta.e_tag, &meta.version, meta.size)
+}
+
+fn version_from(e_tag: &Option<String>, version: &Option<String>, size: u64) -> Version {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
-    meta.e_tag.hash(&mut h);
-    meta.version.hash(&mut h);
-    Version([h.finish(), meta.size, 0, 0, 0])
+    // Servers differ in quoting an ETag in a listing and in a GET's header (rclone's).
+    e_tag.as_deref().map(|e| e.trim_matches('"')).hash(&mut h);
+    version.hash(&mut h);
+    Version([h.finish(), size, 0, 0, 0])
 }
 
 impl Store for ObjectStore {
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        if guarded(key) {
+            // A node document no listing reached: its node's siblings are likely wanted next (a
+            // `stat` of every array, a tool opening each), so their directory is listed first.
+            // Not the root's own: a mount reads it alone.
+            if self.listed.enabled()
+                && self.listed.get(key).is_none()
+                && let Some((dir, _)) = key.rsplit_once('/')
+            {
+                let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+                if !self.listed.tried(&listed::dir_prefix(parent)) {
+                    // One page: a large array's chunks cost one request more, not five. A
+                    // listing that fails leaves the document to be asked for alone.
+                    let _ = self.list_beneath(parent, listed::PAGE);
+                }
+            }
+            match self.listed.get(key) {
+                Some(None) => {
+                    self.remember_etag(key, Some(None));
+                    return Ok(None);
+                }
+                Some(Some(Listed { bytes: Some(bytes), version, size })) if bytes.len() as u64 <= max => {
+                    let value = Value { bytes: bytes.to_vec(), version: version_from(&version.e_tag, &version.version, size) };
+                    self.remember_etag(key, Some(Some(version)));
+                    return Ok(Some(value));
+                }
+                _ => {}
+            }
+        }
         let path = Self::path(key)?;
         self.count(&self.requests.get);
         let remote = self.remote.clone();
@@ -399,7 +529,11 @@ impl Store for ObjectStore {
                 if bytes.len() as u64 > max {
                     return Err(Error::refused(key, format!("more than the {max} bytes it can hold")));
                 }
-                self.remember_etag(key, Some(Some(UpdateVersion { e_tag: meta.e_tag.clone(), version: meta.version.clone() })));
+                let version = UpdateVersion { e_tag: meta.e_tag.clone(), version: meta.version.clone() };
+                self.remember_etag(key, Some(Some(version.clone())));
+                if guarded(key) {
+                    self.listed.changed(key, Some(Listed { size: meta.size, version, bytes: Some(bytes.clone()) }));
+                }
                 Ok(Some(Value { bytes: bytes.into(), version: version_of(&meta) }))
             }
             Ok(Err(size)) => Err(Error::refused(key, format!("{size} bytes, more than the {max} it can hold (not read)"))),
@@ -412,6 +546,16 @@ impl Store for ObjectStore {
     }
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
+        // Documents only: a chunk's version checks the bytes of a read against another writer's.
+        if guarded(key)
+            && let Some(known) = self.listed.get(key)
+        {
+            return Ok(known.map(|l| Head { len: l.size, version: version_from(&l.version.e_tag, &l.version.version, l.size) }));
+        }
+        self.head_current(key)
+    }
+
+    fn head_current(&self, key: &str) -> Result<Option<Head>> {
         let path = Self::path(key)?;
         self.count(&self.requests.head);
         match self.run(self.remote.head(&path)) {
@@ -486,7 +630,10 @@ impl Store for ObjectStore {
         let payload = PutPayload::from(value.to_vec());
         match self.run(self.remote.put_opts(&path, payload, PutOptions { mode, ..PutOptions::default() })) {
             Ok(put) => {
-                self.remember_etag(key, Some(Some(UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() })));
+                let version = UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() };
+                self.remember_etag(key, Some(Some(version.clone())));
+                let bytes = guarded(key).then(|| bytes::Bytes::copy_from_slice(value));
+                self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes }));
                 let meta = object_store::ObjectMeta {
                     location: path,
                     last_modified: Default::default(),
@@ -509,6 +656,7 @@ impl Store for ObjectStore {
         match self.run(self.remote.delete(&path)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {
                 self.remember_etag(key, Some(None));
+                self.listed.changed(key, None);
                 Ok(())
             }
             Err(e) => Err(self.failed("DELETE", key, e)),
@@ -519,6 +667,7 @@ impl Store for ObjectStore {
         if self.location.read_only() {
             return Err(Error::ReadOnly);
         }
+        self.listed.clear();
         let paths: Vec<object_store::Result<ObjectPath>> = keys.iter().map(|k| Ok(ObjectPath::from(k.as_str()))).collect();
         let n = paths.len() as u64;
         let deleted = self.run(async {
@@ -543,6 +692,7 @@ impl Store for ObjectStore {
             return Err(Error::ReadOnly);
         }
         let dir = Self::path(prefix)?;
+        self.listed.clear();
         self.count(&self.requests.list);
         let locations = self.remote.list(Some(&dir)).map(|m| m.map(|m| m.location)).boxed();
         let removed = self.run(async {
@@ -582,6 +732,17 @@ impl Store for ObjectStore {
             out.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(out);
         }
+        // A walk lists each directory: one listing of everything beneath the first answers for
+        // the rest, and fetches their documents at once.
+        if self.listed.enabled() {
+            if let Some(entries) = self.listed.dir(prefix) {
+                return Ok(entries);
+            }
+            self.list_beneath(prefix, listed::LISTING_BUDGET)?;
+            if let Some(entries) = self.listed.dir(prefix) {
+                return Ok(entries);
+            }
+        }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
         self.count(&self.requests.list);
         let listed = match self.run(self.remote.list_with_delimiter(dir.as_ref())) {
@@ -610,6 +771,9 @@ impl Store for ObjectStore {
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
         if let Listing::Consolidated(_) = self.listing {
             return Ok(None);
+        }
+        if let Some(names) = self.listed.names_upto(prefix, max) {
+            return Ok(names);
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
         // A recursive listing, stopped as soon as it shows more names than `max` or more keys
@@ -644,6 +808,7 @@ impl Store for ObjectStore {
             return Err(Error::ReadOnly);
         }
         let (source, target) = (Self::path(from)?, Self::path(to)?);
+        self.listed.clear();
         // A copy the server makes, then the deletion: a crash between them leaves both.
         self.count(&self.requests.put);
         match self.run(self.remote.copy(&source, &target)) {

@@ -123,6 +123,8 @@ pub struct RemoteOptions {
     pub no_sign_request: bool,
     /// `https://bucket.host/...` rather than `https://host/bucket/...`.
     pub virtual_hosted: bool,
+    /// How long what a listing showed is trusted (the mount's metadata TTL; none if zero).
+    pub metadata_ttl: std::time::Duration,
 }
 
 #[cfg(test)]

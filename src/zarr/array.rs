@@ -584,7 +584,7 @@ impl Array {
     pub fn check_metadata_current(&self) -> Result<()> {
         let Some(read_at) = *lock(&self.stored_version) else { return Ok(()) };
         let key = store::join(&self.path, self.meta.document_name());
-        match self.store.head(&key)? {
+        match self.store.head_current(&key)? {
             Some(now) if now.version == read_at => Ok(()),
             _ => Err(Error::refused(
                 &key,

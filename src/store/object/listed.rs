@@ -1,0 +1,288 @@
+//! What recursive listings of a bucket showed, kept for the metadata TTL: every key under a
+//! directory with its size and version, and the bytes of the node documents among them.
+//!
+//! A walk of a hierarchy asks for each directory's names, whether each child holds a node
+//! document, and each document: one request each on object storage, made one after another
+//! as the kernel asks. One listing of the whole prefix (a few requests of 1 000 keys each)
+//! answers the first two for every directory beneath, and the documents it shows are then
+//! fetched at once, many in flight. A listing that shows more keys than its budget (a large
+//! array's chunks) stops there and answers for the keys it reached: S3, GCS and Azure list
+//! keys in byte order, so it knows every key up to the last it saw.
+//!
+//! What is known is what the store held when it was listed: writes through the mount update it,
+//! and another writer's changes show once the metadata TTL has passed, as with parsed metadata.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::UpdateVersion;
+
+use crate::error::lock;
+use crate::store::Entry;
+
+/// The keys one listing request shows (S3's, GCS's and Azure's most).
+pub const PAGE: usize = 1_000;
+
+/// Keys a listing of a directory shows before it stops: five requests' worth.
+pub const LISTING_BUDGET: usize = 5 * PAGE;
+
+/// Listings kept at once (each of at most `LISTING_BUDGET` keys).
+const RANGES_KEPT: usize = 16;
+
+/// The bytes of documents kept in all, and of one: a larger document is read when it is asked
+/// for, every time.
+const KEPT_BYTES: u64 = 32 << 20;
+pub const DOCUMENT_KEPT_MAX: u64 = 1 << 20;
+
+/// One key as listed.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub size: u64,
+    pub version: UpdateVersion,
+    /// The value, for a node document fetched after the listing.
+    pub bytes: Option<Bytes>,
+}
+
+/// The keys of one listing.
+struct ListedRange {
+    /// The directory listed, as a key prefix (`""` or `"a/b/"`).
+    prefix: String,
+    /// The last key listed, when the listing stopped before the end of the prefix.
+    upto: Option<String>,
+    at: Instant,
+    keys: BTreeMap<String, Listed>,
+    /// The bytes of the documents among `keys`.
+    bytes: u64,
+}
+
+impl ListedRange {
+    fn holds(&self, key: &str) -> bool {
+        key.starts_with(&self.prefix) && self.upto.as_deref().is_none_or(|u| key <= u)
+    }
+
+    /// Whether every key under `dir` (a key prefix) was listed: the listing reached past them.
+    fn holds_dir(&self, dir: &str) -> bool {
+        dir.starts_with(&self.prefix) && self.upto.as_deref().is_none_or(|u| u > dir && !u.starts_with(dir))
+    }
+}
+
+/// What the listings of the last metadata TTL showed.
+pub struct ListedKeys {
+    ttl: Duration,
+    ranges: Mutex<Vec<ListedRange>>,
+}
+
+/// Whether two versions of a value are the same: servers differ in quoting an ETag in a listing
+/// and in a GET's header (rclone's).
+fn same_version(a: &UpdateVersion, b: &UpdateVersion) -> bool {
+    let tag = |v: &UpdateVersion| v.e_tag.as_deref().map(|e| e.trim_matches('"')).map(str::to_string);
+    a.e_tag.is_some() && tag(a) == tag(b) && a.version == b.version
+}
+
+/// The key prefix of the directory `dir` (`""` for the root).
+pub fn dir_prefix(dir: &str) -> String {
+    if dir.is_empty() { String::new() } else { format!("{dir}/") }
+}
+
+impl ListedKeys {
+    /// Listings kept for `ttl` (none with a zero TTL).
+    pub fn new(ttl: Duration) -> ListedKeys {
+        ListedKeys { ttl, ranges: Mutex::default() }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.ttl.is_zero()
+    }
+
+    fn fresh(&self) -> std::sync::MutexGuard<'_, Vec<ListedRange>> {
+        let mut ranges = lock(&self.ranges);
+        ranges.retain(|r| r.at.elapsed() < self.ttl);
+        ranges
+    }
+
+    /// How many more bytes of documents may be kept.
+    pub fn room(&self) -> u64 {
+        KEPT_BYTES.saturating_sub(self.fresh().iter().map(|r| r.bytes).sum())
+    }
+
+    /// What the listings know of `key`: `Some(None)` if it was not there.
+    pub fn get(&self, key: &str) -> Option<Option<Listed>> {
+        let ranges = self.fresh();
+        let range = ranges.iter().rev().find(|r| r.holds(key))?;
+        Some(range.keys.get(key).cloned())
+    }
+
+    /// The names in the directory `dir`, if a listing showed every key under it.
+    pub fn dir(&self, dir: &str) -> Option<Vec<Entry>> {
+        let prefix = dir_prefix(dir);
+        let ranges = self.fresh();
+        let range = ranges.iter().rev().find(|r| r.holds_dir(&prefix))?;
+        let mut names = BTreeMap::new();
+        for key in range.keys.range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded)).map(|(k, _)| k) {
+            let Some(rest) = key.strip_prefix(&prefix) else { break };
+            let (name, is_dir) = rest.split_once('/').map_or((rest, false), |(name, _)| (name, true));
+            *names.entry(name.to_string()).or_insert(false) |= is_dir;
+        }
+        Some(names.into_iter().map(|(name, is_dir)| Entry { name, is_dir }).collect())
+    }
+
+    /// Keep a listing of `prefix`: `keys` in byte order, `complete` when it reached the end.
+    pub fn insert(&self, prefix: String, mut keys: BTreeMap<String, Listed>, complete: bool) {
+        let upto = if complete { None } else { keys.keys().next_back().cloned() };
+        let mut ranges = self.fresh();
+        // Documents an overlapping listing fetched, unchanged since, are not fetched again.
+        let mut bytes = 0;
+        for (key, listed) in keys.iter_mut() {
+            let before = ranges.iter().rev().filter(|r| r.holds(key)).find_map(|r| r.keys.get(key));
+            if let Some(Listed { bytes: Some(value), version, .. }) = before
+                && same_version(version, &listed.version)
+            {
+                bytes += value.len() as u64;
+                listed.bytes = Some(value.clone());
+            }
+        }
+        // An older listing the new one covers goes.
+        let range = ListedRange { prefix, upto, at: Instant::now(), keys, bytes };
+        ranges.retain(|r| !(r.prefix.starts_with(&range.prefix) && range.upto.is_none()));
+        if ranges.len() >= RANGES_KEPT {
+            ranges.remove(0);
+        }
+        ranges.push(range);
+    }
+
+    /// Whether `prefix` was listed (or its listing tried) within the TTL.
+    pub fn tried(&self, prefix: &str) -> bool {
+        self.fresh().iter().any(|r| r.prefix == prefix)
+    }
+
+    /// A listing of `prefix` that could not be kept (it failed, or showed keys that cannot be
+    /// answered for): it is not tried again within the TTL, and answers for no key.
+    pub fn insert_failed(&self, prefix: String) {
+        let mut ranges = self.fresh();
+        if ranges.len() >= RANGES_KEPT {
+            ranges.remove(0);
+        }
+        ranges.push(ListedRange { prefix, upto: Some(String::new()), at: Instant::now(), keys: BTreeMap::new(), bytes: 0 });
+    }
+
+    /// The documents the newest listing of `prefix` showed and that are not fetched yet.
+    pub fn unfetched(&self, prefix: &str, mut wanted: impl FnMut(&str, &Listed) -> bool) -> Vec<String> {
+        let ranges = self.fresh();
+        let Some(range) = ranges.iter().rev().find(|r| r.prefix == prefix) else { return Vec::new() };
+        range.keys.iter().filter(|(k, l)| l.bytes.is_none() && wanted(k, l)).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// `key` now holds this (`None`: nothing), in every listing that holds it: what the mount
+    /// wrote or deleted, or a document as fetched.
+    pub fn changed(&self, key: &str, now: Option<Listed>) {
+        let mut ranges = self.fresh();
+        let len = |l: Option<&Listed>| l.and_then(|l| l.bytes.as_ref()).map_or(0, |b| b.len() as u64);
+        let mut kept: u64 = ranges.iter().map(|r| r.bytes).sum();
+        for range in ranges.iter_mut().filter(|r| r.holds(key)) {
+            let before = len(range.keys.get(key));
+            kept -= before;
+            let mut listed = now.clone();
+            if let Some(l) = listed.as_mut()
+                && (len(Some(l)) > DOCUMENT_KEPT_MAX || kept + len(Some(l)) > KEPT_BYTES)
+            {
+                l.bytes = None;
+            }
+            let after = len(listed.as_ref());
+            kept += after;
+            range.bytes = range.bytes - before + after;
+            match listed {
+                Some(listed) => range.keys.insert(key.to_string(), listed),
+                None => range.keys.remove(key),
+            };
+        }
+    }
+
+    /// Forget everything (a change of many keys at once).
+    pub fn clear(&self) {
+        lock(&self.ranges).clear();
+    }
+
+    /// The distinct names a listing of `prefix` holds directly beneath it, up to `max` (none if
+    /// more).
+    pub fn names_upto(&self, dir: &str, max: usize) -> Option<Option<Vec<String>>> {
+        let entries = self.dir(dir)?;
+        let names: BTreeSet<String> = entries.into_iter().map(|e| e.name).collect();
+        Some((names.len() <= max).then(|| names.into_iter().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(size: u64) -> Listed {
+        Listed { size, version: UpdateVersion { e_tag: Some(format!("e{size}")), version: None }, bytes: None }
+    }
+
+    fn keys(names: &[&str]) -> BTreeMap<String, Listed> {
+        names.iter().map(|k| (k.to_string(), listed(1))).collect()
+    }
+
+    #[test]
+    fn a_complete_listing_answers_for_every_key_and_directory_beneath() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        known.insert("p/".into(), keys(&["p/a/zarr.json", "p/a/c/0", "p/b.json", "p/zarr.json"]), true);
+        assert!(matches!(known.get("p/a/zarr.json"), Some(Some(_))));
+        assert!(matches!(known.get("p/a/.zarray"), Some(None)), "a key the listing did not show is absent");
+        assert!(known.get("q/zarr.json").is_none(), "outside the listing: unknown");
+        let names = |d| known.dir(d).map(|v| v.into_iter().map(|e| (e.name, e.is_dir)).collect::<Vec<_>>());
+        assert_eq!(names("p"), Some(vec![("a".into(), true), ("b.json".into(), false), ("zarr.json".into(), false)]));
+        assert_eq!(names("p/a"), Some(vec![("c".into(), true), ("zarr.json".into(), false)]));
+        assert_eq!(names("p/x"), Some(vec![]), "a directory with no key is empty");
+        assert_eq!(names(""), None, "the root was not listed");
+    }
+
+    #[test]
+    fn a_listing_that_stopped_answers_only_up_to_its_last_key() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        // Stopped inside `b`'s chunks.
+        known.insert(String::new(), keys(&["a/zarr.json", "b/c/0", "b/c/1"]), false);
+        assert!(matches!(known.get("a/.zattrs"), Some(None)));
+        assert!(known.get("b/zarr.json").is_none(), "past the last key: unknown");
+        assert!(known.dir("a").is_some());
+        assert!(known.dir("b").is_none() && known.dir("").is_none(), "a directory the listing stopped in is not known");
+        // A write through the mount is known where the listing reached; a delete too.
+        known.changed("a/.zattrs", Some(listed(7)));
+        assert_eq!(known.get("a/.zattrs").and_then(|l| l).map(|l| l.size), Some(7));
+        known.changed("a/zarr.json", None);
+        assert!(matches!(known.get("a/zarr.json"), Some(None)));
+        known.clear();
+        assert!(known.get("a/.zattrs").is_none());
+    }
+
+    #[test]
+    fn the_documents_kept_are_bounded() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        let names: Vec<String> = (0..40).map(|i| format!("n{i:02}/zarr.json")).collect();
+        known.insert(String::new(), names.iter().map(|k| (k.clone(), listed(1 << 20))).collect(), true);
+        for name in &names {
+            known.changed(name, Some(Listed { bytes: Some(Bytes::from(vec![0u8; 1 << 20])), ..listed(1 << 20) }));
+        }
+        let kept = names.iter().filter(|n| known.get(n).and_then(|l| l).is_some_and(|l| l.bytes.is_some())).count();
+        assert_eq!(kept, 32, "32 MiB of documents are kept, the rest only listed");
+        assert_eq!(known.room(), 0);
+        known.changed("n00/zarr.json", None);
+        assert_eq!(known.room(), 1 << 20, "a document gone frees its room");
+        let big = Listed { bytes: Some(Bytes::from(vec![0u8; (1 << 20) + 1])), ..listed(1) };
+        known.changed("n00/zarr.json", Some(big));
+        assert!(known.get("n00/zarr.json").and_then(|l| l).is_some_and(|l| l.bytes.is_none()), "a large document is not kept");
+    }
+
+    #[test]
+    fn listings_are_forgotten_after_the_ttl() {
+        let known = ListedKeys::new(Duration::from_millis(50));
+        known.insert(String::new(), keys(&["zarr.json"]), true);
+        assert!(known.get("zarr.json").is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(known.get("zarr.json").is_none() && known.dir("").is_none());
+        assert!(!ListedKeys::new(Duration::ZERO).enabled());
+    }
+}
