@@ -249,32 +249,65 @@ impl ObjectStore {
         }
     }
 
-    /// List every key under the directory `dir`, up to `budget` keys, and keep what
-    /// the listing showed; then fetch the node documents it showed, many at once. A key
+    /// List every key under the directory `dir`, up to `budget` keys, and keep what the
+    /// listing showed, with the node documents among them: each is fetched as soon as the
+    /// listing shows it, `DOCUMENTS_IN_FLIGHT` at a time, while the listing goes on. A key
     /// object_store cannot parse, or keys out of order, leave nothing kept.
     fn list_beneath(&self, dir: &str, budget: usize) -> Result<()> {
         let prefix = listed::dir_prefix(dir);
         let path = if dir.is_empty() { None } else { Some(Self::path(dir)?) };
         self.count(&self.requests.list);
-        let listing = self.run(async {
-            let mut stream = self.remote.list(path.as_ref());
-            let mut keys = std::collections::BTreeMap::new();
-            let mut last = String::new();
-            while let Some(meta) = stream.next().await {
-                let meta = meta?;
-                let key = meta.location.as_ref().to_string();
-                // A key object_store encoded reads differently from the key asked for.
-                if key.contains('%') || key <= last || !key.starts_with(&prefix) {
-                    return Ok(None);
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(DOCUMENTS_IN_FLIGHT));
+        // Documents too large to keep, or beyond the room left, wait to be asked for.
+        let mut room = self.listed.room();
+        let mut fetches = Vec::new();
+        let (listing, fetched) = self.runtime.block_on(async {
+            let listing = async {
+                let mut stream = self.remote.list(path.as_ref());
+                let mut keys = std::collections::BTreeMap::new();
+                let mut last = String::new();
+                while let Some(meta) = stream.next().await {
+                    let meta = meta?;
+                    let key = meta.location.as_ref().to_string();
+                    // A key object_store encoded reads differently from the key asked for.
+                    if key.contains('%') || key <= last || !key.starts_with(&prefix) {
+                        return Ok(None);
+                    }
+                    last.clone_from(&key);
+                    let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
+                    if guarded(&key)
+                        && meta.size <= listed::DOCUMENT_KEPT_MAX
+                        && meta.size <= room
+                        && !self.listed.has_document(&key, &version)
+                    {
+                        room -= meta.size;
+                        let (remote, in_flight, key) = (self.remote.clone(), in_flight.clone(), key.clone());
+                        fetches.push(self.runtime.spawn(async move {
+                            let _turn = in_flight.acquire_owned().await;
+                            let got = async {
+                                let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
+                                let meta = r.meta.clone();
+                                Ok::<_, object_store::Error>((r.bytes().await?, meta))
+                            };
+                            (got.await, key)
+                        }));
+                    }
+                    keys.insert(key, Listed { size: meta.size, version, bytes: None });
+                    if keys.len() >= budget {
+                        return Ok(Some((keys, false)));
+                    }
                 }
-                last.clone_from(&key);
-                let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
-                keys.insert(key, Listed { size: meta.size, version, bytes: None });
-                if keys.len() >= budget {
-                    return Ok(Some((keys, false)));
-                }
+                Ok::<_, object_store::Error>(Some((keys, true)))
             }
-            Ok(Some((keys, true)))
+            .await;
+            if !matches!(listing, Ok(Some(_))) {
+                fetches.iter().for_each(|f| f.abort());
+            }
+            let mut fetched = Vec::with_capacity(fetches.len());
+            for f in fetches {
+                fetched.extend(f.await.ok());
+            }
+            (listing, fetched)
         });
         let (keys, complete) = match listing {
             Ok(Some(listing)) => listing,
@@ -287,31 +320,7 @@ impl ObjectStore {
                 return Err(self.failed("LIST", dir, e));
             }
         };
-        self.listed.insert(prefix.clone(), keys, complete);
-        // Documents too large to keep, or beyond the room left, wait to be asked for.
-        let mut budget = self.listed.room();
-        let wanted = self.listed.unfetched(&prefix, |key, l| {
-            let take = guarded(key) && l.size <= listed::DOCUMENT_KEPT_MAX && l.size <= budget;
-            budget -= if take { l.size } else { 0 };
-            take
-        });
-        let remote = self.remote.clone();
-        let fetched: Vec<_> = self.runtime.block_on(
-            futures_util::stream::iter(wanted)
-                .map(|key| {
-                    let remote = remote.clone();
-                    async move {
-                        let got = async {
-                            let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
-                            let meta = r.meta.clone();
-                            Ok::<_, object_store::Error>((r.bytes().await?, meta))
-                        };
-                        (got.await, key)
-                    }
-                })
-                .buffer_unordered(DOCUMENTS_IN_FLIGHT)
-                .collect(),
-        );
+        self.listed.insert(prefix, keys, complete);
         for (got, key) in fetched {
             self.count(&self.requests.get);
             match got {
@@ -771,9 +780,6 @@ impl Store for ObjectStore {
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
         if let Listing::Consolidated(_) = self.listing {
             return Ok(None);
-        }
-        if let Some(names) = self.listed.names_upto(prefix, max) {
-            return Ok(names);
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
         // A recursive listing, stopped as soon as it shows more names than `max` or more keys

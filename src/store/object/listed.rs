@@ -12,7 +12,7 @@
 //! What is known is what the store held when it was listed: writes through the mount update it,
 //! and another writer's changes show once the metadata TTL has passed, as with parsed metadata.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -168,11 +168,13 @@ impl ListedKeys {
         ranges.push(ListedRange { prefix, upto: Some(String::new()), at: Instant::now(), keys: BTreeMap::new(), bytes: 0 });
     }
 
-    /// The documents the newest listing of `prefix` showed and that are not fetched yet.
-    pub fn unfetched(&self, prefix: &str, mut wanted: impl FnMut(&str, &Listed) -> bool) -> Vec<String> {
-        let ranges = self.fresh();
-        let Some(range) = ranges.iter().rev().find(|r| r.prefix == prefix) else { return Vec::new() };
-        range.keys.iter().filter(|(k, l)| l.bytes.is_none() && wanted(k, l)).map(|(k, _)| k.clone()).collect()
+    /// Whether a fresh listing holds the document `key` fetched, at `version`.
+    pub fn has_document(&self, key: &str, version: &UpdateVersion) -> bool {
+        self.fresh()
+            .iter()
+            .filter(|r| r.holds(key))
+            .filter_map(|r| r.keys.get(key))
+            .any(|l| l.bytes.is_some() && same_version(&l.version, version))
     }
 
     /// `key` now holds this (`None`: nothing), in every listing that holds it: what the mount
@@ -203,14 +205,6 @@ impl ListedKeys {
     /// Forget everything (a change of many keys at once).
     pub fn clear(&self) {
         lock(&self.ranges).clear();
-    }
-
-    /// The distinct names a listing of `prefix` holds directly beneath it, up to `max` (none if
-    /// more).
-    pub fn names_upto(&self, dir: &str, max: usize) -> Option<Option<Vec<String>>> {
-        let entries = self.dir(dir)?;
-        let names: BTreeSet<String> = entries.into_iter().map(|e| e.name).collect();
-        Some((names.len() <= max).then(|| names.into_iter().collect()))
     }
 }
 
