@@ -747,9 +747,13 @@ impl Store for ObjectStore {
             if let Some(entries) = self.listed.dir(prefix) {
                 return Ok(entries);
             }
-            self.list_beneath(prefix, listed::LISTING_BUDGET)?;
-            if let Some(entries) = self.listed.dir(prefix) {
-                return Ok(entries);
+            // A listing that stopped short of this directory's end (a large array's chunks) is
+            // not made again within the TTL: the directory is listed alone.
+            if !self.listed.tried(&listed::dir_prefix(prefix)) {
+                self.list_beneath(prefix, listed::LISTING_BUDGET)?;
+                if let Some(entries) = self.listed.dir(prefix) {
+                    return Ok(entries);
+                }
             }
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
