@@ -111,6 +111,19 @@ def mount_writes(check, binary, work, where, repo, source, want):
     check(any(m.startswith("zarrfs: i16") for m in messages), f"{where[0]}: the commit log names i16: {messages}")
     check(any("made" in m for m in messages), f"{where[0]}: the commit log names the new array: {messages}")
     check(messages[-1] == "Repository initialized" and "python" in messages, f"{where[0]}: Python's commits stay: {messages}")
+    # The history as directories: the same snapshots in the same order, each as it was.
+    mnt = os.path.join(work, f"mnt-history-{where[0]}")
+    mount(binary, source, mnt, "--read-only")
+    try:
+        history = list(repo.ancestry(branch="main"))
+        shown = os.listdir(os.path.join(mnt, ".zarrfs", "snapshots"))
+        check(shown == [s.id for s in history], f"{where[0]}: .zarrfs/snapshots lists the history, newest first: {shown}")
+        python = next(s.id for s in history if s.message == "python")
+        with open(os.path.join(mnt, ".zarrfs", "snapshots", python, "i16", "data"), "rb") as f:
+            check(f.read() == want["i16"].tobytes(), f"{where[0]}: i16 in Python's snapshot reads as Python wrote it")
+        check(not os.path.exists(os.path.join(mnt, ".zarrfs", "snapshots", python, "made")), f"{where[0]}: made came later")
+    finally:
+        unmount(binary, mnt)
 
 
 def two_writers(check, binary, work, where):

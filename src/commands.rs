@@ -56,8 +56,9 @@ pub fn adopt(store: &OpenedStore, array: &str) -> ExitCode {
 
 /// `zarrfs prepend`: prepend a raw file's rows along `axis`, with progress on a terminal.
 pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> ExitCode {
+    let refusal = store.store.prepend_refusal();
     offline(store, array, |a| {
-        if let Some(why) = a.meta.prepend_refusal() {
+        if let Some(why) = refusal.or(a.meta.prepend_refusal()) {
             return Err(Error::Unsupported(format!("cannot prepend: {why}")));
         }
         let f = std::fs::File::open(file).map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
@@ -393,7 +394,7 @@ fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes,
         "ratio": ratio,
         // What a rewrite of the document through a mount may change in place.
         "edits": a.in_place_edits(),
-        "prepend": a.prepend_refusal().map_or(json!(true), Value::from),
+        "prepend": store.prepend_refusal().or(a.prepend_refusal()).map_or(json!(true), Value::from),
         // Stock readers refuse the offset encoding: `zarrfs normalize` rewrites it away.
         "needs_normalize": offset_encoded,
         // Why writes are refused, when they are (a filter that would not give back what is written).

@@ -234,8 +234,15 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
     let metadata_ttl = plan.metadata_ttl.unwrap_or(Config::default().metadata_ttl);
-    let store = plan.store.open(&crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() })?;
+    let remote = crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() };
+    let store = plan.store.open(&remote)?;
+    // An Icechunk repository's snapshots show in `.zarrfs/snapshots`, each opened when entered.
+    let open_snapshot = plan.store.at_snapshot("").map(|_| {
+        let location = plan.store.clone();
+        Box::new(move |id: &str| location.at_snapshot(id).ok_or_else(|| "no history".to_string())?.open(&remote)) as crate::fs::OpenSnapshot
+    });
     let mut config = Config {
+        snapshots: open_snapshot.is_some(),
         read_only: plan.read_only,
         shared: plan.allow_other,
         source: plan.store.to_string(),
@@ -288,7 +295,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         allow_root: plan.allow_root,
         threads: plan.threads,
     };
-    let session = Session::mount(fs.clone(), &plan.mountpoint, &options)?;
+    let session = Session::mount(Arc::new(crate::fs::Mounted::new(fs.clone(), open_snapshot)), &plan.mountpoint, &options)?;
     // Dropped on the way out, once the daemon has unmounted itself.
     let _unmount_when_gone = plan.mountpoint.canonicalize().ok().filter(|_| plan.auto_unmount).and_then(|m| UnmountWhenGone::start(&m));
     tracing::info!(store = %plan.store, mountpoint = %plan.mountpoint.display(), "mounted");

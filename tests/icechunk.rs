@@ -138,3 +138,54 @@ fn a_saved_document_and_a_lone_hierarchy_edit_are_committed() {
     let again = Mount::new(&source(&repo, ""), &["--read-only"]);
     assert!(again.path("lone/zarr.json").exists(), "the lone group was committed at the unmount");
 }
+
+#[test]
+fn the_history_shows_as_read_only_directories_newest_first() {
+    if common::backend::local_only("the repository is a local directory") {
+        return;
+    }
+    let (_dir, repo) = copy_store(&fixture().join("repo"));
+    let v1 = std::fs::read_to_string(fixture().join("expected/v1.snapshot")).expect("snapshot id").trim().to_string();
+    let m = Mount::new(&source(&repo, ""), &["--metadata-ttl", "1"]);
+    let snapshots = m.path(".zarrfs/snapshots");
+    let listed = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect()
+    };
+    // In the order of the history (`ls -U`), newest first, as `zarrfs log` gives it.
+    let ids = listed(&snapshots);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[1], v1, "{ids:?}");
+    assert!(listed(&m.path(".zarrfs")).contains(&"snapshots".to_string()));
+    let at_v1 = snapshots.join(&v1);
+    assert_eq!(std::fs::read(at_v1.join("plain/data")).expect("plain at v1"), expected("v1/plain.bin"));
+    assert!(!at_v1.join("g").exists(), "g came with the second commit");
+    assert!(!at_v1.join(".zarrfs").exists(), "a snapshot's tree has no .zarrfs of its own");
+    // The newest is the branch as it is: `diff -r` finds nothing, `cmp` against v1 a difference.
+    let newest = snapshots.join(&ids[0]);
+    let diff = std::process::Command::new("diff").arg("-r").arg("-x").arg(".zarrfs").arg(&newest).arg(m.path("")).output().expect("diff");
+    assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stdout));
+    let cmp = std::process::Command::new("cmp").arg("-s").arg(at_v1.join("plain/data")).arg(m.path("plain/data")).status().expect("cmp");
+    assert_eq!(cmp.code(), Some(1), "plain was rewritten after v1");
+    // `ls -l` of the history opens no snapshot, and every entry has attributes.
+    let ls = std::process::Command::new("ls").arg("-l").arg(&snapshots).output().expect("ls");
+    assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).lines().count() == 4, "{}", String::from_utf8_lossy(&ls.stdout));
+    // Read-only, whatever the branch mount may do; no ID that is not in the history.
+    let err = std::fs::OpenOptions::new().write(true).open(at_v1.join("plain/data")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(std::fs::create_dir(at_v1.join("new")).unwrap_err().raw_os_error(), Some(libc::EROFS));
+    assert_eq!(std::fs::rename(m.path("plain"), at_v1.join("moved")).unwrap_err().raw_os_error(), Some(libc::EXDEV));
+    assert!(!snapshots.join("0000000000000000000A").exists());
+    // A commit through the mount shows at the top once the TTL has passed, and what it
+    // replaced stays readable below it.
+    let before = std::fs::read(m.path("plain/data")).expect("plain");
+    let f = std::fs::OpenOptions::new().write(true).open(m.path("plain/data")).expect("open plain");
+    f.write_all_at(&[9u8; 4], 0).expect("write");
+    f.sync_all().expect("fsync commits");
+    drop(f);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let now = listed(&snapshots);
+    assert_eq!(now.len(), 4, "{now:?}");
+    assert_eq!(now[1], ids[0], "{now:?}");
+    assert_eq!(std::fs::read(snapshots.join(&now[1]).join("plain/data")).expect("the old tip"), before);
+    assert_eq!(std::fs::read(snapshots.join(&now[0]).join("plain/data")).expect("the new tip")[..4], [9u8; 4]);
+}

@@ -24,6 +24,7 @@ pub const ERROR: &str = "error";
 pub const CONTROL_DIR: &str = ".zarrfs";
 pub const STATS: &str = "stats";
 pub const ERRORS: &str = "errors";
+pub const SNAPSHOTS: &str = "snapshots";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -52,6 +53,10 @@ pub struct Config {
     pub source: String,
     /// Where the daemon logs, when to a file (for `.zarrfs/stats`).
     pub log: Option<std::path::PathBuf>,
+    /// The root shows `.zarrfs` (not in a snapshot's tree, which is inside one).
+    pub control_dir: bool,
+    /// `.zarrfs/snapshots` shows the store's history (an Icechunk repository).
+    pub snapshots: bool,
 }
 
 impl Default for Config {
@@ -69,6 +74,8 @@ impl Default for Config {
             shared: false,
             source: String::new(),
             log: None,
+            control_dir: true,
+            snapshots: false,
         }
     }
 }

@@ -174,7 +174,7 @@ impl ZarrFs {
         let node = self.node(self.nodes.lookup(&self.cx, parent, name)?)?;
         match node.kind {
             NodeKind::Scratch => drop(self.nodes.scratch.remove(&node.path)),
-            NodeKind::Dir | NodeKind::ControlDir => return Err(Error::IsADirectory),
+            NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => return Err(Error::IsADirectory),
             NodeKind::StatsFile | NodeKind::ErrorsFile => return Err(self.refuse_change("the mount's own reports are not removed")),
             // A refusal's report is gone once read and removed.
             NodeKind::ErrorFile if self.nodes.set_refusal(&dir.path, None) => {}
@@ -198,7 +198,9 @@ impl ZarrFs {
         let node = self.node(ino)?;
         match node.kind {
             NodeKind::Dir => {}
-            NodeKind::ControlDir => return Err(self.refuse_change("the mount's own directory is not removed")),
+            NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => {
+                return Err(self.refuse_change("the mount's own directory is not removed"));
+            }
             _ => return Err(Error::NotADirectory),
         }
         let removed = self.remove_node(ino, &node.path);

@@ -12,6 +12,7 @@ mod open;
 mod prepend;
 mod read;
 mod scratch;
+mod snapshots;
 mod spare;
 mod spool;
 pub mod stats;
@@ -24,6 +25,7 @@ pub use context::{CONTROL_DIR, Config, DATA, ERROR, ERRORS, KernelCache, PREPEND
 pub use listing::Listing;
 pub use nodes::{DirEntry, FileKind};
 pub use open::{DirtyBudget, OpenArray};
+pub use snapshots::{Mounted, OpenSnapshot, Routed};
 pub use spool::prepare_spool_dir;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -232,6 +234,18 @@ impl ZarrFs {
     }
 
     /// How long the kernel may keep what does not change behind its back.
+    pub fn config(&self) -> &Config {
+        &self.cx.config
+    }
+
+    /// The snapshot ID whose directory `ino` is (`.zarrfs/snapshots/<id>`), if it is one.
+    pub fn snapshot_id(&self, ino: u64) -> Option<String> {
+        if !self.cx.config.snapshots {
+            return None;
+        }
+        self.cx.tree.get(ino).filter(|n| n.kind == NodeKind::SnapshotDir).map(|n| n.path.clone())
+    }
+
     pub fn metadata_ttl(&self) -> std::time::Duration {
         self.cx.config.metadata_ttl
     }
@@ -309,7 +323,9 @@ impl ZarrFs {
         // The owner's rights, then what others get (`nodes::Grant`).
         let (owner_dir, owner_file) = if self.cx.config.read_only { (0o500, 0o400) } else { (0o700, 0o600) };
         let grant = match node.kind {
-            NodeKind::ControlDir | NodeKind::StatsFile | NodeKind::ErrorsFile => nodes::Grant { dir: 0, file: 0 },
+            NodeKind::ControlDir | NodeKind::StatsFile | NodeKind::ErrorsFile | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => {
+                nodes::Grant { dir: 0, file: 0 }
+            }
             NodeKind::MetaFile | NodeKind::Scratch => self.nodes.grant(&self.cx, node.path.rsplit_once('/').map_or("", |(d, _)| d))?,
             _ => self.nodes.grant(&self.cx, &node.path)?,
         };
@@ -317,7 +333,7 @@ impl ZarrFs {
         let read_only_perm = 0o400 | grant.file;
         Ok(match node.kind {
             NodeKind::Dir => dir(owner_dir | grant.dir),
-            NodeKind::ControlDir => dir(0o500),
+            NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => dir(0o500),
             NodeKind::MetaFile => {
                 let perm = if node.path.ends_with(".zmetadata") { read_only_perm } else { data_perm };
                 Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, perm) }
@@ -388,7 +404,7 @@ impl ZarrFs {
         let node = self.node(ino)?;
         let permit = if write { Some(self.change_permit()?) } else { None };
         let opened = match (node.kind, write) {
-            (NodeKind::Dir | NodeKind::ControlDir, _) => return Err(Error::IsADirectory),
+            (NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir, _) => return Err(Error::IsADirectory),
             // Reading `prepend` shows nothing (it is never more than what is being staged).
             (NodeKind::Prepend, false) => Opened::Document(Arc::from(&[][..])),
             (NodeKind::MetaFile, true) if node.path.ends_with(".zmetadata") => {
@@ -509,7 +525,7 @@ impl ZarrFs {
             (NodeKind::StatsFile, _) => Ok(slice(&self.stats_json())),
             (NodeKind::ErrorsFile, _) => Ok(slice(&crate::logging::recent_errors())),
             (NodeKind::Prepend, _) => Err(Error::Invalid("prepend is write-only".into())),
-            (NodeKind::Dir | NodeKind::ControlDir, _) => Err(Error::IsADirectory),
+            (NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir, _) => Err(Error::IsADirectory),
         }
     }
 

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::context::{CONTROL_DIR, Context, DATA, ERROR, ERRORS, PREPEND, STATS};
+use super::context::{CONTROL_DIR, Context, DATA, ERROR, ERRORS, PREPEND, SNAPSHOTS, STATS};
 use super::open::OpenArray;
 use super::scratch::ScratchFiles;
 use super::tree::{self, Node, NodeKind};
@@ -148,6 +148,8 @@ pub struct Nodes {
     georeferences: Mutex<Option<lru::LruCache<String, MadeGeoreference>>>,
     /// Nodes being loaded, by path: a second asker waits for the first.
     loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The store's history (`.zarrfs/snapshots`), newest first, and when it was read.
+    history: Mutex<Option<(Instant, Arc<[String]>)>>,
 }
 
 /// A group view (or why there is none), and when it was made.
@@ -556,7 +558,7 @@ impl Nodes {
 
     fn dir_node(cx: &Context, ino: u64) -> Result<Arc<Node>> {
         let node = cx.tree.get(ino).ok_or(Error::NotFound)?;
-        if node.kind != NodeKind::Dir && node.kind != NodeKind::ControlDir {
+        if !matches!(node.kind, NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir) {
             return Err(Error::NotADirectory);
         }
         Ok(node)
@@ -568,8 +570,17 @@ impl Nodes {
         match (dir.kind, name) {
             (NodeKind::ControlDir, STATS) => return Ok(cx.tree.child(parent, name, NodeKind::StatsFile, String::new())),
             (NodeKind::ControlDir, ERRORS) => return Ok(cx.tree.child(parent, name, NodeKind::ErrorsFile, String::new())),
+            (NodeKind::ControlDir, SNAPSHOTS) if cx.config.snapshots => {
+                return Ok(cx.tree.child(parent, name, NodeKind::SnapshotsDir, String::new()));
+            }
             (NodeKind::ControlDir, _) => return Err(Error::NotFound),
-            (_, CONTROL_DIR) if parent == tree::ROOT => return Ok(cx.tree.child(parent, name, NodeKind::ControlDir, String::new())),
+            (NodeKind::SnapshotsDir, id) if self.history(cx)?.iter().any(|s| s.as_str() == id) => {
+                return Ok(cx.tree.child(parent, name, NodeKind::SnapshotDir, id.to_string()));
+            }
+            (NodeKind::SnapshotsDir, _) => return Err(Error::NotFound),
+            (_, CONTROL_DIR) if parent == tree::ROOT && cx.config.control_dir => {
+                return Ok(cx.tree.child(parent, name, NodeKind::ControlDir, String::new()));
+            }
             _ => {}
         }
         let key = store::join(&dir.path, name);
@@ -632,16 +643,29 @@ impl Nodes {
     pub fn readdir(&self, cx: &Context, ino: u64) -> Result<Vec<DirEntry>> {
         let dir = Self::dir_node(cx, ino)?;
         if dir.kind == NodeKind::ControlDir {
-            let file = |name: &str, kind| DirEntry {
+            let entry = |name: &str, kind, file_kind| DirEntry {
                 ino: cx.tree.child(ino, name, kind, String::new()),
-                kind: FileKind::RegularFile,
+                kind: file_kind,
                 name: name.into(),
             };
-            return Ok(vec![file(STATS, NodeKind::StatsFile), file(ERRORS, NodeKind::ErrorsFile)]);
+            let mut out =
+                vec![entry(STATS, NodeKind::StatsFile, FileKind::RegularFile), entry(ERRORS, NodeKind::ErrorsFile, FileKind::RegularFile)];
+            if cx.config.snapshots {
+                out.push(entry(SNAPSHOTS, NodeKind::SnapshotsDir, FileKind::Directory));
+            }
+            return Ok(out);
+        }
+        if dir.kind == NodeKind::SnapshotsDir {
+            let entry = |id: &String| DirEntry {
+                ino: cx.tree.child(ino, id, NodeKind::SnapshotDir, id.clone()),
+                kind: FileKind::Directory,
+                name: id.clone(),
+            };
+            return Ok(self.history(cx)?.iter().map(entry).collect());
         }
         let state = self.dir_state(cx, &dir.path)?;
         let mut out = Vec::new();
-        if ino == tree::ROOT {
+        if ino == tree::ROOT && cx.config.control_dir {
             let control = cx.tree.child(ino, CONTROL_DIR, NodeKind::ControlDir, String::new());
             out.push(DirEntry { ino: control, kind: FileKind::Directory, name: CONTROL_DIR.into() });
         }
@@ -707,6 +731,19 @@ impl Nodes {
             push(&name, NodeKind::Scratch, key);
         }
         Ok(out)
+    }
+
+    /// The IDs of the snapshots in the store's history, newest first (read again after the
+    /// metadata TTL, so that the mount's own commits show).
+    fn history(&self, cx: &Context) -> Result<Arc<[String]>> {
+        if let Some((read, ids)) = lock(&self.history).as_ref()
+            && read.elapsed() < cx.config.metadata_ttl
+        {
+            return Ok(ids.clone());
+        }
+        let ids: Arc<[String]> = cx.store.history()?.unwrap_or_default().into_iter().map(|s| s.id).collect();
+        *lock(&self.history) = Some((Instant::now(), ids.clone()));
+        Ok(ids)
     }
 
     /// Why the node at `path` cannot be served.

@@ -33,6 +33,11 @@ pub enum NodeKind {
     StatsFile,
     /// `.zarrfs/errors`: the daemon's recent warnings and errors, as text.
     ErrorsFile,
+    /// `.zarrfs/snapshots` of an Icechunk mount: a directory for each snapshot in its history.
+    SnapshotsDir,
+    /// `.zarrfs/snapshots/<id>` (its path is the ID): the node itself; what it holds is the tree
+    /// of that snapshot, served apart (`crate::fs::snapshots`).
+    SnapshotDir,
 }
 
 #[derive(Debug)]

@@ -1,6 +1,7 @@
-//! Kernel requests to core calls: each request becomes one call on `crate::fs::ZarrFs`, and
-//! the core's result becomes the reply. It knows fuser's request and reply types and nothing
-//! of sessions, mounting or the format.
+//! Kernel requests to core calls: each request becomes one call on the `crate::fs::ZarrFs`
+//! that serves its inode (the mount's own, or a snapshot's: `crate::fs::Mounted`), and the
+//! core's result becomes the reply. It knows fuser's request and reply types and nothing of
+//! sessions, mounting or the format.
 
 use std::ffi::OsStr;
 use std::time::{Duration, UNIX_EPOCH};
@@ -15,13 +16,13 @@ use fuser::{
 };
 
 use crate::Error;
-use crate::fs::{Attr, FileKind, Listing, ZarrFs};
+use crate::fs::{Attr, FileKind, Listing, Mounted, Routed};
 
 /// Requests that take longer are logged (at debug level).
 const SLOW: Duration = Duration::from_millis(200);
 
 pub struct FuseAdapter {
-    fs: Arc<ZarrFs>,
+    fs: Arc<Mounted>,
     uid: u32,
     gid: u32,
     /// How long the kernel may keep entries and attributes that change only with our own
@@ -32,11 +33,11 @@ pub struct FuseAdapter {
 }
 
 impl FuseAdapter {
-    pub fn new(fs: Arc<ZarrFs>) -> FuseAdapter {
+    pub fn new(fs: Arc<Mounted>) -> FuseAdapter {
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
-        let gid = fs.shown_gid();
-        let ttl = fs.metadata_ttl();
+        let gid = fs.main().shown_gid();
+        let ttl = fs.main().metadata_ttl();
         FuseAdapter { fs, uid, gid, ttl, no_opendir: false }
     }
 
@@ -46,7 +47,7 @@ impl FuseAdapter {
         let started = Instant::now();
         let result = crate::error::catch(op, f);
         let took = started.elapsed();
-        self.fs.stats().record(op, took, result.as_ref().err().map(Error::errno));
+        self.fs.main().stats().record(op, took, result.as_ref().err().map(Error::errno));
         if took >= SLOW {
             tracing::debug!(op, took_ms = took.as_millis() as u64, "slow request");
         }
@@ -65,13 +66,14 @@ impl FuseAdapter {
         if a.volatile { Duration::ZERO } else { self.ttl }
     }
 
-    fn attr(&self, a: &Attr) -> FileAttr {
+    /// `a` of a node in `tree`, as the kernel knows it (its inode in the mount).
+    fn attr(&self, tree: &Routed, a: &Attr) -> FileAttr {
         let (kind, nlink) = match a.kind {
             FileKind::Directory => (FileType::Directory, 2),
             FileKind::RegularFile => (FileType::RegularFile, 1),
         };
         FileAttr {
-            ino: INodeNo(a.ino),
+            ino: INodeNo(self.fs.outer(tree, a.ino)),
             size: a.size,
             blocks: a.own_bytes.div_ceil(512),
             atime: a.mtime,
@@ -113,7 +115,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn destroy(&mut self) {
-        let report = self.fs.flush_all();
+        let report = self.fs.main().flush_all();
         if !report.is_ok() {
             tracing::error!("unmount: {report}");
         }
@@ -126,15 +128,15 @@ impl Filesystem for FuseAdapter {
         // The name stands for the node for the TTL even where its attributes are asked for each
         // time (a document's size): a `stat` of it is then one request, not two. (A listing's
         // entries carry one TTL for both: fuser has no other.)
-        match self.run("lookup", || self.fs.lookup(parent.0, name)) {
-            Ok(a) => reply.entry_with_ttls(&self.ttl(&a), &self.ttl, &self.attr(&a), Generation(0)),
+        match self.run("lookup", || self.fs.contents(parent.0).and_then(|t| Ok((t.fs.lookup(t.ino, name)?, t)))) {
+            Ok((a, t)) => reply.entry_with_ttls(&self.ttl(&a), &self.ttl, &self.attr(&t, &a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.run("getattr", || self.fs.getattr(ino.0)) {
-            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
+        match self.run("getattr", || self.fs.node(ino.0).and_then(|t| Ok((t.fs.getattr(t.ino)?, t)))) {
+            Ok((a, t)) => reply.attr(&self.ttl(&a), &self.attr(&t, &a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -142,9 +144,9 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        match self.run("open", || self.fs.open(ino.0, write, truncate, req.pid())) {
-            Ok(fh) => {
-                let keep = if self.fs.keep_cache(ino.0) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
+        match self.run("open", || self.fs.node(ino.0).and_then(|t| Ok((t.fs.open(t.ino, write, truncate, req.pid())?, t)))) {
+            Ok((fh, t)) => {
+                let keep = if t.fs.keep_cache(t.ino) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep)
             }
             Err(e) => reply.error(errno(&e)),
@@ -162,7 +164,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.run("read", || self.fs.read(ino.0, fh.0, offset, size)) {
+        match self.run("read", || self.fs.node(ino.0).and_then(|t| t.fs.read(t.ino, fh.0, offset, size))) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -181,7 +183,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let append = flags.0 & libc::O_APPEND != 0;
-        match self.run("write", || self.fs.write(ino.0, fh.0, offset, data, append)) {
+        match self.run("write", || self.fs.node(ino.0).and_then(|t| t.fs.write(t.ino, fh.0, offset, data, append))) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -208,25 +210,29 @@ impl Filesystem for FuseAdapter {
         // A size is a truncate (the times the kernel sends with it are its own). Modes, owners
         // and times are the mount's and cannot be kept: changing them fails rather than pretends.
         let keeps = mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() && mtime.is_none();
-        let result = self.run("setattr", || match size {
-            Some(size) => self.fs.truncate(ino.0, size, fh.map(|f| f.0)),
-            None if keeps => self.fs.getattr(ino.0),
-            // A scratch file keeps its mode (editors and `sed -i` copy the original's).
-            None if uid.is_none() && gid.is_none() && self.fs.set_scratch_mode(ino.0, mode)? => self.fs.getattr(ino.0),
-            None => Err(self.fs.refuse_change("modes, owners and times are the mount's own")),
+        let result = self.run("setattr", || {
+            let t = self.fs.node(ino.0)?;
+            let a = match size {
+                Some(size) => t.fs.truncate(t.ino, size, fh.map(|f| f.0)),
+                None if keeps => t.fs.getattr(t.ino),
+                // A scratch file keeps its mode (editors and `sed -i` copy the original's).
+                None if uid.is_none() && gid.is_none() && t.fs.set_scratch_mode(t.ino, mode)? => t.fs.getattr(t.ino),
+                None => Err(t.fs.refuse_change("modes, owners and times are the mount's own")),
+            }?;
+            Ok((a, t))
         });
         match result {
-            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(&a)),
+            Ok((a, t)) => reply.attr(&self.ttl(&a), &self.attr(&t, &a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.run_empty("flush", reply, || self.fs.flush(fh.0, req.pid()));
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.run_empty("flush", reply, || self.fs.node(ino.0)?.fs.flush(fh.0, req.pid()));
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.run_empty("fsync", reply, || self.fs.fsync(fh.0));
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.run_empty("fsync", reply, || self.fs.node(ino.0)?.fs.fsync(fh.0));
     }
 
     // No extended attributes: ENOSYS tells the kernel not to ask again.
@@ -241,7 +247,7 @@ impl Filesystem for FuseAdapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -249,23 +255,24 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _ = self.run("release", || {
-            self.fs.release(fh.0);
+            self.fs.node(ino.0)?.fs.release(fh.0);
             Ok(())
         });
         reply.ok();
     }
 
     // Special files have no place in a Zarr store.
-    fn mknod(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _rdev: u32, reply: ReplyEntry) {
-        reply.error(errno(&self.fs.refuse_change("only directories and regular files are made in the mount")));
+    fn mknod(&self, _req: &Request, parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _rdev: u32, reply: ReplyEntry) {
+        let refused = self.fs.contents(parent.0).map(|t| t.fs.refuse_change("only directories and regular files are made in the mount"));
+        reply.error(errno(&refused.unwrap_or_else(|e| e)));
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::EINVAL);
         };
-        match self.run("mkdir", || self.fs.mkdir(parent.0, name)) {
-            Ok(a) => reply.entry(&self.ttl(&a), &self.attr(&a), Generation(0)),
+        match self.run("mkdir", || self.fs.contents(parent.0).and_then(|t| Ok((t.fs.mkdir(t.ino, name)?, t)))) {
+            Ok((a, t)) => reply.entry(&self.ttl(&a), &self.attr(&t, &a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -274,14 +281,14 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        self.run_empty("unlink", reply, || self.fs.unlink(parent.0, name));
+        self.run_empty("unlink", reply, || self.fs.contents(parent.0).and_then(|t| t.fs.unlink(t.ino, name)));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        self.run_empty("rmdir", reply, || self.fs.rmdir(parent.0, name));
+        self.run_empty("rmdir", reply, || self.fs.contents(parent.0).and_then(|t| t.fs.rmdir(t.ino, name)));
     }
 
     fn rename(
@@ -301,7 +308,13 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        self.run_empty("rename", reply, || self.fs.rename((parent.0, name), (newparent.0, newname), no_replace, req.pid()));
+        self.run_empty("rename", reply, || {
+            let (from, to) = (self.fs.contents(parent.0)?, self.fs.contents(newparent.0)?);
+            if !Mounted::same_tree(&from, &to) {
+                return Err(Error::CrossDevice("between a snapshot and the mount".into()));
+            }
+            from.fs.rename((from.ino, name), (to.ino, newname), no_replace, req.pid())
+        });
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
@@ -309,8 +322,11 @@ impl Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         };
         let truncate = flags & libc::O_TRUNC != 0;
-        match self.run("create", || self.fs.create(parent.0, name, mode & !umask, truncate, req.pid())) {
-            Ok((a, fh)) => reply.created(&self.ttl(&a), &self.attr(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+        let created = self.run("create", || {
+            self.fs.contents(parent.0).and_then(|t| Ok((t.fs.create(t.ino, name, mode & !umask, truncate, req.pid())?, t)))
+        });
+        match created {
+            Ok(((a, fh), t)) => reply.created(&self.ttl(&a), &self.attr(&t, &a), Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -318,7 +334,8 @@ impl Filesystem for FuseAdapter {
     // (batch_forget's default calls this for each inode: fuser keeps its type private.)
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _ = self.run("forget", || {
-            self.fs.forget(ino.0, nlookup);
+            let t = self.fs.node(ino.0)?;
+            t.fs.forget(t.ino, nlookup);
             Ok(())
         });
     }
@@ -338,14 +355,14 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let listing = match self.run("readdir", || self.fs.readdir(ino.0, offset)) {
+        let (listing, t) = match self.run("readdir", || self.fs.contents(ino.0).and_then(|t| Ok((t.fs.readdir(t.ino, offset)?, t)))) {
             Ok(l) => l,
             Err(e) => return reply.error(errno(&e)),
         };
         let dots = [(ino.0, FileType::Directory, "."), (ino.0, FileType::Directory, "..")];
         let all = dots.into_iter().chain(listing.iter().map(|e| {
             let kind = if e.kind == FileKind::Directory { FileType::Directory } else { FileType::RegularFile };
-            (e.ino, kind, e.name.as_str())
+            (self.fs.outer(&t, e.ino), kind, e.name.as_str())
         }));
         for (i, (child, kind, name)) in all.enumerate().skip(Listing::position(offset)) {
             if reply.add(INodeNo(child), listing.offset_after(i), kind, name) {
@@ -359,23 +376,27 @@ impl Filesystem for FuseAdapter {
     /// takes (not `.` and `..`), so each is remembered before it is added, and forgotten again
     /// when the reply is full without it.
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.run("readdirplus", || Ok((self.fs.readdir(ino.0, offset)?, self.fs.getattr(ino.0)?)));
-        let (listing, dir) = match listed {
+        let listed = self.run("readdirplus", || {
+            let t = self.fs.contents(ino.0)?;
+            Ok((t.fs.readdir(t.ino, offset)?, t.fs.getattr(t.ino)?, t))
+        });
+        let (listing, dir, t) = match listed {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
         };
         let start = Listing::position(offset);
         for (i, name) in [".", ".."].into_iter().enumerate().skip(start) {
-            if reply.add(ino, listing.offset_after(i), name, &Duration::ZERO, &self.attr(&dir), Generation(0)) {
+            if reply.add(ino, listing.offset_after(i), name, &Duration::ZERO, &self.attr(&t, &dir), Generation(0)) {
                 return reply.ok();
             }
         }
         for (i, e) in listing.iter().enumerate().skip(start.saturating_sub(2)) {
             // An entry whose node left the table since the listing was taken (the kernel forgot
             // it) is looked up again by name; one gone from the store is left out.
-            let Ok(a) = self.fs.remember_entry(e.ino).or_else(|_| self.fs.lookup(ino.0, &e.name)) else { continue };
-            if reply.add(INodeNo(a.ino), listing.offset_after(i + 2), e.name.as_str(), &self.ttl(&a), &self.attr(&a), Generation(0)) {
-                self.fs.forget(a.ino, 1);
+            let Ok(a) = t.fs.remember_entry(e.ino).or_else(|_| t.fs.lookup(t.ino, &e.name)) else { continue };
+            let attr = self.attr(&t, &a);
+            if reply.add(attr.ino, listing.offset_after(i + 2), e.name.as_str(), &self.ttl(&a), &attr, Generation(0)) {
+                t.fs.forget(a.ino, 1);
                 break;
             }
         }

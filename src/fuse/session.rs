@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fuser::{INodeNo, Notifier};
 
 use super::adapter::FuseAdapter;
-use crate::fs::{KernelCache, ZarrFs};
+use crate::fs::{KernelCache, Mounted};
 
 /// How the session is mounted.
 #[derive(Debug, Default)]
@@ -45,7 +45,7 @@ pub struct Session {
 
 impl Session {
     /// Mount `fs` on `mountpoint` and start serving it.
-    pub fn mount(fs: Arc<ZarrFs>, mountpoint: &Path, options: &SessionOptions) -> Result<Session, String> {
+    pub fn mount(fs: Arc<Mounted>, mountpoint: &Path, options: &SessionOptions) -> Result<Session, String> {
         let mut config = fuser::Config::default();
         let mut mount_options = vec![
             fuser::MountOption::FSName(options.fs_name.clone()),
@@ -79,7 +79,7 @@ impl Session {
                 fuser::Session::from_fd(adapter, fd, acl, config).map_err(failed)?
             }
         };
-        fs.set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
+        fs.main().set_kernel_cache(Box::new(Invalidator::new(session.notifier())));
         let background = session.spawn().map_err(|e| format!("cannot start the FUSE session: {e}"))?;
         // Whoever waits for the end is woken by it, rather than polling for it.
         let (tell, ended) = crossbeam_channel::bounded::<()>(0);

@@ -358,6 +358,10 @@ impl Store for IcechunkStore {
         Ok(self.read(key, IcRange::ALL)?.map(|(bytes, version)| Value { bytes, version }))
     }
 
+    fn prepend_refusal(&self) -> Option<&'static str> {
+        Some("an Icechunk repository holds chunk keys with indices ≥ 0 only, so rows cannot go in front")
+    }
+
     fn head(&self, key: &str) -> Result<Option<Head>> {
         let version = lock(&self.versions).version(key);
         Ok(self.size(key)?.map(|len| Head { len, version }))

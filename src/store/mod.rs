@@ -109,6 +109,10 @@ pub trait Store: Send + Sync {
     }
     /// The length and version of a value, or `None` when the key is absent; nothing is read.
     fn head(&self, key: &str) -> Result<Option<Head>>;
+    /// Why no array here can take rows in front, whatever its chunk key encoding, if none can.
+    fn prepend_refusal(&self) -> Option<&'static str> {
+        None
+    }
     /// `head`, asked of the store itself even where a recent listing could answer: what a write
     /// is decided on (another writer's change within the metadata TTL must count).
     fn head_current(&self, key: &str) -> Result<Option<Head>> {
@@ -276,6 +280,17 @@ impl Location {
                 Ok(Location::Icechunk { repo: Box::new(self), reference, root: String::new() })
             }
             other => Err(format!("{other}: an Icechunk repository is read from a local directory or from S3")),
+        }
+    }
+
+    /// The same Icechunk repository (and node in it) at the snapshot `id`; `None` for a store
+    /// with no history.
+    pub fn at_snapshot(&self, id: &str) -> Option<Location> {
+        match self {
+            Location::Icechunk { repo, root, .. } => {
+                Some(Location::Icechunk { repo: repo.clone(), reference: Reference::Snapshot(id.to_string()), root: root.clone() })
+            }
+            _ => None,
         }
     }
 
