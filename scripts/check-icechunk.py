@@ -4,7 +4,9 @@ wrote reads through a mount with the values zarr-python reads; what a branch mou
 (writes, growth, a new array made through the mount) reads back in Python with the values of a
 numpy model, and the commit log names it; two mounts of one branch (two daemons, as two hosts)
 writing different arrays both land, and writing the same chunk fails the second fsync (EBUSY)
-and loses nothing the first stored. Run under `scripts/with-store s3` it does the same on the
+and loses nothing the first stored; each snapshot reads as it was under .zarrfs/snapshots; a
+virtual chunk reference (a file outside the repository) is refused unless the mount is given
+--virtual-chunks, and then reads as Python reads it. Run under `scripts/with-store s3` it does the same on the
 S3 server too (AWS_ENDPOINT_URL).
 
     scripts/check-icechunk.py target/release/zarrfs
@@ -177,6 +179,41 @@ def two_writers(check, binary, work, where):
     check(bytes(a[4, 4:]) == b"\x0c" * 4, f"{where[0]}: the same chunk holds the first commit's bytes: {a[4]}")
 
 
+def virtual_chunks(check, binary, work):
+    """A reference to a file outside the repository is followed only when asked for."""
+    outside = os.path.join(work, "outside")
+    os.makedirs(outside)
+    with open(os.path.join(outside, "chunk.bin"), "wb") as f:
+        f.write(b"ABCD")
+    prefix = f"file://{outside}/"
+    config = icechunk.RepositoryConfig.default()
+    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(outside)))
+    path = os.path.join(work, "virtual-repo")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(path), config, authorize_virtual_chunk_access={prefix: None})
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="v", shape=(8,), chunks=(4,), dtype="u1", fill_value=0, compressors=None)
+    session.store.set_virtual_ref("v/c/0", f"{prefix}chunk.bin", offset=0, length=4)
+    session.commit("virtual")
+    log = os.path.join(work, "virtual.log")
+    for extra, want in (((), None), (("--virtual-chunks",), b"ABCD" + bytes(4))):
+        mnt = os.path.join(work, f"mnt-virtual{len(extra)}")
+        mount(binary, path, mnt, "--read-only", "--log-file", log, *extra)
+        try:
+            try:
+                with open(os.path.join(mnt, "v", "data"), "rb") as f:
+                    got = f.read()
+            except OSError as e:
+                got = e.errno
+            if want is None:
+                check(got == errno.EIO, f"a virtual chunk is not followed unless asked for (got {got!r})")
+                with open(log) as f:
+                    check("--virtual-chunks" in f.read(), "the log says how to follow it")
+            else:
+                check(got == want, f"with --virtual-chunks the virtual chunk reads ({got!r})")
+        finally:
+            unmount(binary, mnt)
+
+
 def main():
     binary = os.path.abspath(sys.argv[1])
     check = Checks("check-icechunk")
@@ -189,6 +226,7 @@ def main():
             repo, source, want = python_repo(check, binary, work, where)
             mount_writes(check, binary, work, where, repo, source, want)
             two_writers(check, binary, work, where)
+        virtual_chunks(check, binary, work)
     finally:
         detach_beneath(work)
         shutil.rmtree(work, ignore_errors=True)

@@ -177,6 +177,11 @@ struct RemoteArgs {
     /// Virtual-hosted-style addressing (https://bucket.host/key) instead of path style.
     #[arg(long)]
     virtual_hosted: bool,
+    /// Icechunk: read virtual chunk references from the containers the repository's
+    /// configuration names (local files, S3 with these credentials, HTTP), which are outside
+    /// the repository. Without it such chunks fail to read (EIO, said in the log).
+    #[arg(long)]
+    virtual_chunks: bool,
 }
 
 impl RemoteArgs {
@@ -187,6 +192,7 @@ impl RemoteArgs {
             no_sign_request: self.no_sign_request,
             virtual_hosted: self.virtual_hosted,
             metadata_ttl: std::time::Duration::ZERO,
+            virtual_chunks: self.virtual_chunks,
         }
     }
 }
@@ -247,7 +253,7 @@ struct MountArgs {
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
     /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, spool_dir=, flush_timeout=,
     /// metadata_ttl=, max_chunk_size=, noauto_unmount, endpoint=, region=, no_sign_request,
-    /// virtual_hosted; generic mount(8) options are ignored.
+    /// virtual_hosted, virtual_chunks; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// More log output (-v debug, -vv trace).
@@ -389,6 +395,7 @@ fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<
         ("region", Some(v)) => plan.remote.region = Some(v.to_string()),
         ("no_sign_request", None) => plan.remote.no_sign_request = true,
         ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
+        ("virtual_chunks", None) => plan.remote.virtual_chunks = true,
         (k, None) if is_generic_option(k) => {}
         (k, _) if k.starts_with("x-") => {}
         (k, Some(_)) if is_flag_option(k) => return Err(format!("{k} takes no value")),
@@ -410,6 +417,7 @@ const FLAG_OPTIONS: &[&str] = &[
     "adopt_offset",
     "no_sign_request",
     "virtual_hosted",
+    "virtual_chunks",
 ];
 /// The `-o` options that take one.
 const VALUE_OPTIONS: &[&str] = &[
@@ -641,6 +649,10 @@ mod tests {
         let p = plan(args(&["-o", "ro,allow_other,cache_size=2G", "-o", "nodev,nosuid,x-systemd.automount,_netdev"])).unwrap();
         assert!(p.read_only && p.allow_other);
         assert_eq!(p.cache_size, Some(2 << 30));
+        assert!(!p.remote.virtual_chunks);
+        assert!(plan(args(&["-o", "virtual_chunks"])).unwrap().remote.virtual_chunks);
+        assert!(plan(args(&["--virtual-chunks"])).unwrap().remote.virtual_chunks);
+        assert!(plan(args(&["-o", "virtual_chunks=1"])).is_err());
         assert!(plan(args(&["-o", "bogus"])).unwrap_err().contains("bogus"));
         assert!(plan(args(&["-o", "cache_size=lots"])).is_err());
         assert_eq!(split_options(r"a,b\,c,,d"), vec!["a", "b,c", "d"]);

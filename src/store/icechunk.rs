@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::TryStreamExt;
 use icechunk::Repository;
+use icechunk::config::Credentials;
 use icechunk::conflicts::basic_solver::{BasicConflictSolver, VersionSelection};
 use icechunk::format::{ByteRange as IcRange, SnapshotId};
 use icechunk::repository::VersionInfo;
@@ -75,6 +76,10 @@ fn failed(key: &str, e: StoreError) -> Error {
             Error::Unsupported(format!("{key}: an Icechunk repository holds Zarr v3 documents and chunk keys c/I/J with indices ≥ 0"))
         }
         StoreErrorKind::InvalidIndex { .. } => Error::refused(key, "outside the array's chunk grid"),
+        // A virtual chunk, outside the repository: followed only when asked for.
+        other if other.to_string().contains("authorize the virtual chunk container") => {
+            Error::refused(key, "a virtual chunk reference to a container outside the repository: mount with --virtual-chunks to follow it")
+        }
         other => Error::Io(std::io::Error::other(format!("{key}: {other}"))),
     }
 }
@@ -102,6 +107,24 @@ fn commit_failed(e: SessionError) -> Error {
         }
         other => Error::Io(std::io::Error::other(format!("commit: {other}"))),
     }
+}
+
+/// Access to every virtual chunk container the repository's configuration names that this
+/// build can read: local files, S3 (with the credentials of the environment) and HTTP(S).
+fn virtual_chunk_access(config: &icechunk::RepositoryConfig) -> HashMap<String, Option<Credentials>> {
+    config
+        .virtual_chunk_containers()
+        .filter_map(|c| {
+            let prefix = c.url_prefix();
+            let access = match prefix.split_once("://").map(|(scheme, _)| scheme) {
+                Some("file") => Credentials::LocalFileSystemAccess,
+                Some("s3") => Credentials::S3(S3Credentials::FromEnv),
+                Some("http" | "https") => Credentials::HttpAccess,
+                _ => return None,
+            };
+            Some((prefix.to_string(), Some(access)))
+        })
+        .collect()
 }
 
 fn icechunk_error(what: &str, e: impl std::fmt::Display) -> String {
@@ -144,7 +167,14 @@ impl IcechunkStore {
                 }
                 other => return Err(format!("{other}: an Icechunk repository is read from a local directory or from S3")),
             };
-            let repository = Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e.kind))?;
+            let mut repository =
+                Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e.kind))?;
+            if options.virtual_chunks {
+                repository = repository
+                    .reopen(None, Some(virtual_chunk_access(repository.config())))
+                    .await
+                    .map_err(|e| icechunk_error("virtual chunk containers", e.kind))?;
+            }
             let session = match reference {
                 Reference::Branch(b) => repository.writable_session(b).await,
                 Reference::Tag(t) => repository.readonly_session(&VersionInfo::TagRef(t.clone())).await,

@@ -125,6 +125,9 @@ pub struct RemoteOptions {
     pub virtual_hosted: bool,
     /// How long what a listing showed is trusted (the mount's metadata TTL; none if zero).
     pub metadata_ttl: std::time::Duration,
+    /// Icechunk: follow virtual chunk references into the containers the repository names
+    /// (files and objects outside it), which are otherwise refused.
+    pub virtual_chunks: bool,
 }
 
 #[cfg(test)]
