@@ -287,6 +287,11 @@ impl ObjectStore {
                             let got = async {
                                 let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
                                 let meta = r.meta.clone();
+                                // One grown since it was listed is not read here (a hostile server's
+                                // endless body included): it waits to be asked for, bounded then.
+                                if meta.size > listed::DOCUMENT_KEPT_MAX {
+                                    return Err(object_store::Error::Generic { store: "listing", source: "grown past the bound".into() });
+                                }
                                 Ok::<_, object_store::Error>((r.bytes().await?, meta))
                             };
                             (got.await, key)
@@ -641,6 +646,8 @@ impl Store for ObjectStore {
             Ok(put) => {
                 let version = UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() };
                 self.remember_etag(key, Some(Some(version.clone())));
+                // A chunk is kept as a name (what a listing of its array's keys shows: a removal
+                // deletes it), a document with its bytes.
                 let bytes = guarded(key).then(|| bytes::Bytes::copy_from_slice(value));
                 self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes }));
                 let meta = object_store::ObjectMeta {
