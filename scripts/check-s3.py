@@ -803,6 +803,8 @@ def walks(proxy):
         s3.put_object(Bucket=BUCKET, Key=f"{prefix}/A/theirs/zarr.json", Body=json.dumps({"zarr_format": 3, "node_type": "group"}))
         time.sleep(2.5)
         check("theirs" in os.listdir(m.path("A")), f"another writer's group is listed after the TTL ({os.listdir(m.path('A'))})")
+    for fmt in (3, 2):
+        consolidated_walk(s3, proxy, fmt)
     # A bucket whose listings are refused (GetObject granted, ListBucket not): each node still
     # serves, asked for alone.
     with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
@@ -811,6 +813,47 @@ def walks(proxy):
         refused = [e for e in proxy.entries() if e[3] == 403]
         check(len(refused) == 1, f"the listing was refused ({refused})")
         proxy.refuse = None
+
+
+def consolidated_walk(s3, proxy, fmt):
+    """With consolidated metadata stored after the nodes, a walk is the listing and the
+    consolidating document: no node document is fetched but one another writer changed since
+    (stored later), which shows as it now is. A document's file still serves its stored bytes."""
+    from plate import plate
+    prefix = f"walk-consolidated-v{fmt}-{uuid.uuid4().hex[:8]}"
+    local = tempfile.mkdtemp()
+    plate(local, 2, 3, 2, fmt=fmt, consolidated=True, chunks=True)
+    root_docs = ["zarr.json"] if fmt == 3 else [".zattrs", ".zgroup", ".zmetadata"]
+    keys = sorted(os.path.relpath(os.path.join(d, f), local) for d, _, files in os.walk(local) for f in files)
+    for key in keys:
+        if key != root_docs[-1]:
+            s3.upload_file(os.path.join(local, key), BUCKET, f"{prefix}/{key}")
+    time.sleep(1.2)  # the store's times have whole seconds
+    s3.upload_file(os.path.join(local, root_docs[-1]), BUCKET, f"{prefix}/{root_docs[-1]}")
+    time.sleep(1.2)
+    # Another writer grows one array and does not consolidate.
+    name = "zarr.json" if fmt == 3 else ".zarray"
+    changed = f"A/1/0/0/{name}"
+    doc = json.load(open(os.path.join(local, changed)))
+    doc["shape"][0] = 3
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{changed}", Body=json.dumps(doc, indent=4).encode())
+    with Mount(f"s3://{BUCKET}/{prefix}", "--read-only", endpoint=proxy.url) as m:
+        proxy.reset()
+        found = subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split()
+        asked = proxy.entries()
+        lists = [e for e in asked if e[0] == "GET" and e[1] == f"/{BUCKET}"]
+        gets = sorted(e[1][len(f"/{BUCKET}/{prefix}/"):] for e in asked if e[0] == "GET" and e[1] != f"/{BUCKET}")
+        # v2: the directory's `zarr.json` is asked for too (absent), with the listing's first page.
+        want = sorted(["zarr.json"] + root_docs + [changed]) if fmt == 2 else sorted(root_docs + [changed])
+        check(len(found) == 2 * 3 * 2 and len(lists) == 1 and gets == want,
+              f"v{fmt}: a walk with consolidated metadata fetches only the document changed since ({len(found)} arrays, "
+              f"{len(lists)} listings, GETs {gets})")
+        check(os.path.getsize(m.path("A/1/0/0/data")) == 3 * 64 * 64 * 2 and os.path.getsize(m.path("A/1/0/1/data")) == 2 * 32 * 32 * 2,
+              f"v{fmt}: the changed array shows its own document, the others their consolidated entries")
+        unchanged = f"A/1/1/0/{name}"
+        stored = s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{unchanged}")["Body"].read()
+        check(open(m.path(unchanged), "rb").read() == stored and os.path.getsize(m.path(unchanged)) == len(stored),
+              f"v{fmt}: a document vouched for by consolidated metadata reads as stored")
 
 
 def plain_http():

@@ -107,6 +107,13 @@ pub trait Store: Send + Sync {
     fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>> {
         Ok(self.get_value(key, max)?.map(|v| v.bytes))
     }
+    /// A node document to be parsed: `get_value`, or what stands for it without a request —
+    /// on object storage, the entry consolidated metadata holds for a document stored before
+    /// it. Its bytes may then differ from the stored ones (not its meaning, nor its version):
+    /// never serve them as the document's.
+    fn get_document(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.get_value(key, max)
+    }
     /// The length and version of a value, or `None` when the key is absent; nothing is read.
     fn head(&self, key: &str) -> Result<Option<Head>>;
     /// Why no array here can take rows in front, whatever its chunk key encoding, if none can.

@@ -25,10 +25,12 @@ use object_store::{
 mod listed;
 mod listing;
 
-use listed::{Listed, ListedKeys};
+use listed::{Consolidation, Listed, ListedKeys};
 
 use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
 use crate::error::lock;
+use crate::zarr::limits::MAX_DOCUMENT_BYTES;
+use crate::zarr::metadata::ZarrFormat;
 use crate::{Error, Result};
 
 /// Requests made, by kind: `.zarrfs/stats` shows them, and tests count them.
@@ -87,7 +89,35 @@ pub struct ObjectStore {
 }
 
 /// Documents fetched at once after a listing: a walk then finds them read.
-const DOCUMENTS_IN_FLIGHT: usize = 64;
+const DOCUMENTS_IN_FLIGHT: usize = 128;
+
+/// The document `key`, fetched whole if it holds no more than `max` bytes (one grown past what
+/// a listing showed, a hostile server's endless body included, is not read: it waits to be
+/// asked for, bounded then), once `turn` gives a place among the requests in flight.
+async fn fetch_document(
+    remote: Arc<dyn Remote>,
+    key: String,
+    max: u64,
+    turn: Option<Arc<tokio::sync::Semaphore>>,
+) -> (object_store::Result<(bytes::Bytes, object_store::ObjectMeta)>, String) {
+    let _turn = match turn {
+        Some(t) => t.acquire_owned().await.ok(),
+        None => None,
+    };
+    let got = async {
+        let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
+        if r.meta.size > max {
+            return Err(object_store::Error::Generic { store: "listing", source: "larger than the listing's bound".into() });
+        }
+        let meta = r.meta.clone();
+        Ok((r.bytes().await?, meta))
+    };
+    (got.await, key)
+}
+
+fn join_failed(e: tokio::task::JoinError) -> object_store::Error {
+    object_store::Error::Generic { store: "listing", source: Box::new(e) }
+}
 
 impl ObjectStore {
     /// Connect to `location`. Nothing is requested yet: `check` does that.
@@ -95,7 +125,7 @@ impl ObjectStore {
         let client = ClientOptions::new()
             .with_timeout(Duration::from_secs(30))
             .with_connect_timeout(Duration::from_secs(5))
-            .with_pool_max_idle_per_host(64);
+            .with_pool_max_idle_per_host(DOCUMENTS_IN_FLIGHT);
         let retry = RetryConfig { max_retries: 6, retry_timeout: Duration::from_secs(60), ..RetryConfig::default() };
         let invalid = |e: object_store::Error| Error::Invalid(format!("{location}: {e}"));
         let (remote, listing, raw): (Arc<dyn Remote>, _, _) = match location {
@@ -251,7 +281,8 @@ impl ObjectStore {
 
     /// List every key under the directory `dir`, up to `budget` keys, and keep what the
     /// listing showed, with the node documents among them: each is fetched as soon as the
-    /// listing shows it, `DOCUMENTS_IN_FLIGHT` at a time, while the listing goes on. A key
+    /// listing shows it, `DOCUMENTS_IN_FLIGHT` at a time, while the listing goes on — unless
+    /// the directory's own consolidated metadata, stored after it, vouches for it. A key
     /// object_store cannot parse, or keys out of order, leave nothing kept.
     fn list_beneath(&self, dir: &str, budget: usize) -> Result<()> {
         let prefix = listed::dir_prefix(dir);
@@ -261,7 +292,18 @@ impl ObjectStore {
         // Documents too large to keep, or beyond the room left, wait to be asked for.
         let mut room = self.listed.room();
         let mut fetches = Vec::new();
-        let (listing, fetched) = self.runtime.block_on(async {
+        let (own_v3, own_v2) = (format!("{prefix}zarr.json"), format!("{prefix}.zmetadata"));
+        // Consolidated metadata a listing above this one found; else the directory's own v3
+        // document, asked for with the listing's first page: whether it consolidates is known
+        // before the first document the listing shows is fetched.
+        let mut consolidation = self.listed.consolidation_above(&prefix);
+        let above = consolidation.is_some();
+        let own = consolidation
+            .is_none()
+            .then(|| self.runtime.spawn(fetch_document(self.remote.clone(), own_v3.clone(), MAX_DOCUMENT_BYTES, None)));
+        let (listing, fetched, consolidation) = self.runtime.block_on(async {
+            let mut own = own;
+            let mut early = Vec::new();
             let listing = async {
                 let mut stream = self.remote.list(path.as_ref());
                 let mut keys = std::collections::BTreeMap::new();
@@ -275,29 +317,44 @@ impl ObjectStore {
                     }
                     last.clone_from(&key);
                     let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
-                    if guarded(&key)
-                        && meta.size <= listed::DOCUMENT_KEPT_MAX
-                        && meta.size <= room
-                        && !self.listed.has_document(&key, &version)
-                    {
-                        room -= meta.size;
-                        let (remote, in_flight, key) = (self.remote.clone(), in_flight.clone(), key.clone());
-                        fetches.push(self.runtime.spawn(async move {
-                            let _turn = in_flight.acquire_owned().await;
-                            let got = async {
-                                let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
-                                let meta = r.meta.clone();
-                                // One grown since it was listed is not read here (a hostile server's
-                                // endless body included): it waits to be asked for, bounded then.
-                                if meta.size > listed::DOCUMENT_KEPT_MAX {
-                                    return Err(object_store::Error::Generic { store: "listing", source: "grown past the bound".into() });
-                                }
-                                Ok::<_, object_store::Error>((r.bytes().await?, meta))
-                            };
-                            (got.await, key)
-                        }));
+                    let mut listed = Listed { size: meta.size, version, bytes: None, consolidated: false };
+                    if guarded(&key) {
+                        if let Some(own) = own.take() {
+                            let got = own.await.unwrap_or_else(|e| (Err(join_failed(e)), own_v3.clone()));
+                            if let Ok((bytes, meta)) = &got.0 {
+                                consolidation = Consolidation::of(bytes, ZarrFormat::V3, meta.last_modified.timestamp_millis())
+                                    .map(|c| (prefix.clone(), Arc::new(c)));
+                            }
+                            early.push(got);
+                        }
+                        // A v2 directory's consolidated metadata lists before its children.
+                        if key == own_v2 && consolidation.is_none() && meta.size <= MAX_DOCUMENT_BYTES {
+                            let got = fetch_document(self.remote.clone(), key.clone(), MAX_DOCUMENT_BYTES, None).await;
+                            if let Ok((bytes, meta)) = &got.0 {
+                                consolidation = Consolidation::of(bytes, ZarrFormat::V2, meta.last_modified.timestamp_millis())
+                                    .map(|c| (prefix.clone(), Arc::new(c)));
+                            }
+                            early.push(got);
+                        } else if key == own_v3 && early.iter().any(|(got, k)| *k == key && got.is_ok()) {
+                            // Fetched with the first page.
+                        } else if let Some(entry) =
+                            consolidation.as_ref().and_then(|(at, c)| c.vouches(at, &key, meta.last_modified.timestamp_millis()))
+                            && entry.len() as u64 <= room
+                        {
+                            room -= entry.len() as u64;
+                            listed.bytes = Some(entry);
+                            listed.consolidated = true;
+                        } else if meta.size <= listed::DOCUMENT_KEPT_MAX
+                            && meta.size <= room
+                            && !self.listed.has_document(&key, &listed.version)
+                        {
+                            room -= meta.size;
+                            let turn = in_flight.clone();
+                            let fetch = fetch_document(self.remote.clone(), key.clone(), listed::DOCUMENT_KEPT_MAX, Some(turn));
+                            fetches.push(self.runtime.spawn(fetch));
+                        }
                     }
-                    keys.insert(key, Listed { size: meta.size, version, bytes: None });
+                    keys.insert(key, listed);
                     if keys.len() >= budget {
                         return Ok(Some((keys, false)));
                     }
@@ -308,11 +365,15 @@ impl ObjectStore {
             if !matches!(listing, Ok(Some(_))) {
                 fetches.iter().for_each(|f| f.abort());
             }
-            let mut fetched = Vec::with_capacity(fetches.len());
+            let mut fetched = early;
+            // An empty listing: the directory's document was still asked for.
+            if let Some(own) = own {
+                fetched.extend(own.await.ok());
+            }
             for f in fetches {
                 fetched.extend(f.await.ok());
             }
-            (listing, fetched)
+            (listing, fetched, consolidation)
         });
         let (keys, complete) = match listing {
             Ok(Some(listing)) => listing,
@@ -325,6 +386,9 @@ impl ObjectStore {
                 return Err(self.failed("LIST", dir, e));
             }
         };
+        if let Some((at, c)) = consolidation.filter(|_| !above) {
+            self.listed.keep_consolidation(at, c);
+        }
         self.listed.insert(prefix, keys, complete);
         for (got, key) in fetched {
             self.count(&self.requests.get);
@@ -332,7 +396,7 @@ impl ObjectStore {
                 Ok((bytes, meta)) => {
                     self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
-                    self.listed.changed(&key, Some(Listed { size: meta.size, version, bytes: Some(bytes) }));
+                    self.listed.changed(&key, Some(Listed { size: meta.size, version, bytes: Some(bytes), consolidated: false }));
                 }
                 Err(object_store::Error::NotFound { .. }) => self.listed.changed(&key, None),
                 // Asked for again when it is wanted, and its error said then.
@@ -495,8 +559,10 @@ fn version_from(e_tag: &Option<String>, version: &Option<String>, size: u64) -> 
     Version([h.finish(), size, 0, 0, 0])
 }
 
-impl Store for ObjectStore {
-    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+impl ObjectStore {
+    /// `get_value`, answered from a listing where it can: with `consolidated`, by a document's
+    /// consolidated entry too (`get_document`).
+    fn get_listed(&self, key: &str, max: u64, consolidated: bool) -> Result<Option<Value>> {
         if guarded(key) {
             // A node document no listing reached: its node's siblings are likely wanted next (a
             // `stat` of every array, a tool opening each), so their directory is listed first.
@@ -517,7 +583,9 @@ impl Store for ObjectStore {
                     self.remember_etag(key, Some(None));
                     return Ok(None);
                 }
-                Some(Some(Listed { bytes: Some(bytes), version, size })) if bytes.len() as u64 <= max => {
+                Some(Some(Listed { bytes: Some(bytes), version, size, consolidated: by_entry }))
+                    if bytes.len() as u64 <= max && (consolidated || !by_entry) =>
+                {
                     let value = Value { bytes: bytes.to_vec(), version: version_from(&version.e_tag, &version.version, size) };
                     self.remember_etag(key, Some(Some(version)));
                     return Ok(Some(value));
@@ -546,7 +614,7 @@ impl Store for ObjectStore {
                 let version = UpdateVersion { e_tag: meta.e_tag.clone(), version: meta.version.clone() };
                 self.remember_etag(key, Some(Some(version.clone())));
                 if guarded(key) {
-                    self.listed.changed(key, Some(Listed { size: meta.size, version, bytes: Some(bytes.clone()) }));
+                    self.listed.changed(key, Some(Listed { size: meta.size, version, bytes: Some(bytes.clone()), consolidated: false }));
                 }
                 Ok(Some(Value { bytes: bytes.into(), version: version_of(&meta) }))
             }
@@ -557,6 +625,16 @@ impl Store for ObjectStore {
             }
             Err(e) => Err(self.failed("GET", key, e)),
         }
+    }
+}
+
+impl Store for ObjectStore {
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.get_listed(key, max, false)
+    }
+
+    fn get_document(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.get_listed(key, max, true)
     }
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
@@ -649,7 +727,7 @@ impl Store for ObjectStore {
                 // A chunk is kept as a name (what a listing of its array's keys shows: a removal
                 // deletes it), a document with its bytes.
                 let bytes = guarded(key).then(|| bytes::Bytes::copy_from_slice(value));
-                self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes }));
+                self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes, consolidated: false }));
                 let meta = object_store::ObjectMeta {
                     location: path,
                     last_modified: Default::default(),

@@ -71,6 +71,21 @@ fn entries_of(doc: &mut Value, format: ZarrFormat) -> Option<&mut serde_json::Ma
     entries.and_then(Value::as_object_mut)
 }
 
+/// What the consolidating document `doc` (of a group, in `format`) holds for the document
+/// `rel` below that group (`a/b/zarr.json`, `a/b/.zarray`): that document as it was
+/// consolidated. Whether it still is, the caller knows (a listing's times).
+pub fn entry_for<'a>(doc: &'a Value, format: ZarrFormat, rel: &str) -> Option<&'a Value> {
+    let entries = match format {
+        ZarrFormat::V3 => doc.get("consolidated_metadata")?.get("metadata")?,
+        ZarrFormat::V2 => doc.get("metadata")?,
+    };
+    let entry = match format {
+        ZarrFormat::V3 => entries.get(rel.strip_suffix("/zarr.json")?)?,
+        ZarrFormat::V2 => entries.get(rel)?,
+    };
+    entry.is_object().then_some(entry)
+}
+
 /// The rewrites `changes` of nodes (each `(path, format, change)`) need in every group above
 /// them that consolidates its hierarchy (v2: and in a node's own `.zmetadata`, which lists its
 /// own documents). Nothing is written.

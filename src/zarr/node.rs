@@ -44,7 +44,7 @@ pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
 /// `None` when it is no node.
 pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, Version)>> {
     for name in NODE_DOCUMENTS {
-        let Some(value) = store.get_value(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
+        let Some(value) = store.get_document(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
         if value.bytes.len() > LARGE_DOCUMENT {
             LARGE_DOCUMENT_READ.set(true);
         }
@@ -85,7 +85,7 @@ pub fn release_parsed_memory() {
 /// served) holds no attributes the views could use: also `{}`, said in the log.
 pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Value> {
     let key = store::join(path, ".zattrs");
-    match store.get(&key, MAX_DOCUMENT_BYTES) {
+    match store.get_document(&key, MAX_DOCUMENT_BYTES).map(|v| v.map(|v| v.bytes)) {
         Ok(Some(bytes)) if bytes.len() > LARGE_DOCUMENT => {
             LARGE_DOCUMENT_READ.set(true);
             v2_attributes_of(&bytes, path)

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,6 +22,7 @@ use object_store::UpdateVersion;
 
 use crate::error::lock;
 use crate::store::Entry;
+use crate::zarr::metadata::ZarrFormat;
 
 /// The keys one listing request shows (S3's, GCS's and Azure's most).
 pub const PAGE: usize = 1_000;
@@ -42,8 +43,11 @@ pub const DOCUMENT_KEPT_MAX: u64 = 1 << 20;
 pub struct Listed {
     pub size: u64,
     pub version: UpdateVersion,
-    /// The value, for a node document fetched after the listing.
+    /// The value, for a node document fetched after the listing; or what stands for it, for one
+    /// the consolidated metadata listed with it vouched for (`consolidated`).
     pub bytes: Option<Bytes>,
+    /// Whether `bytes` are a consolidated entry, not the stored value (parsed, never served).
+    pub consolidated: bool,
 }
 
 /// The keys of one listing.
@@ -73,6 +77,42 @@ impl ListedRange {
 pub struct ListedKeys {
     ttl: Duration,
     ranges: Mutex<Vec<ListedRange>>,
+    /// The consolidated metadata listed directories held (their key prefixes), newest last: a
+    /// listing of a directory below one takes what it vouches for too.
+    consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
+}
+
+/// Consolidated metadata kept at once: parsed, each takes a few times its document's size.
+const CONSOLIDATIONS_KEPT: usize = 2;
+
+/// A listed directory's consolidated metadata, and when it was stored (milliseconds since the
+/// epoch, by the store's clock): a node document below it that the listing shows as stored
+/// earlier is what its entry says, and is not fetched. One stored at the same time or later (a
+/// writer that did not consolidate) is fetched. Both times are the store's, so no two clocks
+/// are compared; a GET's time has whole seconds, so a document of the same second is fetched.
+pub struct Consolidation {
+    doc: serde_json::Value,
+    format: ZarrFormat,
+    stored: i64,
+}
+
+impl Consolidation {
+    pub fn of(bytes: &[u8], format: ZarrFormat, stored: i64) -> Option<Consolidation> {
+        let doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        let consolidates = match format {
+            ZarrFormat::V3 => doc.get("consolidated_metadata").and_then(|c| c.get("metadata")).is_some_and(|m| m.is_object()),
+            ZarrFormat::V2 => doc.get("metadata").is_some_and(|m| m.is_object()),
+        };
+        consolidates.then_some(Consolidation { doc, format, stored })
+    }
+
+    /// What stands for the document `key` below the directory `prefix`, stored at `modified`:
+    /// its entry rendered, if the consolidation is newer and has one. Not the directory's own.
+    pub fn vouches(&self, prefix: &str, key: &str, modified: i64) -> Option<Bytes> {
+        let rel = key.strip_prefix(prefix).filter(|rel| rel.contains('/') && modified < self.stored)?;
+        let entry = crate::zarr::consolidated::entry_for(&self.doc, self.format, rel)?;
+        serde_json::to_vec(entry).ok().map(Bytes::from)
+    }
 }
 
 /// Whether two versions of a value are the same: servers differ in quoting an ETag in a listing
@@ -90,7 +130,7 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default() }
+        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -134,16 +174,17 @@ impl ListedKeys {
         let upto = if complete { None } else { keys.keys().next_back().cloned() };
         let mut ranges = self.fresh();
         // Documents an overlapping listing fetched, unchanged since, are not fetched again.
-        let mut bytes = 0;
         for (key, listed) in keys.iter_mut() {
             let before = ranges.iter().rev().filter(|r| r.holds(key)).find_map(|r| r.keys.get(key));
-            if let Some(Listed { bytes: Some(value), version, .. }) = before
+            if let Some(Listed { bytes: Some(value), version, consolidated, .. }) = before
                 && same_version(version, &listed.version)
+                && listed.bytes.is_none()
             {
-                bytes += value.len() as u64;
                 listed.bytes = Some(value.clone());
+                listed.consolidated = *consolidated;
             }
         }
+        let bytes = keys.values().filter_map(|l| l.bytes.as_ref()).map(|b| b.len() as u64).sum();
         // An older listing the new one covers goes.
         let range = ListedRange { prefix, upto, at: Instant::now(), keys, bytes };
         ranges.retain(|r| !(r.prefix.starts_with(&range.prefix) && range.upto.is_none()));
@@ -202,9 +243,30 @@ impl ListedKeys {
         }
     }
 
+    /// Keep the consolidated metadata of the directory `prefix`, for the TTL.
+    pub fn keep_consolidation(&self, prefix: String, consolidation: Arc<Consolidation>) {
+        let mut kept = lock(&self.consolidations);
+        kept.retain(|(p, at, _)| *p != prefix && at.elapsed() < self.ttl);
+        if kept.len() >= CONSOLIDATIONS_KEPT {
+            kept.remove(0);
+        }
+        kept.push((prefix, Instant::now(), consolidation));
+    }
+
+    /// The consolidated metadata kept of the directory `prefix` or one above it, with that
+    /// directory's prefix: the nearest.
+    pub fn consolidation_above(&self, prefix: &str) -> Option<(String, Arc<Consolidation>)> {
+        let kept = lock(&self.consolidations);
+        kept.iter()
+            .filter(|(p, at, _)| prefix.starts_with(p.as_str()) && at.elapsed() < self.ttl)
+            .max_by_key(|(p, _, _)| p.len())
+            .map(|(p, _, c)| (p.clone(), c.clone()))
+    }
+
     /// Forget everything (a change of many keys at once).
     pub fn clear(&self) {
         lock(&self.ranges).clear();
+        lock(&self.consolidations).clear();
     }
 }
 
@@ -212,8 +274,35 @@ impl ListedKeys {
 mod tests {
     use super::*;
 
+    #[test]
+    fn consolidated_metadata_vouches_only_for_older_documents_below_it() {
+        let v3 = br#"{"zarr_format":3,"node_type":"group","consolidated_metadata":{"kind":"inline","must_understand":false,
+            "metadata":{"a":{"node_type":"group"},"a/b":{"node_type":"array","shape":[2]}}}}"#;
+        let c = Consolidation::of(v3, ZarrFormat::V3, 10_000).unwrap();
+        let entry = |key: &str, at: i64| c.vouches("p/", key, at).map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap());
+        assert_eq!(entry("p/a/b/zarr.json", 9_000).unwrap()["shape"], serde_json::json!([2]));
+        assert_eq!(entry("p/a/zarr.json", 9_999).unwrap()["node_type"], "group");
+        // Stored with it or since (a writer that did not consolidate): fetched.
+        assert_eq!(entry("p/a/b/zarr.json", 10_000), None);
+        assert_eq!(entry("p/a/b/zarr.json", 11_000), None);
+        // Not in it, not a v3 document, the directory's own, or outside it.
+        assert_eq!(entry("p/a/c/zarr.json", 1), None);
+        assert_eq!(entry("p/a/b/.zattrs", 1), None);
+        assert_eq!(entry("p/zarr.json", 1), None);
+        assert_eq!(entry("q/a/b/zarr.json", 1), None);
+        let v2 = br#"{"zarr_consolidated_format":1,"metadata":{"a/.zgroup":{"zarr_format":2},"a/b/.zattrs":{"k":1},"a/b/.zarray":7}}"#;
+        let c = Consolidation::of(v2, ZarrFormat::V2, 10_000).unwrap();
+        assert_eq!(c.vouches("", "a/b/.zattrs", 0).as_deref(), Some(&br#"{"k":1}"#[..]));
+        assert_eq!(c.vouches("", "a/.zgroup", 0).as_deref(), Some(&br#"{"zarr_format":2}"#[..]));
+        // An entry that is no document.
+        assert_eq!(c.vouches("", "a/b/.zarray", 0), None);
+        // A document that does not consolidate vouches for nothing.
+        assert!(Consolidation::of(br#"{"zarr_format":3,"node_type":"group"}"#, ZarrFormat::V3, 1).is_none());
+        assert!(Consolidation::of(b"not json", ZarrFormat::V2, 1).is_none());
+    }
+
     fn listed(size: u64) -> Listed {
-        Listed { size, version: UpdateVersion { e_tag: Some(format!("e{size}")), version: None }, bytes: None }
+        Listed { size, version: UpdateVersion { e_tag: Some(format!("e{size}")), version: None }, bytes: None, consolidated: false }
     }
 
     fn keys(names: &[&str]) -> BTreeMap<String, Listed> {
