@@ -805,6 +805,7 @@ def walks(proxy):
         check("theirs" in os.listdir(m.path("A")), f"another writer's group is listed after the TTL ({os.listdir(m.path('A'))})")
     for fmt in (3, 2):
         consolidated_walk(s3, proxy, fmt)
+    walk_past_the_budget(s3, proxy)
     # A bucket whose listings are refused (GetObject granted, ListBucket not): each node still
     # serves, asked for alone.
     with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
@@ -854,6 +855,41 @@ def consolidated_walk(s3, proxy, fmt):
         stored = s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{unchanged}")["Body"].read()
         check(open(m.path(unchanged), "rb").read() == stored and os.path.getsize(m.path(unchanged)) == len(stored),
               f"v{fmt}: a document vouched for by consolidated metadata reads as stored")
+
+
+def walk_past_the_budget(s3, proxy):
+    """A listing stops at 5 000 keys (an array's chunks) and answers only for the keys it
+    reached: the nodes listed after them are still all found, each directory past the budget
+    listed when it is asked for, and the array's chunks read as stored."""
+    from concurrent.futures import ThreadPoolExecutor
+    prefix = f"walk-budget-{uuid.uuid4().hex[:8]}"
+    n = 6000
+    array = lambda shape, chunk: json.dumps({"zarr_format": 3, "node_type": "array", "shape": [shape], "data_type": "uint8",
+                                             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
+                                             "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+                                             "codecs": [{"name": "bytes"}]})
+    group = json.dumps({"zarr_format": 3, "node_type": "group"})
+    objects = {"zarr.json": group, "a/zarr.json": array(n, 1), "b/zarr.json": array(4, 4), "b/c/0": bytes([1, 2, 3, 4]),
+               "c/zarr.json": group, "c/x/zarr.json": array(2, 2)}
+    objects.update({f"a/c/{i}": bytes([i % 251]) for i in range(n)})
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{kv[0]}", Body=kv[1]), objects.items()))
+    with Mount(f"s3://{BUCKET}/{prefix}", "--read-only", "--metadata-ttl", "60", endpoint=proxy.url) as m:
+        proxy.reset()
+        found = sorted(os.path.relpath(f, m.dir) for f in
+                       subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split())
+        lists = [e for e in proxy.entries() if e[0] == "GET" and e[1] == f"/{BUCKET}"]
+        check(found == ["a/data", "b/data", "c/x/data"] and len(lists) <= 12,
+              f"a walk past a listing's budget finds every node ({found}, {len(lists)} listing requests)")
+        print(f"walks: past the budget, find made {len(proxy.entries())} requests ({len(lists)} listing)", flush=True)
+        proxy.reset()
+        again = sorted(os.path.relpath(f, m.dir) for f in
+                       subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split())
+        check(again == found and not proxy.entries(), f"a second walk within the TTL asks for nothing ({proxy.entries()[:3]})")
+        with open(m.path("a/data"), "rb") as f:
+            ends = os.pread(f.fileno(), 8, 0) + os.pread(f.fileno(), 8, n - 8)
+        check(ends == bytes(i % 251 for i in [*range(8), *range(n - 8, n)]), "the array past the budget reads as stored")
+        check(open(m.path("b/data"), "rb").read() == bytes([1, 2, 3, 4]), "a node listed after the budget reads as stored")
 
 
 def plain_http():
