@@ -825,6 +825,13 @@ def consolidated_walk(s3, proxy, fmt):
     local = tempfile.mkdtemp()
     plate(local, 2, 3, 2, fmt=fmt, consolidated=True, chunks=True)
     root_docs = ["zarr.json"] if fmt == 3 else [".zattrs", ".zgroup", ".zmetadata"]
+    # One entry that does not parse: its node's own document is fetched and decides.
+    name = "zarr.json" if fmt == 3 else ".zarray"
+    consolidating = os.path.join(local, root_docs[-1])
+    root = json.load(open(consolidating))
+    entries = root["consolidated_metadata"]["metadata"] if fmt == 3 else root["metadata"]
+    entries["A/1/1/1" if fmt == 3 else "A/1/1/1/.zarray"]["shape"] = "not a shape"
+    json.dump(root, open(consolidating, "w"))
     keys = sorted(os.path.relpath(os.path.join(d, f), local) for d, _, files in os.walk(local) for f in files)
     for key in keys:
         if key != root_docs[-1]:
@@ -833,7 +840,6 @@ def consolidated_walk(s3, proxy, fmt):
     s3.upload_file(os.path.join(local, root_docs[-1]), BUCKET, f"{prefix}/{root_docs[-1]}")
     time.sleep(1.2)
     # Another writer grows one array and does not consolidate.
-    name = "zarr.json" if fmt == 3 else ".zarray"
     changed = f"A/1/0/0/{name}"
     doc = json.load(open(os.path.join(local, changed)))
     doc["shape"][0] = 3
@@ -845,12 +851,14 @@ def consolidated_walk(s3, proxy, fmt):
         lists = [e for e in asked if e[0] == "GET" and e[1] == f"/{BUCKET}"]
         gets = sorted(e[1][len(f"/{BUCKET}/{prefix}/"):] for e in asked if e[0] == "GET" and e[1] != f"/{BUCKET}")
         # v2: the directory's `zarr.json` is asked for too (absent), with the listing's first page.
-        want = sorted(["zarr.json"] + root_docs + [changed]) if fmt == 2 else sorted(root_docs + [changed])
+        unparsed = f"A/1/1/1/{name}"
+        want = sorted(["zarr.json"] * (fmt == 2) + root_docs + [changed, unparsed])
         check(len(found) == 2 * 3 * 2 and len(lists) == 1 and gets == want,
               f"v{fmt}: a walk with consolidated metadata fetches only the document changed since ({len(found)} arrays, "
               f"{len(lists)} listings, GETs {gets})")
-        check(os.path.getsize(m.path("A/1/0/0/data")) == 3 * 64 * 64 * 2 and os.path.getsize(m.path("A/1/0/1/data")) == 2 * 32 * 32 * 2,
-              f"v{fmt}: the changed array shows its own document, the others their consolidated entries")
+        check(os.path.getsize(m.path("A/1/0/0/data")) == 3 * 64 * 64 * 2 and os.path.getsize(m.path("A/1/0/1/data")) == 2 * 32 * 32 * 2
+              and os.path.getsize(m.path("A/1/1/1/data")) == 2 * 32 * 32 * 2,
+              f"v{fmt}: the changed array and the one whose entry does not parse show their own documents, the others their entries")
         unchanged = f"A/1/1/0/{name}"
         stored = s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{unchanged}")["Body"].read()
         check(open(m.path(unchanged), "rb").read() == stored and os.path.getsize(m.path(unchanged)) == len(stored),

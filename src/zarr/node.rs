@@ -44,26 +44,42 @@ pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
 /// `None` when it is no node.
 pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, Version)>> {
     for name in NODE_DOCUMENTS {
-        let Some(value) = store.get_document(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { continue };
-        if value.bytes.len() > LARGE_DOCUMENT {
-            LARGE_DOCUMENT_READ.set(true);
-        }
-        let doc = metadata::parse_json(&value.bytes, name)?;
-        let meta = match name {
-            "zarr.json" => metadata::parse_v3(doc)?,
-            ".zarray" => {
-                let mut array = metadata::parse_v2_array(&doc)?;
-                array.dimension_names = v2_dimension_names(&v2_attributes(store, path)?, array.shape.len());
-                NodeMetadata::Array(Box::new(array))
-            }
-            _ => {
-                metadata::parse_v2_group(&doc)?;
-                NodeMetadata::Group(v2_attributes(store, path)?)
-            }
+        let key = store::join(path, name);
+        let Some(value) = store.get_document(&key, MAX_DOCUMENT_BYTES)? else { continue };
+        let meta = match parse_node(store, path, name, &value.bytes) {
+            // What stood for the document (a consolidated entry) does not parse: the document
+            // itself decides.
+            Err(e) => match store.get_value(&key, MAX_DOCUMENT_BYTES)? {
+                Some(stored) if stored.bytes != value.bytes => {
+                    return Ok(Some((parse_node(store, path, name, &stored.bytes)?, stored.version)));
+                }
+                _ => return Err(e),
+            },
+            Ok(meta) => meta,
         };
         return Ok(Some((meta, value.version)));
     }
     Ok(None)
+}
+
+/// The node document `name` of the node at `path`, parsed.
+fn parse_node(store: &dyn Store, path: &str, name: &str, bytes: &[u8]) -> Result<NodeMetadata> {
+    if bytes.len() > LARGE_DOCUMENT {
+        LARGE_DOCUMENT_READ.set(true);
+    }
+    let doc = metadata::parse_json(bytes, name)?;
+    Ok(match name {
+        "zarr.json" => metadata::parse_v3(doc)?,
+        ".zarray" => {
+            let mut array = metadata::parse_v2_array(&doc)?;
+            array.dimension_names = v2_dimension_names(&v2_attributes(store, path)?, array.shape.len());
+            NodeMetadata::Array(Box::new(array))
+        }
+        _ => {
+            metadata::parse_v2_group(&doc)?;
+            NodeMetadata::Group(v2_attributes(store, path)?)
+        }
+    })
 }
 
 /// A document this large parses to many times its size in memory.
