@@ -355,3 +355,35 @@ fn a_walk_asks_once_per_directory_and_sees_another_writers_groups_after_the_meta
     assert!(names(&m).contains(&"late".to_string()), "{:?}", names(&m));
     assert!(mtime() > unchanged, "the mtime of a directory listed again moves");
 }
+
+/// A read-only mount keeps a document's attributes for the metadata TTL, as every other
+/// attribute (a second `ls -lR` asks for nothing), yet a document never reads cut short at a
+/// size the kernel holds: another writer's longer document reads whole, by `read` and by `mmap`
+/// (at once on a disk; on object storage what a listing fetched serves the TTL out whole), and
+/// its new size shows after the TTL.
+#[test]
+fn a_read_only_mounts_documents_read_whole_whatever_size_the_kernel_holds() {
+    let (_dir, store) = common::copy_store(&fixtures().join("v3.zarr"));
+    let m = Mount::new(&store, &["--read-only", "-o", "metadata_ttl=2"]);
+    let doc = m.path("shapes/d1/zarr.json");
+    let before = std::fs::read(&doc).unwrap();
+    assert_eq!(std::fs::metadata(&doc).unwrap().len(), before.len() as u64);
+    let mut grown: serde_json::Value = serde_json::from_slice(&before).unwrap();
+    grown["attributes"]["note"] = serde_json::json!("x".repeat(300));
+    let grown = serde_json::to_vec_pretty(&grown).unwrap();
+    std::fs::write(store.join("shapes/d1/zarr.json"), &grown).unwrap();
+    common::backend::push(&store);
+    let read = std::fs::read(&doc).unwrap();
+    assert!(read == grown || (common::backend::is_s3() && read == before), "a document reads whole ({} bytes)", read.len());
+    let f = std::fs::File::open(&doc).unwrap();
+    // SAFETY: the mapping is read while the file stays open, and the mount is read-only.
+    let mapped = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    let whole = |d: &[u8]| mapped.len() <= d.len() && mapped[..] == d[..mapped.len()];
+    assert!(whole(&grown) || (common::backend::is_s3() && whole(&before)), "a mapping reads the document as it is");
+    drop(mapped);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(&doc).unwrap().len() != grown.len() as u64 || std::fs::read(&doc).unwrap() != grown {
+        assert!(std::time::Instant::now() < deadline, "the new document was not seen within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -336,7 +336,10 @@ impl ZarrFs {
             NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => dir(0o500),
             NodeKind::MetaFile => {
                 let perm = if node.path.ends_with(".zmetadata") { read_only_perm } else { data_perm };
-                Attr { volatile: true, ..file(self.nodes.document_len(&self.cx, &node.path)?, perm) }
+                // The mount's own changes rewrite documents (shapes, consolidated metadata):
+                // a read-write mount's are asked for each time; a read-only mount's are kept
+                // for the TTL like every other attribute (and read past it: `direct_io`).
+                Attr { volatile: !self.cx.config.read_only, ..file(self.nodes.document_len(&self.cx, &node.path)?, perm) }
             }
             NodeKind::Scratch => {
                 let scratch = self.nodes.scratch.get(&node.path).ok_or(Error::NotFound)?;
@@ -698,6 +701,13 @@ impl ZarrFs {
     /// documents that change behind the kernel's back, nor once after the core changed the file.
     pub fn keep_cache(&self, ino: u64) -> bool {
         let changed = self.cx.take_stale(ino);
-        !changed && matches!(self.getattr(ino), Ok(a) if !a.volatile)
+        !changed && !self.direct_io(ino) && matches!(self.getattr(ino), Ok(a) if !a.volatile)
+    }
+
+    /// Whether reads of `ino` go past the kernel's page cache and the size it holds: a
+    /// document whose size the kernel keeps for the TTL, which another writer may have grown
+    /// since (read whole, as it is now).
+    pub fn direct_io(&self, ino: u64) -> bool {
+        self.cx.config.read_only && matches!(self.node(ino), Ok(n) if n.kind == NodeKind::MetaFile)
     }
 }

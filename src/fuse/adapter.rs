@@ -110,6 +110,8 @@ impl Filesystem for FuseAdapter {
         // per directory, not once per name. The kernel asks for it where names are looked up
         // after a listing (auto), so `ls -f` of a huge group gets the lighter plain entries.
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // Documents read past the kernel's cache (`ZarrFs::direct_io`) can still be mapped.
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         self.no_opendir = config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         Ok(())
     }
@@ -147,7 +149,8 @@ impl Filesystem for FuseAdapter {
         match self.run("open", || self.fs.node(ino.0).and_then(|t| Ok((t.fs.open(t.ino, write, truncate, req.pid())?, t)))) {
             Ok((fh, t)) => {
                 let keep = if t.fs.keep_cache(t.ino) { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep)
+                let direct = if t.fs.direct_io(t.ino) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | keep | direct)
             }
             Err(e) => reply.error(errno(&e)),
         }
