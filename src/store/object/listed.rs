@@ -173,12 +173,13 @@ impl ListedKeys {
     pub fn insert(&self, prefix: String, mut keys: BTreeMap<String, Listed>, complete: bool) {
         let upto = if complete { None } else { keys.keys().next_back().cloned() };
         let mut ranges = self.fresh();
-        // Documents an overlapping listing fetched, unchanged since, are not fetched again.
+        // Documents an overlapping listing fetched, unchanged since, are not fetched again (and
+        // stored bytes are kept over a consolidated entry).
         for (key, listed) in keys.iter_mut() {
             let before = ranges.iter().rev().filter(|r| r.holds(key)).find_map(|r| r.keys.get(key));
             if let Some(Listed { bytes: Some(value), version, consolidated, .. }) = before
                 && same_version(version, &listed.version)
-                && listed.bytes.is_none()
+                && (listed.bytes.is_none() || (listed.consolidated && !consolidated))
             {
                 listed.bytes = Some(value.clone());
                 listed.consolidated = *consolidated;
@@ -357,6 +358,38 @@ mod tests {
         let big = Listed { bytes: Some(Bytes::from(vec![0u8; (1 << 20) + 1])), ..listed(1) };
         known.changed("n00/zarr.json", Some(big));
         assert!(known.get("n00/zarr.json").and_then(|l| l).is_some_and(|l| l.bytes.is_none()), "a large document is not kept");
+    }
+
+    #[test]
+    fn an_overlapping_listing_keeps_stored_bytes_over_a_consolidated_entry() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        let stored = Listed { bytes: Some(Bytes::from_static(b"stored")), ..listed(6) };
+        let entry = Listed { bytes: Some(Bytes::from_static(b"entry")), consolidated: true, ..listed(6) };
+        known.insert("a/".into(), [("a/b/zarr.json".to_string(), stored.clone())].into(), true);
+        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry.clone())].into(), true);
+        let got = known.get("a/b/zarr.json").and_then(|l| l).unwrap();
+        assert_eq!((got.bytes.as_deref(), got.consolidated), (Some(&b"stored"[..]), false));
+        // The other way round: an entry is kept where nothing was fetched, and gives way to
+        // bytes fetched since.
+        let known = ListedKeys::new(Duration::from_secs(60));
+        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry)].into(), true);
+        assert!(known.get("a/b/zarr.json").and_then(|l| l).unwrap().consolidated);
+        known.changed("a/b/zarr.json", Some(stored));
+        assert!(!known.get("a/b/zarr.json").and_then(|l| l).unwrap().consolidated);
+    }
+
+    #[test]
+    fn the_nearest_consolidation_above_a_directory_answers_for_it_within_the_ttl() {
+        let known = ListedKeys::new(Duration::from_millis(100));
+        let c = |stored| Arc::new(Consolidation::of(br#"{"metadata":{}}"#, ZarrFormat::V2, stored).unwrap());
+        known.keep_consolidation(String::new(), c(1));
+        known.keep_consolidation("a/".into(), c(2));
+        assert_eq!(known.consolidation_above("a/b/").map(|(p, c)| (p, c.stored)), Some(("a/".into(), 2)));
+        assert_eq!(known.consolidation_above("b/").map(|(p, c)| (p, c.stored)), Some((String::new(), 1)));
+        known.keep_consolidation("c/".into(), c(3));
+        assert!(known.consolidation_above("b/").is_none(), "two are kept: the oldest went");
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(known.consolidation_above("c/d/").is_none(), "gone after the TTL");
     }
 
     #[test]
