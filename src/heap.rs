@@ -10,3 +10,16 @@ pub fn give_back() {
         libc::malloc_trim(0);
     }
 }
+
+/// Bytes the heap holds for the daemon (allocated, not yet freed), where the allocator says:
+/// what the daemon's data costs, apart from what the allocator keeps around it.
+pub fn in_use() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's counters.
+        let info = unsafe { libc::mallinfo2() };
+        Some((info.uordblks + info.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}

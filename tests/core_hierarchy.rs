@@ -96,8 +96,8 @@ fn remove_tree(fs: &ZarrFs, parent: u64, name: &str) -> zarrfs::Result<()> {
     let dir = fs.lookup(parent, name)?.ino;
     for e in fs.readdir(dir, 0)?.iter() {
         match e.kind {
-            FileKind::Directory => remove_tree(fs, dir, &e.name)?,
-            FileKind::RegularFile => fs.unlink(dir, &e.name)?,
+            FileKind::Directory => remove_tree(fs, dir, e.name)?,
+            FileKind::RegularFile => fs.unlink(dir, e.name)?,
         }
     }
     fs.rmdir(parent, name)
@@ -188,11 +188,11 @@ fn check(fs: &ZarrFs, store: &MemoryStore, model: &BTreeMap<String, Node>) -> Re
     let mut pending = vec![(1u64, String::new())];
     while let Some((dir, path)) = pending.pop() {
         for e in fs.readdir(dir, 0).unwrap().iter() {
-            let child = join(&path, &e.name);
+            let child = join(&path, e.name);
             if e.kind != FileKind::Directory || e.name == ".zarrfs" {
                 continue;
             }
-            let names: Vec<String> = fs.readdir(e.ino, 0).unwrap().iter().map(|e| e.name.clone()).collect();
+            let names: Vec<String> = fs.readdir(e.ino, 0).unwrap().iter().map(|e| e.name.to_string()).collect();
             if names.iter().any(|n| n == "data") {
                 let data = fs.lookup(e.ino, "data").unwrap().ino;
                 let fh = fs.open(data, false, false, 0).unwrap();

@@ -7,13 +7,12 @@
 //! than the metadata TTL, so the kernel reads it again, and with it the attributes of every
 //! entry (one request where checking each entry would take one per entry).
 
-use std::collections::{HashMap, VecDeque};
-use std::ops::Deref;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::nodes::DirEntry;
+use super::nodes::{DirEntry, FileKind};
 use crate::error::lock;
 
 /// Listings kept per directory: the newest, and the one before it for a reader still in it.
@@ -23,20 +22,74 @@ const KEPT: usize = 2;
 #[derive(Clone)]
 pub struct Listing {
     id: u32,
-    entries: Arc<[DirEntry]>,
+    entries: Arc<Packed>,
 }
 
-impl Deref for Listing {
-    type Target = [DirEntry];
-    fn deref(&self) -> &[DirEntry] {
-        &self.entries
+/// A listing's entries in a few allocations, whatever their number: a huge directory's listing
+/// costs about 20 bytes an entry, and gives its memory back whole when it goes.
+#[derive(Default)]
+struct Packed {
+    inos: Vec<u64>,
+    dirs: Vec<bool>,
+    /// The names one after another; `ends[i]` is where the i-th ends.
+    names: String,
+    ends: Vec<u32>,
+}
+
+/// One entry of a listing.
+pub struct Listed<'a> {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub name: &'a str,
+}
+
+impl Packed {
+    fn new(entries: Vec<DirEntry>) -> Packed {
+        let mut packed = Packed {
+            inos: Vec::with_capacity(entries.len()),
+            dirs: Vec::with_capacity(entries.len()),
+            names: String::with_capacity(entries.iter().map(|e| e.name.len()).sum()),
+            ends: Vec::with_capacity(entries.len()),
+        };
+        for e in entries {
+            packed.inos.push(e.ino);
+            packed.dirs.push(e.kind == FileKind::Directory);
+            packed.names.push_str(&e.name);
+            // (A listing of 4 GiB of names is not made: names are bounded, entries far fewer.)
+            packed.ends.push(u32::try_from(packed.names.len()).unwrap_or(u32::MAX));
+        }
+        packed
+    }
+
+    fn get(&self, i: usize) -> Listed<'_> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let kind = if self.dirs[i] { FileKind::Directory } else { FileKind::RegularFile };
+        Listed { ino: self.inos[i], kind, name: self.names.get(start..self.ends[i] as usize).unwrap_or("") }
     }
 }
 
 impl Listing {
     /// What a read past the end gets: nothing.
     pub fn ended() -> Listing {
-        Listing { id: 0, entries: Arc::from([]) }
+        Listing { id: 0, entries: Arc::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.inos.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its entries, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Listed<'_>> {
+        (0..self.len()).map(|i| self.entries.get(i))
+    }
+
+    /// Its entries' inodes.
+    pub fn inos(&self) -> &[u64] {
+        &self.entries.inos
     }
 
     /// The stream offset that resumes after stream position `position`.
@@ -55,7 +108,7 @@ impl Listing {
 
     /// Whether a read at `offset` is past the last entry.
     pub fn read_to_end(&self, offset: u64) -> bool {
-        Listing::position(offset) >= self.entries.len() + 2
+        Listing::position(offset) >= self.len() + 2
     }
 }
 
@@ -92,7 +145,7 @@ impl Listings {
 
     /// Keep `entries` as the newest listing of `dir`.
     pub fn keep(&self, dir: u64, entries: Vec<DirEntry>) -> (Listing, Dropped) {
-        let listing = Listing { id: self.next_id.fetch_add(1, Ordering::Relaxed), entries: Arc::from(entries) };
+        let listing = Listing { id: self.next_id.fetch_add(1, Ordering::Relaxed), entries: Arc::new(Packed::new(entries)) };
         let mut dirs = lock(&self.dirs);
         let state =
             dirs.entry(dir).or_insert_with(|| DirListings { kept: VecDeque::new(), taken: Instant::now(), mtime: None, moved: false });
@@ -100,9 +153,13 @@ impl Listings {
         state.moved = false;
         state.kept.push_back(listing.clone());
         let mut dropped = Vec::new();
-        while state.kept.len() > KEPT {
-            if let Some(old) = state.kept.pop_front() {
-                dropped.extend(old.iter().map(|e| e.ino).filter(|ino| !listing.iter().any(|e| e.ino == *ino)));
+        if state.kept.len() > KEPT {
+            // A set, not a scan of the listing per entry: listings may hold millions.
+            let newest: HashSet<u64> = listing.inos().iter().copied().collect();
+            while state.kept.len() > KEPT {
+                if let Some(old) = state.kept.pop_front() {
+                    dropped.extend(old.inos().iter().copied().filter(|ino| !newest.contains(ino)));
+                }
             }
         }
         (listing, dropped)
@@ -139,7 +196,6 @@ impl Listings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::FileKind;
 
     fn entries(names: &[&str]) -> Vec<DirEntry> {
         names.iter().enumerate().map(|(i, n)| DirEntry { ino: 10 + i as u64, kind: FileKind::Directory, name: n.to_string() }).collect()
@@ -155,7 +211,7 @@ mod tests {
         let (second, dropped) = listings.keep(1, entries(&["b", "c"]));
         assert!(dropped.is_empty());
         let resumed = listings.resume(1, offset).unwrap();
-        assert_eq!(resumed[Listing::position(offset) - 2].name, "b");
+        assert_eq!(resumed.iter().nth(Listing::position(offset) - 2).unwrap().name, "b");
         assert!(resumed.read_to_end(first.offset_after(4)) && !resumed.read_to_end(offset));
         // Two listings later the first is gone: the newest serves from the same position.
         let (third, dropped) = listings.keep(1, vec![DirEntry { ino: 99, kind: FileKind::Directory, name: "z".into() }]);

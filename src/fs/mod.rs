@@ -102,8 +102,8 @@ pub struct ZarrFs {
     accepting: RwLock<bool>,
     /// The listings of directories, as the kernel reads them.
     listings: listing::Listings,
-    /// Nodes that left the table since memory was last given back.
-    left: std::sync::atomic::AtomicUsize,
+    /// Nodes that came into the table or left it since memory was last given back.
+    churned: std::sync::atomic::AtomicUsize,
 }
 
 impl ZarrFs {
@@ -117,7 +117,7 @@ impl ZarrFs {
             hierarchy: Mutex::new(()),
             accepting: RwLock::new(true),
             listings: listing::Listings::default(),
-            left: Default::default(),
+            churned: Default::default(),
         }
     }
 
@@ -174,6 +174,7 @@ impl ZarrFs {
             "dirty_bytes": self.cx.budget.held(),
             "arrays_open": self.nodes.open_arrays().len(),
             "inodes": self.cx.tree.inodes(),
+            "heap_bytes": crate::heap::in_use(),
             "in_memory_file_bytes": self.nodes.scratch.held.bytes(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
@@ -220,6 +221,7 @@ impl ZarrFs {
         for _ in 0..8 {
             let attr = self.getattr(self.nodes.lookup(&self.cx, parent, name)?)?;
             if self.cx.tree.remember(attr.ino) {
+                self.churn(1);
                 return Ok(attr);
             }
         }
@@ -267,9 +269,15 @@ impl ZarrFs {
                 self.nodes.release_dir(&node.path, |array| self.handles.holds(array));
             }
         }
-        // Many nodes gone (a huge listing, the kernel forgetting a walk): their memory goes back.
-        if self.left.fetch_add(count, std::sync::atomic::Ordering::Relaxed) + count >= MANY_NODES {
-            self.left.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.churn(count);
+    }
+
+    /// `count` nodes came or went. After many (a huge listing, a walk, the kernel forgetting
+    /// one) the heap gives back what they left free: their own memory, and the room the tables
+    /// held before they grew, which the allocator would otherwise keep for good.
+    fn churn(&self, count: usize) {
+        if self.churned.fetch_add(count, std::sync::atomic::Ordering::Relaxed) + count >= MANY_NODES {
+            self.churned.store(0, std::sync::atomic::Ordering::Relaxed);
             crate::heap::give_back();
         }
     }
@@ -289,7 +297,7 @@ impl ZarrFs {
         };
         if listing.read_to_end(offset) {
             self.listings.finish(ino, &listing);
-            let entries = listing.iter().map(|e| e.ino).collect();
+            let entries = listing.inos().to_vec();
             // Freed before the nodes go, so that their memory goes back with them.
             drop(listing);
             self.release_unheld(entries);

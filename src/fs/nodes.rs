@@ -112,8 +112,25 @@ impl Grant {
 struct Known {
     state: DirState,
     version: Option<Version>,
-    checked: Instant,
+    checked: Checked,
     grant: Grant,
+}
+
+/// When a directory was last checked: nanoseconds since the first check (an `Instant` in half
+/// its room: a walk keeps one for every directory).
+#[derive(Clone, Copy)]
+struct Checked(u64);
+
+static FIRST_CHECK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+impl Checked {
+    fn now() -> Checked {
+        Checked(FIRST_CHECK.get_or_init(Instant::now).elapsed().as_nanos() as u64)
+    }
+
+    fn elapsed(self) -> std::time::Duration {
+        std::time::Duration::from_nanos(Checked::now().0.saturating_sub(self.0))
+    }
 }
 
 /// A metadata document being rewritten through a handle: what it will hold at close (held in
@@ -128,7 +145,7 @@ pub struct DocumentEdit {
 /// files made in them; the documents being rewritten.
 #[derive(Default)]
 pub struct Nodes {
-    dirs: Mutex<HashMap<String, Known>>,
+    dirs: Mutex<HashMap<Box<str>, Known>>,
     /// A node's own files (`data`, its documents, its views) unlinked, by directory: `rm -r`
     /// unlinks them before it removes the directory. They are hidden, and the store is changed
     /// only when the directory itself is removed (`rmdir`), so that a lone `rm` loses nothing.
@@ -258,7 +275,7 @@ impl Nodes {
                 lock(&self.loading).remove(path);
                 let (state, version, grant) = loaded?;
                 let mut dirs = lock(&self.dirs);
-                let known = dirs.entry(path.to_string()).or_insert(Known { state, version, checked: Instant::now(), grant });
+                let known = dirs.entry(path.into()).or_insert(Known { state, version, checked: Checked::now(), grant });
                 Ok(known.state.clone())
             }
         }
@@ -337,7 +354,7 @@ impl Nodes {
         if let Some(known) = lock(&self.dirs).get_mut(path) {
             known.state = state.clone();
             known.version = version;
-            known.checked = Instant::now();
+            known.checked = Checked::now();
         }
         Ok(state)
     }
@@ -472,6 +489,17 @@ impl Nodes {
     /// once and kept while its arrays' metadata is what it was made from (and for the metadata
     /// TTL, for what the group's attributes say).
     pub fn group_file(&self, cx: &Context, path: &str, view: GroupView) -> Result<std::result::Result<Arc<GroupFile>, String>> {
+        self.group_file_listed(cx, path, view, None)
+    }
+
+    /// `group_file`, with the group's listing when the caller holds it (not listed again).
+    fn group_file_listed(
+        &self,
+        cx: &Context,
+        path: &str,
+        view: GroupView,
+        listing: Option<&[store::Entry]>,
+    ) -> Result<std::result::Result<Arc<GroupFile>, String>> {
         if !cx.config.views.groups.contains(&view) {
             return Ok(Err(format!("{} views are off (--views)", view.option_name())));
         }
@@ -486,7 +514,7 @@ impl Nodes {
         let at = Instant::now();
         let made = match view {
             GroupView::OmeTiff => self.build_image(cx, path)?,
-            GroupView::NetCdf => self.build_dataset(cx, path)?,
+            GroupView::NetCdf => self.build_dataset(cx, path, listing)?,
         }
         .map(Arc::new);
         crate::zarr::node::release_parsed_memory();
@@ -505,22 +533,30 @@ impl Nodes {
     }
 
     /// The `dataset.nc` of the group at `path`: its child arrays, its attributes as global ones.
-    fn build_dataset(&self, cx: &Context, path: &str) -> Result<std::result::Result<GroupFile, String>> {
+    fn build_dataset(&self, cx: &Context, path: &str, listing: Option<&[store::Entry]>) -> Result<std::result::Result<GroupFile, String>> {
         let store = cx.store.as_ref();
-        let children: Vec<String> = store.list_dir(path)?.into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)).map(|e| e.name).collect();
+        let listed;
+        let listing = match listing {
+            Some(listing) => listing,
+            None => {
+                listed = store.list_dir(path)?;
+                &listed
+            }
+        };
+        let children: Vec<&str> = listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)).map(|e| e.name.as_str()).collect();
         if children.len() > MOST_DATASET_CHILDREN {
             return Ok(Err(format!("more than {MOST_DATASET_CHILDREN} children: a netCDF view of it is not made")));
         }
         let mut members = Vec::new();
         for name in children {
-            let child = store::join(path, &name);
+            let child = store::join(path, name);
             let file = match self.dir_state(cx, &child) {
                 Ok(DirState::Array(file)) => file,
                 Err(Error::Io(e)) => return Err(Error::Io(e)),
                 _ => continue,
             };
             let attributes = self.attributes_of(cx, &child, &file.array.array())?;
-            members.push(super::view::dataset::Member { name, file, attributes });
+            members.push(super::view::dataset::Member { name: name.to_string(), file, attributes });
         }
         // The group's own attributes (its global ones) are read only for a group of arrays.
         if members.is_empty() {
@@ -710,7 +746,7 @@ impl Nodes {
             DirState::Broken(_) => push(ERROR, NodeKind::ErrorFile, dir.path.clone()),
             DirState::Group(info) => {
                 for view in GroupView::ALL {
-                    if info.may_show(view) && self.group_file(cx, &dir.path, view)?.is_ok() {
+                    if info.may_show(view) && self.group_file_listed(cx, &dir.path, view, Some(&listing))?.is_ok() {
                         push(view.file_name(), NodeKind::GroupView(view), dir.path.clone());
                     }
                 }
@@ -866,7 +902,7 @@ impl Nodes {
     pub fn moved(&self, old: &str, new: &str) {
         let lead = format!("{old}/");
         let mut dirs = lock(&self.dirs);
-        let moving: Vec<String> = dirs.keys().filter(|p| p.as_str() == old || p.starts_with(&lead)).cloned().collect();
+        let moving: Vec<Box<str>> = dirs.keys().filter(|p| &***p == old || p.starts_with(&lead)).cloned().collect();
         for from in moving {
             let Some(mut known) = dirs.remove(&from) else { continue };
             let to = format!("{new}{}", &from[old.len()..]);
@@ -876,8 +912,8 @@ impl Nodes {
                     Err(_) => continue,
                 }
             }
-            known.checked = Instant::now();
-            dirs.insert(to, known);
+            known.checked = Checked::now();
+            dirs.insert(to.into(), known);
         }
         drop(dirs);
         lock(&self.detached).retain(|p, _| p != old && !p.starts_with(&lead));
@@ -891,7 +927,7 @@ impl Nodes {
     /// or became another kind of node, and is read again from the store when next asked for.
     pub fn forget(&self, path: &str) {
         let lead = format!("{path}/");
-        let beneath = |p: &String| p == path || p.starts_with(&lead);
+        let beneath = |p: &str| p == path || p.starts_with(&lead);
         lock(&self.dirs).retain(|p, _| !beneath(p));
         lock(&self.detached).retain(|p, _| !beneath(p));
         lock(&self.refusals).retain(|p, _| !beneath(p));
@@ -910,6 +946,7 @@ impl Nodes {
         };
         if !keep {
             dirs.remove(path);
+            tree::shrink_if_sparse(&mut dirs);
         }
     }
 
@@ -918,7 +955,7 @@ impl Nodes {
         let lead = format!("{path}/");
         lock(&self.dirs)
             .iter()
-            .filter(|(p, _)| p.as_str() == path || p.starts_with(&lead))
+            .filter(|(p, _)| &***p == path || p.starts_with(&lead))
             .filter_map(|(_, d)| match &d.state {
                 DirState::Array(file) => Some(file.array.clone()),
                 _ => None,

@@ -2,8 +2,10 @@
 //! while the kernel holds them (its lookup count); forgotten nodes leave the table.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
 
+use super::context::{CONTROL_DIR, DATA, ERROR, ERRORS, PREPEND, SNAPSHOTS, STATS};
 use crate::headers::{GroupView, HeaderFormat};
 
 pub const ROOT: u64 = 1;
@@ -47,38 +49,102 @@ pub struct Node {
     /// (for `MetaFile` and `Scratch`, the store key itself).
     pub path: String,
     pub parent: u64,
-    /// Its name in `parent`.
-    pub name: Box<str>,
 }
+
+impl Node {
+    /// Its name in `parent`: its kind's own (`data`, a view's), else the last part of its path.
+    /// (Not held apart: a walk's nodes cost what their paths do.)
+    pub fn name(&self) -> &str {
+        match self.kind {
+            NodeKind::Data => DATA,
+            NodeKind::View(format) => format.file_name(),
+            NodeKind::GroupView(view) => view.file_name(),
+            NodeKind::Prepend => PREPEND,
+            NodeKind::ErrorFile => ERROR,
+            NodeKind::ControlDir => CONTROL_DIR,
+            NodeKind::StatsFile => STATS,
+            NodeKind::ErrorsFile => ERRORS,
+            NodeKind::SnapshotsDir => SNAPSHOTS,
+            NodeKind::Dir | NodeKind::MetaFile | NodeKind::Scratch | NodeKind::SnapshotDir => {
+                self.path.rsplit('/').next().unwrap_or(&self.path)
+            }
+        }
+    }
+}
+
+/// A node and the kernel's lookup count of it (0: only listings hold it).
+struct Held {
+    node: Arc<Node>,
+    lookups: u64,
+}
+
+/// A directory's children: their inodes, found by name through the nodes themselves (a name is
+/// held once, by its node).
+type Children = hashbrown::HashTable<u64>;
 
 #[derive(Default)]
 struct Maps {
-    nodes: HashMap<u64, Arc<Node>>,
-    /// Per directory inode, its children by name.
-    names: HashMap<u64, HashMap<Box<str>, u64>>,
-    /// The kernel's lookup count of each inode that has one.
-    lookups: HashMap<u64, u64>,
+    nodes: HashMap<u64, Held>,
+    /// Per directory inode, its children.
+    names: HashMap<u64, Children>,
+    hasher: std::hash::RandomState,
     /// The next inode number: numbers are never reused while the daemon runs.
     next: u64,
 }
 
 impl Maps {
+    fn hash(hasher: &std::hash::RandomState, name: &str) -> u64 {
+        hasher.hash_one(name)
+    }
+
+    /// The inode of `name` under `parent`.
+    fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        let children = self.names.get(&parent)?;
+        children.find(Self::hash(&self.hasher, name), |ino| self.nodes.get(ino).is_some_and(|h| h.node.name() == name)).copied()
+    }
+
+    fn held(&self, ino: u64) -> bool {
+        self.nodes.get(&ino).is_some_and(|h| h.lookups > 0)
+    }
+
+    /// `ino` is now `name` under `parent` (its node in `nodes` already says so); returns the
+    /// inode the name stood for before, if another.
+    fn name(&mut self, parent: u64, name: &str, ino: u64) -> Option<u64> {
+        let Maps { nodes, names, hasher, .. } = self;
+        let rehash = |i: &u64| nodes.get(i).map_or(0, |h| Self::hash(hasher, h.node.name()));
+        let same = |i: &u64| *i != ino && nodes.get(i).is_some_and(|h| h.node.name() == name);
+        let children = names.entry(parent).or_default();
+        let replaced = children.find_entry(Self::hash(hasher, name), same).ok().map(|e| e.remove().0);
+        children.insert_unique(Self::hash(hasher, name), ino, rehash);
+        replaced
+    }
+
+    /// `name` under `parent` stands for nothing now; returns the inode it stood for.
+    fn unname(&mut self, parent: u64, name: &str) -> Option<u64> {
+        let Maps { nodes, names, hasher, .. } = self;
+        let children = names.get_mut(&parent)?;
+        let found = children.find_entry(Self::hash(hasher, name), |i| nodes.get(i).is_some_and(|h| h.node.name() == name));
+        let ino = found.ok()?.remove().0;
+        if children.capacity() > 4 * children.len() + 1024 {
+            children.shrink_to_fit(|i| nodes.get(i).map_or(0, |h| Self::hash(hasher, h.node.name())));
+        }
+        Some(ino)
+    }
+
     /// Take `ino` out of the table (and its children the kernel holds none of), adding the
     /// nodes removed to `removed`.
     fn remove(&mut self, ino: u64, removed: &mut Vec<(u64, Arc<Node>)>) {
         if ino == ROOT {
             return;
         }
-        self.lookups.remove(&ino);
-        let Some(node) = self.nodes.remove(&ino) else { return };
-        if let Some(siblings) = self.names.get_mut(&node.parent)
-            && siblings.get(&node.name) == Some(&ino)
-        {
-            siblings.remove(&node.name);
-            shrink_if_sparse(siblings);
+        let Some(node) = self.nodes.get(&ino).map(|h| h.node.clone()) else { return };
+        // Its name goes first (found through the node), when it still stands for it.
+        if self.find(node.parent, node.name()) == Some(ino) {
+            self.unname(node.parent, node.name());
         }
+        self.nodes.remove(&ino);
         if let Some(children) = self.names.remove(&ino) {
-            let unheld: Vec<u64> = children.into_values().filter(|c| !self.lookups.contains_key(c)).collect();
+            let unheld: Vec<u64> = children.into_iter().filter(|c| !self.held(*c)).collect();
             for child in unheld {
                 self.remove(child, removed);
             }
@@ -89,13 +155,13 @@ impl Maps {
     /// After many nodes left: tables far larger than what they hold give their room back.
     fn shrink(&mut self) {
         shrink_if_sparse(&mut self.nodes);
-        shrink_if_sparse(&mut self.lookups);
+        shrink_if_sparse(&mut self.names);
     }
 }
 
 /// A map that held many more entries than it does now gives back its room (a walk's worth of
 /// nodes the kernel has forgotten).
-fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+pub fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > 4 * map.len() + 1024 {
         map.shrink_to_fit();
     }
@@ -108,7 +174,7 @@ pub struct Tree {
 impl Tree {
     pub fn new() -> Tree {
         let mut maps = Maps { next: ROOT + 1, ..Maps::default() };
-        maps.nodes.insert(ROOT, Arc::new(Node { kind: NodeKind::Dir, path: String::new(), parent: ROOT, name: "".into() }));
+        maps.nodes.insert(ROOT, Held { node: Arc::new(Node { kind: NodeKind::Dir, path: String::new(), parent: ROOT }), lookups: 0 });
         Tree { maps: RwLock::new(maps) }
     }
 
@@ -121,7 +187,7 @@ impl Tree {
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.read().nodes.get(&ino).cloned()
+        self.read().nodes.get(&ino).map(|h| h.node.clone())
     }
 
     /// How many inodes the table holds.
@@ -131,7 +197,7 @@ impl Tree {
 
     /// The inode of `name` under `parent`, if the kernel has seen it.
     pub fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        self.read().names.get(&parent)?.get(name).copied()
+        self.read().find(parent, name)
     }
 
     /// The inode of the directory at store path `path`, if the kernel has seen it.
@@ -142,7 +208,7 @@ impl Tree {
         let maps = self.read();
         let mut ino = ROOT;
         for part in path.split('/') {
-            ino = *maps.names.get(&ino)?.get(part)?;
+            ino = maps.find(ino, part)?;
         }
         Some(ino)
     }
@@ -152,8 +218,8 @@ impl Tree {
     /// new inode.
     pub fn child(&self, parent: u64, name: &str, kind: NodeKind, path: String) -> u64 {
         let same = |maps: &Maps| {
-            let ino = *maps.names.get(&parent)?.get(name)?;
-            maps.nodes.get(&ino).is_some_and(|n| n.kind == kind && n.path == path).then_some(ino)
+            let ino = maps.find(parent, name)?;
+            maps.nodes.get(&ino).is_some_and(|h| h.node.kind == kind && h.node.path == path).then_some(ino)
         };
         if let Some(ino) = same(&self.read()) {
             return ino;
@@ -162,10 +228,22 @@ impl Tree {
         if let Some(ino) = same(&maps) {
             return ino;
         }
+        let node = Node { kind, path, parent };
+        if node.name() != name {
+            // Every caller names a node as its kind and path do: one that did not would be
+            // found under another name.
+            tracing::error!(name, shown = node.name(), "a node named against its kind and path");
+            debug_assert!(false, "{name} named {}", node.name());
+        }
         let ino = maps.next;
         maps.next += 1;
-        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent, name: name.into() }));
-        maps.names.entry(parent).or_default().insert(name.into(), ino);
+        maps.nodes.insert(ino, Held { node: Arc::new(node), lookups: 0 });
+        // What the name stood for before stays while the kernel holds it.
+        if let Some(replaced) = maps.name(parent, name, ino)
+            && !maps.held(replaced)
+        {
+            maps.remove(replaced, &mut Vec::new());
+        }
         ino
     }
 
@@ -173,10 +251,8 @@ impl Tree {
     /// `false` when the node left the table meanwhile (the caller looks it up again).
     pub fn remember(&self, ino: u64) -> bool {
         let mut maps = self.write();
-        if !maps.nodes.contains_key(&ino) {
-            return false;
-        }
-        *maps.lookups.entry(ino).or_default() += 1;
+        let Some(held) = maps.nodes.get_mut(&ino) else { return false };
+        held.lookups += 1;
         true
     }
 
@@ -185,10 +261,9 @@ impl Tree {
     pub fn forget(&self, ino: u64, n: u64) -> Vec<(u64, Arc<Node>)> {
         let mut maps = self.write();
         let mut removed = Vec::new();
-        let left = maps.lookups.get(&ino).map_or(0, |c| c.saturating_sub(n));
-        if left > 0 {
-            maps.lookups.insert(ino, left);
-        } else {
+        let Some(held) = maps.nodes.get_mut(&ino) else { return removed };
+        held.lookups = held.lookups.saturating_sub(n);
+        if held.lookups == 0 {
             maps.remove(ino, &mut removed);
             maps.shrink();
         }
@@ -200,7 +275,7 @@ impl Tree {
         let mut maps = self.write();
         let mut removed = Vec::new();
         for ino in inos {
-            if !maps.lookups.contains_key(&ino) {
+            if !maps.held(ino) {
                 maps.remove(ino, &mut removed);
             }
         }
@@ -211,8 +286,9 @@ impl Tree {
     /// `name` under `parent` is gone (its inode stays while the kernel holds it).
     pub fn unlink(&self, parent: u64, name: &str) {
         let mut maps = self.write();
-        let unheld = maps.names.get_mut(&parent).and_then(|names| names.remove(name)).filter(|ino| !maps.lookups.contains_key(ino));
-        if let Some(ino) = unheld {
+        if let Some(ino) = maps.unname(parent, name)
+            && !maps.held(ino)
+        {
             maps.remove(ino, &mut Vec::new());
         }
     }
@@ -222,8 +298,8 @@ impl Tree {
     /// follow it: their store paths move with it.
     pub fn rename(&self, (parent, name): (u64, &str), (new_parent, new_name): (u64, &str), kind: NodeKind, path: String) {
         let mut maps = self.write();
-        let Some(ino) = maps.names.get_mut(&parent).and_then(|names| names.remove(name)) else { return };
-        let Some(old) = maps.nodes.get(&ino).cloned() else { return };
+        let Some(ino) = maps.unname(parent, name) else { return };
+        let Some(old) = maps.nodes.get(&ino).map(|h| h.node.clone()) else { return };
         if old.kind == NodeKind::Dir {
             let lead = format!("{}/", old.path);
             let moved = |p: &str| match p.strip_prefix(&lead) {
@@ -231,24 +307,23 @@ impl Tree {
                 None if p == old.path => Some(path.clone()),
                 None => None,
             };
-            let repathed: Vec<(u64, Arc<Node>)> = maps
-                .nodes
-                .iter()
-                .filter(|(i, _)| **i != ino)
-                .filter_map(|(i, n)| {
-                    moved(&n.path).map(|p| (*i, Arc::new(Node { kind: n.kind, path: p, parent: n.parent, name: n.name.clone() })))
-                })
-                .collect();
-            maps.nodes.extend(repathed);
+            // (Names stay: a node beneath keeps the last part of its path.)
+            for held in maps.nodes.iter_mut().filter(|(i, _)| **i != ino).map(|(_, h)| h) {
+                if let Some(p) = moved(&held.node.path) {
+                    held.node = Arc::new(Node { kind: held.node.kind, path: p, parent: held.node.parent });
+                }
+            }
+        }
+        if let Some(held) = maps.nodes.get_mut(&ino) {
+            held.node = Arc::new(Node { kind, path, parent: new_parent });
+            debug_assert_eq!(held.node.name(), new_name);
         }
         // A node the name stood for before is replaced (its inode stays while held).
-        if let Some(replaced) = maps.names.entry(new_parent).or_default().insert(new_name.into(), ino)
-            && replaced != ino
-            && !maps.lookups.contains_key(&replaced)
+        if let Some(replaced) = maps.name(new_parent, new_name, ino)
+            && !maps.held(replaced)
         {
             maps.remove(replaced, &mut Vec::new());
         }
-        maps.nodes.insert(ino, Arc::new(Node { kind, path, parent: new_parent, name: new_name.into() }));
     }
 }
 
@@ -282,5 +357,31 @@ mod tests {
         assert!(listed > held);
         assert_eq!(tree.release_unheld([listed]).len(), 1);
         assert!(!tree.remember(listed), "a node that left the table is looked up again");
+    }
+
+    #[test]
+    fn a_node_is_found_by_its_kinds_name_or_the_last_part_of_its_path() {
+        let tree = Tree::new();
+        let dir = tree.child(ROOT, "a", NodeKind::Dir, "a".into());
+        let data = tree.child(dir, DATA, NodeKind::Data, "a".into());
+        let npy = tree.child(dir, "data.npy", NodeKind::View(HeaderFormat::Npy), "a".into());
+        let doc = tree.child(dir, "zarr.json", NodeKind::MetaFile, "a/zarr.json".into());
+        assert!(tree.remember(dir) && tree.remember(data));
+        assert_eq!((tree.get(data).unwrap().name(), tree.get(npy).unwrap().name()), ("data", "data.npy"));
+        assert_eq!([tree.find(dir, "data"), tree.find(dir, "data.npy"), tree.find(dir, "zarr.json")], [Some(data), Some(npy), Some(doc)]);
+        // Moved, the directory's files keep their names and follow its path.
+        tree.rename((ROOT, "a"), (ROOT, "b"), NodeKind::Dir, "b".into());
+        assert_eq!((tree.find(ROOT, "a"), tree.find_dir("b")), (None, Some(dir)));
+        assert_eq!((tree.find(dir, "data"), tree.get(doc).unwrap().path.as_str()), (Some(data), "b/zarr.json"));
+        // A name that stands for another node now: the one no one holds leaves.
+        let scratch = tree.child(dir, "zarr.json", NodeKind::Scratch, "b/zarr.json".into());
+        assert!(scratch != doc && tree.get(doc).is_none() && tree.find(dir, "zarr.json") == Some(scratch));
+        // Many names (the table grows and shrinks again), each found.
+        let many: Vec<u64> = (0..5000).map(|i| tree.child(dir, &format!("c{i}"), NodeKind::Dir, format!("b/c{i}"))).collect();
+        assert!(many.iter().enumerate().all(|(i, ino)| tree.find(dir, &format!("c{i}")) == Some(*ino)));
+        assert_eq!(tree.release_unheld(many[..4990].iter().copied()).len(), 4990);
+        assert_eq!((tree.find(dir, "c4995"), tree.find(dir, "c0")), (Some(many[4995]), None));
+        tree.unlink(dir, "c4995");
+        assert_eq!((tree.find(dir, "c4995"), tree.find(dir, "data")), (None, Some(data)));
     }
 }

@@ -365,7 +365,7 @@ impl Filesystem for FuseAdapter {
         let dots = [(ino.0, FileType::Directory, "."), (ino.0, FileType::Directory, "..")];
         let all = dots.into_iter().chain(listing.iter().map(|e| {
             let kind = if e.kind == FileKind::Directory { FileType::Directory } else { FileType::RegularFile };
-            (self.fs.outer(&t, e.ino), kind, e.name.as_str())
+            (self.fs.outer(&t, e.ino), kind, e.name)
         }));
         for (i, (child, kind, name)) in all.enumerate().skip(Listing::position(offset)) {
             if reply.add(INodeNo(child), listing.offset_after(i), kind, name) {
@@ -396,9 +396,9 @@ impl Filesystem for FuseAdapter {
         for (i, e) in listing.iter().enumerate().skip(start.saturating_sub(2)) {
             // An entry whose node left the table since the listing was taken (the kernel forgot
             // it) is looked up again by name; one gone from the store is left out.
-            let Ok(a) = t.fs.remember_entry(e.ino).or_else(|_| t.fs.lookup(t.ino, &e.name)) else { continue };
+            let Ok(a) = t.fs.remember_entry(e.ino).or_else(|_| t.fs.lookup(t.ino, e.name)) else { continue };
             let attr = self.attr(&t, &a);
-            if reply.add(attr.ino, listing.offset_after(i + 2), e.name.as_str(), &self.ttl(&a), &attr, Generation(0)) {
+            if reply.add(attr.ino, listing.offset_after(i + 2), e.name, &self.ttl(&a), &attr, Generation(0)) {
                 t.fs.forget(a.ino, 1);
                 break;
             }

@@ -75,11 +75,7 @@ impl LocalStore {
             Err(e) => return Err(Error::Io(io(e))),
         };
         let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
-        match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile => Ok(Some((std::fs::File::from(fd), head_of(&stat)))),
-            FileType::Directory => Ok(None),
-            other => Err(Error::refused(key, format!("not a regular file ({other:?})"))),
-        }
+        Ok(is_value(key, &stat)?.then(|| (std::fs::File::from(fd), head_of(&stat))))
     }
 
     /// The directory at `dir` (relative), created with its parents beneath the root when absent.
@@ -120,6 +116,16 @@ fn start_write_back(file: &std::fs::File) {
 /// size and its mtime (a rewrite in place).
 // The stat fields' integer types differ between targets.
 #[allow(clippy::unnecessary_cast)]
+/// Whether what `key` names is a value: a regular file; a directory is none; anything else is
+/// refused.
+fn is_value(key: &str, stat: &rustix::fs::Stat) -> Result<bool> {
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Ok(true),
+        FileType::Directory => Ok(false),
+        other => Err(Error::refused(key, format!("not a regular file ({other:?})"))),
+    }
+}
+
 fn head_of(stat: &rustix::fs::Stat) -> Head {
     let len = stat.st_size as u64;
     let version = [stat.st_dev, stat.st_ino, len, stat.st_mtime as u64, stat.st_mtime_nsec as u64];
@@ -149,7 +155,14 @@ impl Store for LocalStore {
     }
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
-        Ok(self.open_object(key)?.map(|(_, head)| head))
+        // Found, not opened (O_PATH): a listing asks this of every child's document.
+        let fd = match self.resolve(key, OFlags::PATH)? {
+            Ok(fd) => fd,
+            Err(e) if is_absent(e) => return Ok(None),
+            Err(e) => return Err(Error::Io(io(e))),
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+        Ok(is_value(key, &stat)?.then(|| head_of(&stat)))
     }
 
     fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {

@@ -6,7 +6,7 @@ use super::limits::MAX_DOCUMENT_BYTES;
 use serde_json::Value;
 
 use super::metadata::{self, NodeMetadata};
-use crate::store::{self, ByteRange, Store, Version};
+use crate::store::{self, Store, Version};
 use crate::{Error, Result};
 
 /// The documents that make a node, in the order they are looked for: v3, v2 array, v2 group.
@@ -29,7 +29,7 @@ pub fn is_hidden(name: &str) -> bool {
 /// refuses to serve (a link out, a FIFO) still makes a node, which shows why it cannot be served.
 pub fn is_node(store: &dyn Store, path: &str) -> Result<bool> {
     for name in NODE_DOCUMENTS {
-        match store.get_range(&store::join(path, name), ByteRange::Range { start: 0, len: 0 }) {
+        match store.head(&store::join(path, name)) {
             Ok(Some(_)) | Err(Error::Refused { .. }) => return Ok(true),
             Ok(None) => {}
             Err(e) => return Err(e),
