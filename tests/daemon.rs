@@ -291,6 +291,14 @@ fn status_and_unmount_of_a_daemon_that_does_not_answer_return_saying_so() {
     let _resume = common::probe::OnDrop(move || unsafe {
         libc::kill(pid, libc::SIGCONT);
     });
+    // Stopped for good before it is asked: a request one of its threads took while the stop was
+    // on its way would hold the asking thread (uninterruptibly), and the command's exit with it.
+    wait_until("the daemon's threads to stop", Duration::from_secs(10), || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
+    });
     for args in [vec!["status"], vec!["unmount"]] {
         let started = Instant::now();
         let out = Command::new(bin()).args(&args).arg(&m.mountpoint).output().unwrap();

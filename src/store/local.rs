@@ -112,10 +112,6 @@ fn start_write_back(file: &std::fs::File) {
     unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
-/// A file's length and version: which file (a replacement by rename is another inode), its
-/// size and its mtime (a rewrite in place).
-// The stat fields' integer types differ between targets.
-#[allow(clippy::unnecessary_cast)]
 /// Whether what `key` names is a value: a regular file; a directory is none; anything else is
 /// refused.
 fn is_value(key: &str, stat: &rustix::fs::Stat) -> Result<bool> {
@@ -126,6 +122,10 @@ fn is_value(key: &str, stat: &rustix::fs::Stat) -> Result<bool> {
     }
 }
 
+/// A file's length and version: which file (a replacement by rename is another inode), its
+/// size and its mtime (a rewrite in place).
+// The stat fields' integer types differ between targets.
+#[allow(clippy::unnecessary_cast)]
 fn head_of(stat: &rustix::fs::Stat) -> Head {
     let len = stat.st_size as u64;
     let version = [stat.st_dev, stat.st_ino, len, stat.st_mtime as u64, stat.st_mtime_nsec as u64];
