@@ -18,13 +18,7 @@ use crate::store::Store;
 use crate::zarr::metadata::DOCUMENT_NAMES;
 use crate::{Error, Result};
 
-pub const DATA: &str = "data";
-pub const PREPEND: &str = "prepend";
-pub const ERROR: &str = "error";
-pub const CONTROL_DIR: &str = ".zarrfs";
-pub const STATS: &str = "stats";
-pub const ERRORS: &str = "errors";
-pub const SNAPSHOTS: &str = "snapshots";
+pub use super::tree::{CONTROL_DIR, DATA, ERROR, ERRORS, PREPEND, SNAPSHOTS, STATS};
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -5,10 +5,18 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
 
-use super::context::{CONTROL_DIR, DATA, ERROR, ERRORS, PREPEND, SNAPSHOTS, STATS};
 use crate::headers::{GroupView, HeaderFormat};
 
 pub const ROOT: u64 = 1;
+
+/// The names of the files and directories the mount makes: a node of their kind is named so.
+pub const DATA: &str = "data";
+pub const PREPEND: &str = "prepend";
+pub const ERROR: &str = "error";
+pub const CONTROL_DIR: &str = ".zarrfs";
+pub const STATS: &str = "stats";
+pub const ERRORS: &str = "errors";
+pub const SNAPSHOTS: &str = "snapshots";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodeKind {
