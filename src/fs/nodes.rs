@@ -234,6 +234,9 @@ const MOST_DATASET_CHILDREN: usize = 1000;
 /// How many group views are kept made.
 const GROUP_FILES_KEPT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1024).unwrap();
 
+/// How many of a listing's children one thread checks at least: fewer are not worth a thread.
+const CHECKS_PER_THREAD: usize = 512;
+
 /// How many (process, document) reads are remembered.
 const READS_REMEMBERED: std::num::NonZeroUsize = std::num::NonZeroUsize::new(4096).unwrap();
 
@@ -750,11 +753,8 @@ impl Nodes {
                         push(view.file_name(), NodeKind::GroupView(view), dir.path.clone());
                     }
                 }
-                for e in listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
-                    let path = store::join(&dir.path, &e.name);
-                    if is_node(cx.store.as_ref(), &path)? {
-                        push(&e.name, NodeKind::Dir, path);
-                    }
+                for name in self.nodes_among(cx, &dir.path, &listing)? {
+                    push(name, NodeKind::Dir, store::join(&dir.path, name));
                 }
             }
         }
@@ -767,6 +767,34 @@ impl Nodes {
             push(&name, NodeKind::Scratch, key);
         }
         Ok(out)
+    }
+
+    /// The names of the listed children of the group at `dir` that are nodes, in listing order.
+    /// A child known (checked within the metadata TTL) is one; the others' documents are looked
+    /// for, a huge group's on every core: it is what its listing waits for.
+    fn nodes_among<'a>(&self, cx: &Context, dir: &str, listing: &'a [store::Entry]) -> Result<Vec<&'a str>> {
+        let children: Vec<&str> = listing.iter().filter(|e| e.is_dir && !is_hidden(&e.name)).map(|e| e.name.as_str()).collect();
+        let mut nodes: Vec<bool> = {
+            let dirs = lock(&self.dirs);
+            let fresh =
+                |name: &str| dirs.get(store::join(dir, name).as_str()).is_some_and(|k| k.checked.elapsed() < cx.config.metadata_ttl);
+            children.iter().map(|name| fresh(name)).collect()
+        };
+        let unknown: Vec<usize> = (0..children.len()).filter(|&i| !nodes[i]).collect();
+        let store = cx.store.as_ref();
+        let check = |at: &[usize]| -> Result<Vec<bool>> { at.iter().map(|&i| is_node(store, &store::join(dir, children[i]))).collect() };
+        let threads = cx.config.workers.get().min(unknown.len() / CHECKS_PER_THREAD).max(1);
+        let part = unknown.len().div_ceil(threads).max(1);
+        let answers = std::thread::scope(|s| {
+            let spawned: Vec<_> = unknown.chunks(part).skip(1).map(|at| s.spawn(move || check(at))).collect();
+            let first = check(&unknown[..part.min(unknown.len())]);
+            let rest = spawned.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("a node check panicked".into()))));
+            std::iter::once(first).chain(rest).collect::<Result<Vec<_>>>()
+        })?;
+        for (i, yes) in unknown.into_iter().zip(answers.into_iter().flatten()) {
+            nodes[i] = yes;
+        }
+        Ok(children.into_iter().zip(nodes).filter_map(|(name, yes)| yes.then_some(name)).collect())
     }
 
     /// The IDs of the snapshots in the store's history, newest first (read again after the
