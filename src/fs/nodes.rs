@@ -111,9 +111,24 @@ impl Grant {
 /// checked against the store; what others may do with it.
 struct Known {
     state: DirState,
-    version: Option<Version>,
+    version: Option<VersionDigest>,
     checked: Checked,
     grant: Grant,
+}
+
+/// A node document's version as a directory's state keeps it, in 8 bytes instead of 40: a walk
+/// keeps one for every directory, and it is only compared (two versions share a digest once in
+/// 2^64; the other writer's change is then taken in at its next change).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct VersionDigest(std::num::NonZeroU64);
+
+impl VersionDigest {
+    fn of(version: Version) -> VersionDigest {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        version.0.hash(&mut hasher);
+        VersionDigest(std::num::NonZeroU64::new(hasher.finish()).unwrap_or(std::num::NonZeroU64::MIN))
+    }
 }
 
 /// When a directory was last checked: nanoseconds since the first check (an `Instant` in half
@@ -278,7 +293,12 @@ impl Nodes {
                 lock(&self.loading).remove(path);
                 let (state, version, grant) = loaded?;
                 let mut dirs = lock(&self.dirs);
-                let known = dirs.entry(path.into()).or_insert(Known { state, version, checked: Checked::now(), grant });
+                let known = dirs.entry(path.into()).or_insert(Known {
+                    state,
+                    version: version.map(VersionDigest::of),
+                    checked: Checked::now(),
+                    grant,
+                });
                 Ok(known.state.clone())
             }
         }
@@ -317,10 +337,10 @@ impl Nodes {
     }
 
     /// Check a directory whose TTL ran out against the store.
-    fn recheck(&self, cx: &Context, path: &str, state: DirState, version: Option<Version>) -> Result<DirState> {
+    fn recheck(&self, cx: &Context, path: &str, state: DirState, version: Option<VersionDigest>) -> Result<DirState> {
         let now = node_version(cx, path)?;
         let (state, version) = match &state {
-            _ if now == version => (state, version),
+            _ if now.map(VersionDigest::of) == version => (state, now),
             DirState::Array(file) => {
                 // Writes wait while the array takes the new metadata; one with changes of its
                 // own keeps serving them, unread (its flush will meet the other writer's change).
@@ -349,11 +369,11 @@ impl Nodes {
             }
             _ => self.load_or_forget(cx, path)?,
         };
-        self.checked(path, state, version)
+        self.checked(path, state, version.map(VersionDigest::of))
     }
 
     /// Note that the directory at `path` was checked now and is `state` at `version`.
-    fn checked(&self, path: &str, state: DirState, version: Option<Version>) -> Result<DirState> {
+    fn checked(&self, path: &str, state: DirState, version: Option<VersionDigest>) -> Result<DirState> {
         if let Some(known) = lock(&self.dirs).get_mut(path) {
             known.state = state.clone();
             known.version = version;
@@ -378,7 +398,7 @@ impl Nodes {
         match self.dir_state(cx, path)? {
             DirState::Group(_) => {
                 let (state, version) = Self::load(cx, path)?;
-                self.checked(path, state, version)?;
+                self.checked(path, state, version.map(VersionDigest::of))?;
             }
             DirState::Array(file) => {
                 let _writer = file.array.writer();
@@ -989,5 +1009,25 @@ impl Nodes {
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A walk keeps a directory's state for every directory it met: what one costs is held to
+    /// what the memory goal allows (docs/performance.md, "Walks").
+    #[test]
+    fn a_directorys_state_fits_in_a_cache_line() {
+        assert!(std::mem::size_of::<Known>() <= 64, "Known is {} bytes", std::mem::size_of::<Known>());
+    }
+
+    #[test]
+    fn a_version_digest_tells_versions_apart() {
+        let version = |mtime| VersionDigest::of(Version([1, 2, 3, mtime, 0]));
+        assert!(version(10) == version(10));
+        assert!(version(10) != version(11));
+        assert!(VersionDigest::of(Version([1, 2, 3, 10, 0])) != VersionDigest::of(Version([1, 2, 4, 10, 0])));
     }
 }
