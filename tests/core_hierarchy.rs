@@ -247,3 +247,47 @@ proptest! {
         run(&ops)?;
     }
 }
+
+/// A group of thousands of children is listed with its children's documents looked for on
+/// several threads, and those the mount already knows not looked for again: what it shows is
+/// still its nodes, in the store's order, and nothing else (not a directory without a node
+/// document, not a hidden name).
+#[test]
+fn a_huge_groups_listing_shows_exactly_its_nodes_in_order() {
+    let store = Arc::new(MemoryStore::new());
+    store.set("zarr.json", br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let mut nodes = Vec::new();
+    for i in 0..3000 {
+        let name = format!("c{i:05}");
+        match i % 4 {
+            0 => store.set(&format!("{name}/zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap(),
+            1 => store.set(&format!("{name}/.zgroup"), br#"{"zarr_format": 2}"#).unwrap(),
+            2 => store.set(&format!("{name}/stray"), b"not a node").unwrap(),
+            _ => store.set(&format!("__{name}/zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap(),
+        };
+        if i % 4 < 2 {
+            nodes.push(name);
+        }
+    }
+    let fs = ZarrFs::new(
+        store.clone(),
+        Config {
+            metadata_ttl: std::time::Duration::from_secs(3600),
+            workers: std::num::NonZeroUsize::new(4).unwrap(),
+            ..Config::default()
+        },
+    );
+    // Some children are known before the listing (looked up), some are not.
+    for name in nodes.iter().step_by(7) {
+        fs.lookup(1, name).unwrap();
+    }
+    let listed: Vec<String> = fs
+        .readdir(1, 0)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == FileKind::Directory && e.name != ".zarrfs")
+        .map(|e| e.name.to_string())
+        .collect();
+    assert_eq!(listed.len(), nodes.len());
+    assert!(listed == nodes, "the listing is not the group's nodes in order");
+}
