@@ -316,11 +316,16 @@ impl Nodes {
     /// Parse the node at `path`; with the version of the document parsed (none for a node that
     /// cannot be served).
     fn load(cx: &Context, path: &str) -> Result<(DirState, Option<Version>)> {
-        if let Some(why) = cx.store.dir_link(path)? {
+        // A directory without a node document is none, link or not: asked first, as it is what
+        // most asks for a name that is no node (a view's coordinate arrays, a mistyped path) find.
+        let read = read_node(cx.store.as_ref(), path);
+        if !matches!(read, Ok(None))
+            && let Some(why) = cx.store.dir_link(path)?
+        {
             tracing::warn!(node = %display_path(path), "cannot serve node: {why}");
             return Ok((DirState::Broken(Arc::from(format!("{why}\n"))), None));
         }
-        Ok(match read_node(cx.store.as_ref(), path) {
+        Ok(match read {
             Ok(Some((NodeMetadata::Group(attributes), version))) => (DirState::Group(GroupInfo::new(&attributes)), Some(version)),
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
