@@ -811,10 +811,19 @@ impl Nodes {
         let threads = cx.config.workers.get().min(unknown.len() / CHECKS_PER_THREAD).max(1);
         let part = unknown.len().div_ceil(threads).max(1);
         let answers = std::thread::scope(|s| {
-            let spawned: Vec<_> = unknown.chunks(part).skip(1).map(|at| s.spawn(move || check(at))).collect();
-            let first = check(&unknown[..part.min(unknown.len())]);
-            let rest = spawned.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("a node check panicked".into()))));
-            std::iter::once(first).chain(rest).collect::<Result<Vec<_>>>()
+            let mut parts = unknown.chunks(part);
+            let first = parts.next().unwrap_or_default();
+            // Each further part on a thread of its own; one that cannot be had (no threads
+            // left) is checked here.
+            let spawned: Vec<_> = parts.map(|at| (at, std::thread::Builder::new().spawn_scoped(s, move || check(at)))).collect();
+            let mut answers = vec![check(first)];
+            for (at, thread) in spawned {
+                answers.push(match thread {
+                    Ok(thread) => thread.join().unwrap_or_else(|_| Err(Error::Internal("a node check panicked".into()))),
+                    Err(_) => check(at),
+                });
+            }
+            answers.into_iter().collect::<Result<Vec<_>>>()
         })?;
         for (i, yes) in unknown.into_iter().zip(answers.into_iter().flatten()) {
             nodes[i] = yes;
