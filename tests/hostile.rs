@@ -879,7 +879,17 @@ fn links_between_directories_of_the_store_are_not_followed() {
     std::os::unix::fs::symlink(".", root.join("a/self")).unwrap();
     std::os::unix::fs::symlink("..", root.join("a/up")).unwrap();
     std::os::unix::fs::symlink("a", root.join("b")).unwrap();
+    // A link to a directory that is no node is no node either: nothing to show an error for.
+    std::fs::create_dir(root.join("plain")).unwrap();
+    std::fs::write(root.join("plain/stray"), b"not a node").unwrap();
+    std::os::unix::fs::symlink("plain", root.join("to-plain")).unwrap();
     let m = Mount::new(&root, &[]);
+    for name in ["plain", "to-plain"] {
+        assert_eq!(std::fs::metadata(m.path(name)).unwrap_err().kind(), std::io::ErrorKind::NotFound, "{name}");
+    }
+    let shown: Vec<String> =
+        std::fs::read_dir(&m.mountpoint).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!shown.iter().any(|n| n == "plain" || n == "to-plain"), "{shown:?}");
     let mnt = m.mountpoint.clone();
     let found = within(Duration::from_secs(20), "find over linked directories", move || Command::new("find").arg(&mnt).output().unwrap());
     let listed = String::from_utf8_lossy(&found.stdout).lines().count();
