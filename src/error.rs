@@ -26,6 +26,9 @@ pub enum Error {
     CrossDevice(String),
     /// A file in use that the change would pull from under its users.
     Busy(String),
+    /// Another writer changed a value since this mount read it (a conditional write lost):
+    /// nothing was written over their change.
+    Conflict { key: String, why: String },
     /// A bad argument: a size, an offset, an option.
     Invalid(String),
     /// Metadata that cannot be parsed or uses something this build does not support.
@@ -56,7 +59,7 @@ impl Error {
             Error::Exists => libc::EEXIST,
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::CrossDevice(_) => libc::EXDEV,
-            Error::Busy(_) => libc::EBUSY,
+            Error::Busy(_) | Error::Conflict { .. } => libc::EBUSY,
             Error::Stale(_) => libc::ESTALE,
             Error::Metadata(_) | Error::Corrupt { .. } | Error::Refused { .. } | Error::Internal(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
@@ -73,6 +76,10 @@ impl Error {
 
     pub fn refused(key: impl Into<String>, why: impl fmt::Display) -> Error {
         Error::Refused { key: key.into(), why: why.to_string() }
+    }
+
+    pub fn conflict(key: impl Into<String>, why: impl fmt::Display) -> Error {
+        Error::Conflict { key: key.into(), why: why.to_string() }
     }
 
     /// Attach the chunk key to a decoding failure that did not know it.
@@ -98,6 +105,7 @@ impl fmt::Display for Error {
             Error::NotEmpty => write!(f, "directory not empty"),
             Error::CrossDevice(m) => write!(f, "cannot rename in place: {m}"),
             Error::Busy(m) => write!(f, "busy: {m}"),
+            Error::Conflict { key, why } => write!(f, "{key}: another writer won: {why}"),
             Error::Stale(m) => write!(f, "stale: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),
             Error::Corrupt { key, cause } => write!(f, "chunk {key}: {cause}"),

@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use zarrfs::fs::{Config, ZarrFs};
-use zarrfs::store::{ByteRange, Entry, Head, LocalStore, Store, Value, Version};
+use zarrfs::store::{ByteRange, Entry, Expect, Head, LocalStore, Store, Value, Version};
 
 /// Records every access to a chunk key (metadata documents are not counted).
 struct CountingStore {
@@ -105,8 +105,19 @@ impl Store for CountingStore {
         *self.sets.lock().unwrap().entry(key.to_string()).or_default() += 1;
         self.inner.set(key, value)
     }
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> zarrfs::Result<Version> {
+        self.wait_if_held("set", key);
+        if self.failing.lock().unwrap().take_if(|k| k == key).is_some() {
+            return Err(zarrfs::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        *self.sets.lock().unwrap().entry(key.to_string()).or_default() += 1;
+        self.inner.set_if(key, value, expect)
+    }
     fn delete(&self, key: &str) -> zarrfs::Result<()> {
         self.inner.delete(key)
+    }
+    fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
+        self.inner.delete_if(key, expect)
     }
     fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
         self.inner.list_dir(prefix)

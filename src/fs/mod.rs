@@ -7,6 +7,7 @@ mod context;
 mod handle;
 mod hierarchy;
 mod listing;
+mod merge;
 mod nodes;
 mod open;
 mod prepend;

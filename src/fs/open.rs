@@ -10,14 +10,18 @@ use crate::cache::{CacheKey, KeyKind};
 use crate::error::lock;
 use crate::zarr::array::Array;
 
-/// A chunk changed in memory.
+use super::merge::Base;
+
+/// A chunk changed in memory, with what it was made from (`Base`: how it is stored without
+/// undoing another writer's change).
 pub(crate) enum ChunkEdit {
     /// The whole decoded chunk (outer chunk for sharded arrays), C order.
-    Dirty(Vec<u8>),
-    /// The chunk is to be deleted (it lies outside after a shrink); it reads as fill.
-    Deleted,
+    Dirty(Vec<u8>, Base),
+    /// The chunk is to be deleted (it lies outside after a shrink, or only fill was written to
+    /// it); it reads as fill.
+    Deleted(Base),
     /// Being stored in the background; reads still come from here until it is.
-    Storing(Arc<Vec<u8>>),
+    Storing(Arc<Vec<u8>>, Base),
 }
 
 impl ChunkEdit {
@@ -25,9 +29,9 @@ impl ChunkEdit {
     /// counted by its background store until that ends.
     pub fn cost(&self) -> usize {
         match self {
-            ChunkEdit::Dirty(c) => dirty_cost(c),
-            ChunkEdit::Deleted => dirty_cost(&[]),
-            ChunkEdit::Storing(_) => 0,
+            ChunkEdit::Dirty(c, _) => dirty_cost(c),
+            ChunkEdit::Deleted(_) => dirty_cost(&[]),
+            ChunkEdit::Storing(..) => 0,
         }
     }
 }
@@ -125,6 +129,14 @@ impl Edits {
         let added = edit.cost() as isize;
         let old = self.chunks.insert(coords, edit);
         self.charge(added - old.map_or(0, |o| o.cost() as isize));
+    }
+
+    /// The base of the change of the chunk at `coords` that is not a store under way.
+    pub fn base_mut(&mut self, coords: &[u64]) -> Option<&mut Base> {
+        match self.chunks.get_mut(coords)? {
+            ChunkEdit::Dirty(_, base) | ChunkEdit::Deleted(base) => Some(base),
+            ChunkEdit::Storing(..) => None,
+        }
     }
 
     /// Forget the change of the chunk at `coords` (it was stored), counting it no more.

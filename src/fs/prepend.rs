@@ -49,6 +49,9 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let _exclusive = open.exclusive();
     writeback::flush_locked(open, cache, pool)?;
     let array = open.array();
+    // The new chunks' keys are another concurrent prepend's too: one at a time, and the loser
+    // finds the metadata changed before it stores anything.
+    let _shape = array.hold_shape_lock()?;
     array.check_metadata_current()?;
     let len = spool.len();
     let result = spool.source().and_then(|source| array.prepend(0, len, source, pool)).and_then(|next| match next {

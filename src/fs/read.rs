@@ -268,6 +268,20 @@ impl<B: AsRef<[u8]>> RangeBuf<'_, B> {
         (Strided::of(self.shape, &origin, self.base), Strided::of(&grid.chunk_shape(coords), &local, 0), extent)
     }
 
+    /// Mark the elements of `boxes` in the mask of the chunk at `coords` of `grid`.
+    pub(crate) fn mark_in_chunk<'b>(
+        &self,
+        grid: &ChunkGrid,
+        coords: &[u64],
+        mask: &mut super::merge::ElementMask,
+        boxes: impl Iterator<Item = &'b [(u64, u64)]>,
+    ) {
+        for b in boxes {
+            let (_, in_chunk, extent) = self.views(grid, coords, b);
+            mask.mark_box(&in_chunk, &extent);
+        }
+    }
+
     /// Copy `boxes` into the decoded chunk at `coords` of `grid`.
     pub(crate) fn copy_into_chunk<'b>(
         &self,
@@ -371,9 +385,9 @@ fn read_units(
         for i in 0..units.len() {
             let outer = array.chunk_of_unit(units.coords(i)).0;
             match edits.chunks.get(outer.as_ref()) {
-                Some(ChunkEdit::Dirty(c)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
-                Some(ChunkEdit::Storing(c)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
-                Some(ChunkEdit::Deleted) => {}
+                Some(ChunkEdit::Dirty(c, _)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
+                Some(ChunkEdit::Storing(c, _)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
+                Some(ChunkEdit::Deleted(_)) => {}
                 None => to_load.push(i),
             }
         }

@@ -5,22 +5,25 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use super::merge::{Base, ElementMask};
 use super::open::{ChunkEdit, OpenArray, Touch};
 use super::read::{Cells, RangeBuf, read_shared};
 use super::spare::chunk_buffer;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
 use crate::pool::WorkerPool;
+use crate::store::Version;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
 use crate::zarr::region::{FlatRange, IndexBox, Strided, fill_box, is_filled};
 use crate::{Error, Result};
 
-/// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write. A cached
-/// copy serves only while it is the stored version: another program may have rewritten the
-/// chunk since, and merging into a stale copy would put its old bytes back.
-fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Vec<u8>> {
+/// The decoded contents of a whole (outer) chunk as stored, for a read-modify-write, with the
+/// version read (`None`: absent, fill). A cached copy serves only while it is the stored
+/// version: another program may have rewritten the chunk since, and merging into a stale copy
+/// would put its old bytes back.
+fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Vec<u8>, Option<Version>)> {
     let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
     let fill = || chunk_buffer(repr.num_elements() as usize, repr.fill);
@@ -30,14 +33,14 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
     {
         let now = array.chunk_version(coords).inspect_err(log)?;
         match cached.as_ref() {
-            Cached::Chunk { decoded, version: Some(v) } if now == Some(*v) => return Ok(decoded.clone()),
-            Cached::Missing if now.is_none() => return fill(),
+            Cached::Chunk { decoded, version: Some(v) } if now == Some(*v) => return Ok((decoded.clone(), now)),
+            Cached::Missing if now.is_none() => return Ok((fill()?, None)),
             _ => cache.remove(&key),
         }
     }
     match array.retrieve_chunk(coords).inspect_err(log)? {
-        Some((decoded, _)) => Ok(decoded),
-        None => fill(),
+        Some((decoded, version)) => Ok((decoded, Some(version))),
+        None => Ok((fill()?, None)),
     }
 }
 
@@ -52,24 +55,27 @@ fn elements_inside(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
 
 /// Run `change` on the decoded chunk at `coords`, making it dirty: from memory when it is
 /// already changed, from fill when `from_fill` (the change overwrites all of it) or it is to
-/// be deleted, otherwise from the store.
+/// be deleted, otherwise from the store. `change` marks what it writes in the mask it is given
+/// (where the chunk was read, not written whole).
 fn edit_chunk(
     open: &OpenArray,
     array: &Array,
     cache: &ChunkCache,
     coords: &[u64],
     from_fill: bool,
-    change: impl FnOnce(&mut [u8]),
+    change: impl FnOnce(&mut [u8], Option<&mut ElementMask>),
 ) -> Result<()> {
-    let fresh = || chunk_buffer(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill);
+    let elements = array.chunk_repr(coords).num_elements() as usize;
+    let fresh = || chunk_buffer(elements, &array.meta.fill);
     let loaded = {
         let edits = lock(&open.edits);
         match edits.chunks.get(coords) {
             Some(_) => None,
-            None if from_fill => Some(fresh()?),
+            None if from_fill => Some((fresh()?, Base::Whole)),
             None => {
                 drop(edits);
-                Some(stored_chunk(open, array, cache, coords)?)
+                let (chunk, version) = stored_chunk(open, array, cache, coords)?;
+                Some((chunk, Base::read(version, elements)?))
             }
         }
     };
@@ -79,29 +85,34 @@ fn edit_chunk(
         Entry::Occupied(o) => {
             let slot = o.into_mut();
             let restart = match slot {
-                ChunkEdit::Deleted => Some(fresh()?),
+                ChunkEdit::Deleted(base) => Some((fresh()?, base.clone())),
                 // Being stored: change a copy; the store under way finishes with the old one.
-                ChunkEdit::Storing(c) => Some(c.to_vec()),
-                ChunkEdit::Dirty(_) => None,
+                ChunkEdit::Storing(c, base) => Some((c.to_vec(), base.for_copy()?)),
+                ChunkEdit::Dirty(..) => None,
             };
-            if let Some(c) = restart {
-                let c = ChunkEdit::Dirty(c);
+            if let Some((c, base)) = restart {
+                let c = ChunkEdit::Dirty(c, base);
                 added += c.cost() as isize - slot.cost() as isize;
                 *slot = c;
             }
             slot
         }
         Entry::Vacant(v) => {
-            let c = ChunkEdit::Dirty(match loaded {
-                Some(c) => c,
-                None => fresh()?,
-            });
+            let (c, base) = match loaded {
+                Some(l) => l,
+                None => (fresh()?, Base::Whole),
+            };
+            let c = ChunkEdit::Dirty(c, base);
             added += c.cost() as isize;
             v.insert(c)
         }
     };
-    if let ChunkEdit::Dirty(c) = chunk {
-        change(c);
+    if let ChunkEdit::Dirty(c, base) = chunk {
+        change(c, base.written_mut());
+        // Written whole now: what was read no longer matters.
+        if from_fill {
+            *base = Base::Whole;
+        }
     }
     edits.charge(added);
     Ok(())
@@ -177,10 +188,15 @@ fn write_cells(
     for (i, &(covered, elements)) in coverage.iter().enumerate() {
         let coords = cells.coords(i);
         let from_fill = covered == elements;
-        if only_fill && fill_chunk(open, array, coords, from_fill)? {
+        if only_fill && fill_chunk(open, array, coords, from_fill, |mask| buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i)))? {
             continue;
         }
-        edit_chunk(open, array, cache, coords, from_fill, |chunk| buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i)))?;
+        edit_chunk(open, array, cache, coords, from_fill, |chunk, written| {
+            buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i));
+            if let Some(mask) = written {
+                buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i));
+            }
+        })?;
     }
     Ok(())
 }
@@ -188,19 +204,34 @@ fn write_cells(
 /// For a write of nothing but fill (byte for byte): when the chunk at `coords` holds only fill
 /// afterwards — the write covers all of it (`whole`), or it held only fill before (to be
 /// deleted, or not stored) — it becomes a chunk to delete, with nothing loaded, merged or
-/// encoded. Returns whether it did; if not, the write is merged as any other.
-fn fill_chunk(open: &OpenArray, array: &Array, coords: &[u64], whole: bool) -> Result<bool> {
-    let unchanged = match lock(&open.edits).chunks.get(coords) {
-        Some(ChunkEdit::Deleted) => return Ok(true),
+/// encoded (`mark` marks the write's elements, for a merge into another writer's chunk).
+/// Returns whether it did; if not, the write is merged as any other.
+fn fill_chunk(open: &OpenArray, array: &Array, coords: &[u64], whole: bool, mark: impl FnOnce(&mut ElementMask)) -> Result<bool> {
+    let unchanged = match lock(&open.edits).chunks.get_mut(coords) {
+        Some(ChunkEdit::Deleted(base)) => {
+            if whole {
+                *base = Base::Whole;
+            } else if let Some(written) = base.written_mut() {
+                mark(written);
+            }
+            return Ok(true);
+        }
         Some(_) => false,
         None => true,
     };
+    if whole {
+        lock(&open.edits).set(coords.to_vec(), ChunkEdit::Deleted(Base::Whole));
+        return Ok(true);
+    }
     // Writers are held out (`OpenArray::writer`), so the chunk stays unchanged meanwhile.
-    let only_fill_after = whole || (unchanged && array.chunk_version(coords)?.is_none());
-    if !only_fill_after {
+    if !(unchanged && array.chunk_version(coords)?.is_none()) {
         return Ok(false);
     }
-    lock(&open.edits).set(coords.to_vec(), ChunkEdit::Deleted);
+    let mut base = Base::read(None, array.chunk_repr(coords).num_elements() as usize)?;
+    if let Some(written) = base.written_mut() {
+        mark(written);
+    }
+    lock(&open.edits).set(coords.to_vec(), ChunkEdit::Deleted(base));
     Ok(true)
 }
 
@@ -253,7 +284,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         doomed.extend(lock(&open.edits).chunks.keys().filter(|c| c[0] >= new_grid[0]).cloned());
         let mut edits = lock(&open.edits);
         for coords in doomed {
-            edits.set(coords, ChunkEdit::Deleted);
+            edits.set(coords, ChunkEdit::Deleted(Base::Whole));
         }
     } else {
         // Chunks wholly past the old end can only be strays — of a growth whose metadata never
@@ -267,7 +298,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
         let mut edits = lock(&open.edits);
         for coords in strays {
             if !edits.chunks.contains_key(&coords) {
-                edits.set(coords, ChunkEdit::Deleted);
+                edits.set(coords, ChunkEdit::Deleted(Base::Whole));
             }
         }
     }
@@ -285,11 +316,11 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             let needs_reset = {
                 let edits = lock(&open.edits);
                 match edits.chunks.get(&coords) {
-                    Some(ChunkEdit::Dirty(_) | ChunkEdit::Storing(_)) => true,
-                    Some(ChunkEdit::Deleted) => false,
+                    Some(ChunkEdit::Dirty(..) | ChunkEdit::Storing(..)) => true,
+                    Some(ChunkEdit::Deleted(_)) => false,
                     None => {
                         drop(edits);
-                        let stored = stored_chunk(open, &array, cache, &coords)?;
+                        let (stored, _) = stored_chunk(open, &array, cache, &coords)?;
                         let mut reset = stored.clone();
                         fill_box(&mut reset, &view, &extent, fill);
                         reset != stored
@@ -297,7 +328,12 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
                 }
             };
             if needs_reset {
-                edit_chunk(open, &array, cache, &coords, false, |chunk| fill_box(chunk, &view, &extent, fill))?;
+                edit_chunk(open, &array, cache, &coords, false, |chunk, written| {
+                    fill_box(chunk, &view, &extent, fill);
+                    if let Some(mask) = written {
+                        mask.mark_box(&view, &extent);
+                    }
+                })?;
             }
         }
     }

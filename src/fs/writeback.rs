@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::merge::{self, Base, Stored};
 use super::open::{ChunkEdit, OpenArray, Touch, dirty_cost};
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
@@ -24,6 +25,15 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     if !open.is_dirty() {
         return Ok(());
     }
+    // A shape change is stored holding the array's shape lock: no other mount grows, shrinks
+    // or prepends it meanwhile, so none of the chunks stored beyond the stored shape lands over
+    // another's (the loser finds the metadata changed, just below, and stores nothing).
+    let _shape = match open.metadata_dirty() {
+        true => array
+            .hold_shape_lock()
+            .inspect_err(|e| tracing::error!(array = %display_path(&array.path), "write-back waits no longer: {e}"))?,
+        false => None,
+    };
     // Nothing is stored over another writer's change of the array: its chunks stay here, dirty.
     if let Err(e) = array.check_metadata_current() {
         open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -47,9 +57,9 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         let array = array.clone();
         move || {
             let result = crate::error::catch("write-back", || match &edit {
-                ChunkEdit::Dirty(chunk) => array.store_chunk(&coords, chunk),
-                ChunkEdit::Storing(chunk) => array.store_chunk(&coords, chunk),
-                ChunkEdit::Deleted => array.delete_chunk(&coords),
+                ChunkEdit::Dirty(chunk, base) => merge::store_edit(&array, &coords, Some(chunk), base),
+                ChunkEdit::Storing(chunk, base) => merge::store_edit(&array, &coords, Some(chunk), base),
+                ChunkEdit::Deleted(base) => merge::store_edit(&array, &coords, None, base),
             });
             (coords, edit, result)
         }
@@ -60,8 +70,9 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     for (coords, edit, result) in results.iter() {
         done += 1;
         match result {
-            Ok(stored) => {
-                cache_stored(open, &array, cache, &coords, edit, stored.version);
+            Ok((stored, merged)) => {
+                // Merged with another writer's bytes: the cache does not hold what is stored.
+                cache_stored(open, &array, cache, &coords, edit, stored.version.filter(|_| !merged));
                 lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
@@ -69,7 +80,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
                 let mut edits = lock(&open.edits);
                 let edit = match edit {
-                    ChunkEdit::Storing(c) => ChunkEdit::Dirty(c.to_vec()),
+                    ChunkEdit::Storing(c, base) => ChunkEdit::Dirty(c.to_vec(), base),
                     other => other,
                 };
                 restored += edit.cost();
@@ -115,11 +126,16 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
     if open.due_for_metadata_check() && array.check_metadata_current().is_err() {
         return;
     }
-    // Per chunk picked: the contents to store, or `None` to delete it.
-    type Picked = (Vec<u64>, Option<Arc<Vec<u8>>>);
+    // Per chunk picked: the contents to store (`None` to delete it) and what it was made from.
+    type Picked = (Vec<u64>, Option<Arc<Vec<u8>>>, Base);
     let picked: Vec<Picked> = {
         let mut guard = lock(&open.edits);
         let edits = &mut *guard;
+        // A shape not yet stored is stored with the array's shape lock held, by a flush: the
+        // chunks of a growth land only while no other mount can grow the array too.
+        if edits.metadata_dirty {
+            return;
+        }
         let mut picked = Vec::new();
         for (coords, edit) in edits.chunks.iter_mut() {
             if edits.storing.contains(coords) || !Touch::settled(edits.touched.get(coords), edits.writes) {
@@ -127,51 +143,54 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
             }
             edits.touched.remove(coords);
             match edit {
-                ChunkEdit::Dirty(buf) => {
+                ChunkEdit::Dirty(buf, base) => {
                     // The store under way counts the chunk from here on (`ChunkEdit::cost`).
                     let buf = Arc::new(std::mem::take(buf));
-                    *edit = ChunkEdit::Storing(buf.clone());
-                    picked.push((coords.clone(), Some(buf)));
+                    let base = std::mem::replace(base, Base::Whole);
+                    *edit = ChunkEdit::Storing(buf.clone(), base.clone());
+                    picked.push((coords.clone(), Some(buf), base));
                 }
-                ChunkEdit::Deleted => picked.push((coords.clone(), None)),
-                ChunkEdit::Storing(_) => {}
+                ChunkEdit::Deleted(base) => picked.push((coords.clone(), None, base.clone())),
+                ChunkEdit::Storing(..) => {}
             }
         }
-        edits.storing.extend(picked.iter().map(|(c, _)| c.clone()));
-        edits.storing_bytes += picked.iter().filter_map(|(_, b)| b.as_ref()).map(|b| b.len()).sum::<usize>();
+        edits.storing.extend(picked.iter().map(|(c, _, _)| c.clone()));
+        edits.storing_bytes += picked.iter().filter_map(|(_, b, _)| b.as_ref()).map(|b| b.len()).sum::<usize>();
         picked
     };
-    for (coords, buf) in picked {
+    for (coords, buf, base) in picked {
         let (open, cache, array) = (open.clone(), cache.clone(), array.clone());
         pool.submit(move || {
-            let result = crate::error::catch("background write-back", || match &buf {
-                Some(buf) => array.store_chunk(&coords, buf),
-                None => array.delete_chunk(&coords),
-            });
+            let result = crate::error::catch("background write-back", || merge::store_edit(&array, &coords, buf.as_deref().map(|b| b.as_slice()), &base));
             let mut edits = lock(&open.edits);
             edits.storing.remove(&coords);
             edits.storing_bytes -= buf.as_ref().map_or(0, |b| b.len());
             let current = match (edits.chunks.get(&coords), &buf) {
-                (Some(ChunkEdit::Storing(b)), Some(buf)) => Arc::ptr_eq(b, buf),
-                (Some(ChunkEdit::Deleted), None) => true,
+                (Some(ChunkEdit::Storing(b, _)), Some(buf)) => Arc::ptr_eq(b, buf),
+                (Some(ChunkEdit::Deleted(now)), None) => *now == base,
                 _ => false,
             };
             // The store's own count ends here, whatever became of the chunk meanwhile.
             edits.charge(-(buf.as_ref().map_or(0, |b| dirty_cost(b)) as isize));
             match result {
-                Ok(stored) => {
+                Ok((stored, merged)) => {
                     edits.unsynced.insert(stored.key);
                     if current {
                         // The cache forgets the old contents before readers stop finding the new.
-                        cache_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted, None);
+                        cache_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted(Base::Whole), None);
                         edits.forget(&coords);
+                    } else if let Some(copy) = edits.base_mut(&coords) {
+                        let ended = if merged { Stored::Merged } else { Stored::Exactly(stored.version) };
+                        *copy = std::mem::replace(copy, Base::Whole).after_store(ended);
                     }
                 }
                 Err(e) => {
                     open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
                     if current && let Some(buf) = &buf {
-                        edits.set(coords, ChunkEdit::Dirty(buf.to_vec()));
+                        edits.set(coords, ChunkEdit::Dirty(buf.to_vec(), base));
+                    } else if !current && let Some(copy) = edits.base_mut(&coords) {
+                        *copy = std::mem::replace(copy, Base::Whole).after_store(Stored::Failed(base));
                     }
                 }
             }
@@ -197,7 +216,7 @@ fn cache_stored(
 ) {
     match array.read_units() {
         ReadUnits::Chunks => match (edit, version) {
-            (ChunkEdit::Dirty(decoded), Some(version)) => {
+            (ChunkEdit::Dirty(decoded, _), Some(version)) => {
                 cache.insert(open.unit_key(coords, false), Cached::Chunk { decoded, version: Some(version) })
             }
             _ => cache.remove(&open.unit_key(coords, false)),

@@ -24,7 +24,7 @@ use icechunk::store::{ListDirItem, StoreError, StoreErrorKind};
 use tokio::sync::RwLock;
 
 use super::pipeline::Reference;
-use super::{ByteRange, Entry, Head, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join};
+use super::{ByteRange, Entry, Expect, Head, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join};
 use crate::error::lock;
 use crate::{Error, Result};
 
@@ -450,6 +450,26 @@ impl Store for IcechunkStore {
         Ok(())
     }
 
+    /// Checked against this session's own changes: other writers' are arbitrated when the
+    /// session commits (`sync`), which rebases onto theirs or fails naming the conflict.
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version> {
+        if !expect.holds(self.head(key)?.map(|h| h.version)) {
+            return Err(Error::conflict(key, "changed in this session since it was read"));
+        }
+        self.set(key, value)
+    }
+
+    fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
+        if !expect.holds(self.head(key)?.map(|h| h.version)) {
+            return Err(Error::conflict(key, "changed in this session since it was read"));
+        }
+        self.delete(key)
+    }
+
+    fn arbitrates_commits(&self) -> bool {
+        true
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         let listed = self.runtime.block_on(async {
             let mut items = self.store.list_dir_items(&self.key(prefix)).await?;
@@ -476,6 +496,11 @@ impl Store for IcechunkStore {
     }
 
     /// The keys written are in the session; making them durable is committing it.
+    /// Nothing to hold: a commit rebases onto other writers' or fails (`arbitrates_commits`).
+    fn hold_lock(self: Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
+        Ok(super::Held::new(()))
+    }
+
     fn sync(&self, _keys: &[String]) -> Result<()> {
         self.commit()
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Entry, Head, Permissions, Store, Usage, Value, Version, resolve_range};
+use super::{ByteRange, Entry, Expect, Head, Permissions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -110,6 +110,101 @@ fn start_write_back(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a descriptor `file` owns, open for the call; the call reads no memory of ours.
     unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+/// How long a conditional write waits for another writer's lock of the same key before it
+/// fails with EBUSY: a lock is held only to compare a version, write a value and rename it.
+const KEY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The lock of one key, held: its lock file `.NAME.zarrfs-lock.tmp` beside it, open and locked
+/// with an open file description lock (threads of one process contend for it as processes do,
+/// and NFS takes it to the server, so that mounts on other hosts contend too). The lock file is
+/// also the new value, renamed over the key (tensorstore's file store does the same): a waiter
+/// that then takes the lock finds the name no longer its file and starts again.
+struct KeyLock {
+    dir: OwnedFd,
+    fd: OwnedFd,
+    name: String,
+}
+
+impl KeyLock {
+    fn take(dir: &OwnedFd, name: &str, key: &str, wait: std::time::Duration) -> Result<KeyLock> {
+        let lock_name = format!(".{name}.zarrfs-lock.tmp");
+        debug_assert!(super::is_temporary(&lock_name));
+        let deadline = std::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_micros(100);
+        let dir = dir.try_clone()?;
+        loop {
+            // Never through a link planted under the lock's name.
+            let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(&dir, lock_name.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| match e {
+                Errno::LOOP => Error::refused(key, "a link stands where its lock file goes"),
+                e => Error::Io(io(e)),
+            })?;
+            let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                return Err(Error::refused(key, "its lock file is not a regular file"));
+            }
+            if try_lock(&fd)? {
+                match rustix::fs::statat(&dir, lock_name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
+                        return Ok(KeyLock { dir, fd, name: lock_name });
+                    }
+                    // Renamed over its key (or removed) by the holder before: another file now.
+                    _ => continue,
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::Busy(format!("{key}: another writer has held its lock ({lock_name}) for {} s", wait.as_secs_f32())));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Give the lock up without storing its file: the file is removed (a waiter then makes a
+    /// new one), and the lock goes with the descriptor.
+    fn abandon(self) {
+        let _ = rustix::fs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+    }
+}
+
+/// A key's lock held until dropped (`Store::hold_lock`).
+struct HeldKey(Option<KeyLock>);
+
+impl Drop for HeldKey {
+    fn drop(&mut self) {
+        if let Some(lock) = self.0.take() {
+            lock.abandon();
+        }
+    }
+}
+
+/// Lock `fd` exclusively without waiting; `false` when another holds it. A file system without
+/// such locks (some FUSE ones) is taken as locked, with a warning once: the version check still
+/// stands, as one step no longer.
+fn try_lock(fd: &OwnedFd) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain C struct, all zeros a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as _;
+    lock.l_whence = libc::SEEK_SET as _;
+    // SAFETY: a descriptor `fd` owns, and a struct that lives through the call.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        Some(libc::ENOLCK | libc::EINVAL | libc::EOPNOTSUPP) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!("the store's file system has no file locks: writes of one chunk by two mounts are checked, not locked ({e})")
+            });
+            Ok(true)
+        }
+        _ => Err(Error::Io(e)),
+    }
 }
 
 /// Whether what `key` names is a value: a regular file; a directory is none; anything else is
@@ -219,6 +314,84 @@ impl Store for LocalStore {
         renamed
     }
 
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version> {
+        let (dir_key, name) = split(key);
+        let dir = self.make_dir(dir_key)?;
+        let held = match KeyLock::take(&dir, name, key, KEY_LOCK_WAIT) {
+            // The directory was empty and removed meanwhile (`remove_empty_dirs`): made again.
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                KeyLock::take(&self.make_dir(dir_key)?, name, key, KEY_LOCK_WAIT)?
+            }
+            other => other?,
+        };
+        if !expect.holds(self.head(key)?.map(|h| h.version)) {
+            held.abandon();
+            return Err(Error::conflict(key, "changed by another writer since this mount read it"));
+        }
+        // The lock file is the new value: written, then renamed over the key.
+        let mut file = std::fs::File::from(held.fd.try_clone()?);
+        let written = file
+            .set_len(0)
+            .and_then(|_| file.write_all(value))
+            .map_err(Error::Io)
+            .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
+        start_write_back(&file);
+        let stat = match written {
+            Ok(stat) => stat,
+            Err(e) => {
+                held.abandon();
+                return Err(e);
+            }
+        };
+        match rustix::fs::renameat(&held.dir, held.name.as_str(), &held.dir, name) {
+            Ok(()) => Ok(head_of(&stat).version),
+            Err(e) => {
+                held.abandon();
+                Err(match e {
+                    Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => {
+                        Error::refused(key, "a directory stands where the value goes")
+                    }
+                    e => Error::Io(io(e)),
+                })
+            }
+        }
+    }
+
+    fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
+        let (dir_key, name) = split(key);
+        let dir = match self.resolve(dir_key, OFlags::RDONLY | OFlags::DIRECTORY)? {
+            Ok(fd) => fd,
+            Err(e) if is_absent(e) => {
+                return match expect {
+                    Expect::Any | Expect::Absent => Ok(()),
+                    Expect::At(_) => Err(Error::conflict(key, "removed by another writer since this mount read it")),
+                };
+            }
+            Err(e) => return Err(Error::Io(io(e))),
+        };
+        // Nothing there: nothing to lock (a truncate's chunks, mostly).
+        if self.head(key)?.is_none() {
+            return match expect {
+                Expect::At(_) => Err(Error::conflict(key, "removed by another writer since this mount read it")),
+                _ => Ok(()),
+            };
+        }
+        let held = KeyLock::take(&dir, name, key, KEY_LOCK_WAIT)?;
+        let now = self.head(key)?.map(|h| h.version);
+        let result = if !expect.holds(now) {
+            Err(Error::conflict(key, "changed by another writer since this mount read it"))
+        } else if now.is_some() {
+            match rustix::fs::unlinkat(&held.dir, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(Error::Io(io(e))),
+            }
+        } else {
+            Ok(())
+        };
+        held.abandon();
+        result
+    }
+
     fn delete(&self, key: &str) -> Result<()> {
         let (dir, name) = split(key);
         let dir = match self.resolve(dir, OFlags::PATH | OFlags::DIRECTORY)? {
@@ -230,6 +403,14 @@ impl Store for LocalStore {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
             Err(e) => Err(Error::Io(io(e))),
         }
+    }
+
+    /// An open file description lock on the lock file, held: released by the kernel when the
+    /// holder dies, whatever killed it.
+    fn hold_lock(self: std::sync::Arc<Self>, key: &str, wait: std::time::Duration) -> Result<super::Held> {
+        let (dir, name) = split(key);
+        let dir = self.make_dir(dir)?;
+        Ok(super::Held::new(HeldKey(Some(KeyLock::take(&dir, name, key, wait)?))))
     }
 
     fn sync(&self, keys: &[String]) -> Result<()> {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{ByteRange, Entry, Head, Store, Value, Version, resolve_range};
+use super::{ByteRange, Entry, Expect, Head, Store, Value, Version, resolve_range};
 use crate::Result;
 
 /// Values with the number of the write that stored each (its version).
@@ -62,6 +62,30 @@ impl Store for MemoryStore {
     fn delete(&self, key: &str) -> Result<()> {
         self.lock().remove(key);
         Ok(())
+    }
+
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version> {
+        let mut map = self.lock();
+        if !expect.holds(map.get(key).map(|v| head(v).version)) {
+            return Err(crate::Error::conflict(key, "changed since it was read"));
+        }
+        let stored = (value.to_vec(), self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+        let version = head(&stored).version;
+        map.insert(key.to_string(), stored);
+        Ok(version)
+    }
+
+    fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
+        let mut map = self.lock();
+        if !expect.holds(map.get(key).map(|v| head(v).version)) {
+            return Err(crate::Error::conflict(key, "changed since it was read"));
+        }
+        map.remove(key);
+        Ok(())
+    }
+
+    fn hold_lock(self: std::sync::Arc<Self>, key: &str, wait: std::time::Duration) -> Result<super::Held> {
+        super::lease::take(self, key, wait)
     }
 
     fn sync(&self, _keys: &[String]) -> Result<()> {

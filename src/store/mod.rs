@@ -3,6 +3,7 @@
 
 #[cfg(feature = "icechunk")]
 mod icechunk;
+mod lease;
 mod local;
 mod memory;
 #[cfg(feature = "object-store")]
@@ -66,6 +67,50 @@ pub struct Usage {
 /// have rewritten the value since it was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version(pub [u64; 5]);
+
+/// What a conditional write (`Store::set_if`, `Store::delete_if`) expects the stored value to
+/// be: the version this mount read (or wrote) last, or absent. Another writer's change since
+/// makes the write fail with `Error::Conflict`, nothing written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Whatever is stored: a whole value written over another, in one step with the
+    /// conditional writes of others (as if before or after each).
+    Any,
+    Absent,
+    At(Version),
+}
+
+impl Expect {
+    /// What was seen: a version, or `None` for absent.
+    pub fn seen(version: Option<Version>) -> Expect {
+        version.map_or(Expect::Absent, Expect::At)
+    }
+
+    /// Whether the value now stored (`None`: absent) is the one expected.
+    pub fn holds(self, now: Option<Version>) -> bool {
+        self == Expect::Any || self == Expect::seen(now)
+    }
+}
+
+/// A lock held in a store (`Store::hold_lock`) until dropped.
+pub struct Held {
+    _guard: Box<dyn Send>,
+}
+
+impl Held {
+    pub fn new(guard: impl Send + 'static) -> Held {
+        Held { _guard: Box::new(guard) }
+    }
+}
+
+/// The name of the lock of `key` beside it: hidden, and a temporary name that no tool of this
+/// project takes for a node or a chunk (`is_temporary`).
+pub fn lock_name(key: &str) -> String {
+    match key.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/.{name}.zarrfs-lock.tmp"),
+        None => format!(".{key}.zarrfs-lock.tmp"),
+    }
+}
 
 /// A value as read, with the version it was read at.
 pub struct Value {
@@ -137,6 +182,31 @@ pub trait Store: Send + Sync {
     fn set(&self, key: &str, value: &[u8]) -> Result<Version>;
     /// Remove a key; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// `set`, only if the stored value is still what `expect` says, checked and written as one
+    /// step against every other writer that writes conditionally (other mounts, other hosts):
+    /// else `Error::Conflict` and nothing written.
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version>;
+    /// `delete`, only if the stored value is still what `expect` says (`Absent`: nothing to
+    /// remove, if nothing is there), as one step; else `Error::Conflict`. Stores that cannot
+    /// delete conditionally (`deletes_conditionally` false) refuse with `Error::Unsupported`:
+    /// their caller stores what the deletion stands for instead.
+    fn delete_if(&self, key: &str, expect: Expect) -> Result<()>;
+    /// Hold the lock named by `key` (a value of its own beside it, or a lock on one) against
+    /// every other mount of the store, on this host or another, until the guard drops: what
+    /// makes changes of an array's shape one at a time. Waits at most `wait` for another
+    /// holder, then fails with `Error::Busy` naming it. A holder that died (a killed daemon, a
+    /// lost host) does not hold it for ever.
+    fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> Result<Held>;
+    /// Whether `delete_if` deletes (object storage has no conditional DELETE).
+    fn deletes_conditionally(&self) -> bool {
+        true
+    }
+    /// Whether the store arbitrates concurrent writers itself when changes are made durable
+    /// (an Icechunk session's commit, which rebases or fails): then no lock of the store's own
+    /// is taken to change an array's shape.
+    fn arbitrates_commits(&self) -> bool {
+        false
+    }
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
     /// The names directly under `prefix` when there are at most `max` of them, else `None`: a

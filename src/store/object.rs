@@ -27,7 +27,7 @@ mod listing;
 
 use listed::{Consolidation, Listed, ListedKeys};
 
-use super::{ByteRange, Entry, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
+use super::{ByteRange, Entry, Expect, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
 use crate::error::lock;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
 use crate::zarr::metadata::ZarrFormat;
@@ -83,10 +83,16 @@ pub struct ObjectStore {
     /// The ETag and version (a GCS generation) each guarded document was last read or written
     /// at (`None`: seen absent): a conditional PUT names them.
     etags: Mutex<HashMap<String, Option<UpdateVersion>>>,
+    /// The ETags of the chunks read or written last, a bounded number: a conditional PUT of
+    /// a chunk names the one its version came from without asking for it first.
+    chunk_etags: Mutex<lru::LruCache<String, UpdateVersion>>,
     /// What recent listings of the bucket showed (for the metadata TTL).
     listed: ListedKeys,
     pub requests: Arc<RequestCounts>,
 }
+
+/// Chunks whose ETags are kept for conditional PUTs (some 100 bytes each).
+const CHUNK_ETAGS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1 << 16).unwrap();
 
 /// Documents fetched at once after a listing: a walk then finds them read.
 const DOCUMENTS_IN_FLIGHT: usize = 128;
@@ -229,6 +235,7 @@ impl ObjectStore {
             location: location.clone(),
             listing,
             etags: Mutex::default(),
+            chunk_etags: Mutex::new(lru::LruCache::new(CHUNK_ETAGS)),
             listed,
             requests: Arc::default(),
         })
@@ -270,7 +277,17 @@ impl ObjectStore {
     }
 
     fn remember_etag(&self, key: &str, etag: Option<Option<UpdateVersion>>) {
-        if guarded(key) {
+        if !guarded(key) {
+            let mut chunks = lock(&self.chunk_etags);
+            match etag {
+                Some(Some(e)) => {
+                    chunks.put(key.to_string(), e);
+                }
+                _ => {
+                    chunks.pop(key);
+                }
+            }
+        } else {
             let mut etags = lock(&self.etags);
             match etag {
                 Some(e) => etags.insert(key.to_string(), e),
@@ -551,12 +568,17 @@ fn version_of(meta: &object_store::ObjectMeta) -> Version {
 }
 
 fn version_from(e_tag: &Option<String>, version: &Option<String>, size: u64) -> Version {
+    Version([etag_digest(e_tag, version), size, 0, 0, 0])
+}
+
+/// What of a `Version` names the write: its ETag and version (a GCS generation).
+fn etag_digest(e_tag: &Option<String>, version: &Option<String>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     // Servers differ in quoting an ETag in a listing and in a GET's header (rclone's).
     e_tag.as_deref().map(|e| e.trim_matches('"')).hash(&mut h);
     version.hash(&mut h);
-    Version([h.finish(), size, 0, 0, 0])
+    h.finish()
 }
 
 impl ObjectStore {
@@ -624,6 +646,59 @@ impl ObjectStore {
                 Ok(None)
             }
             Err(e) => Err(self.failed("GET", key, e)),
+        }
+    }
+}
+
+impl ObjectStore {
+    /// PUT `value` at `key` in `mode`; a refused condition is `Error::Refused`.
+    fn put(&self, key: &str, value: &[u8], mode: PutMode) -> Result<Version> {
+        if self.location.read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let path = Self::path(key)?;
+        self.count(&self.requests.put);
+        let updates = matches!(mode, PutMode::Update(_));
+        let payload = PutPayload::from(value.to_vec());
+        match self.run(self.remote.put_opts(&path, payload, PutOptions { mode, ..PutOptions::default() })) {
+            Ok(put) => {
+                let version = UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() };
+                self.remember_etag(key, Some(Some(version.clone())));
+                // A chunk is kept as a name (what a listing of its array's keys shows: a removal
+                // deletes it), a document with its bytes.
+                let bytes = guarded(key).then(|| bytes::Bytes::copy_from_slice(value));
+                self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes, consolidated: false }));
+                let meta = object_store::ObjectMeta {
+                    location: path,
+                    last_modified: Default::default(),
+                    size: value.len() as u64,
+                    e_tag: put.e_tag,
+                    version: put.version,
+                };
+                Ok(version_of(&meta))
+            }
+            // An update of a value removed since.
+            Err(object_store::Error::NotFound { .. }) if updates => {
+                Err(Error::refused(key, "removed by another writer since this mount read it"))
+            }
+            Err(e) => Err(self.failed("PUT", key, e)),
+        }
+    }
+
+    /// The ETag a conditional PUT over the chunk stored at `version` names: the one kept from
+    /// its read or write, else the one it has now (asked for), which must be of that version.
+    fn update_version(&self, key: &str, version: Version) -> Result<UpdateVersion> {
+        if let Some(kept) = lock(&self.chunk_etags).get(key).filter(|u| etag_digest(&u.e_tag, &u.version) == version.0[0]) {
+            return Ok(kept.clone());
+        }
+        let path = Self::path(key)?;
+        self.count(&self.requests.head);
+        match self.run(self.remote.head(&path)) {
+            Ok(meta) if version_of(&meta) == version => Ok(UpdateVersion { e_tag: meta.e_tag, version: meta.version }),
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {
+                Err(Error::conflict(key, "changed by another writer since this mount read it"))
+            }
+            Err(e) => Err(self.failed("HEAD", key, e)),
         }
     }
 }
@@ -709,36 +784,42 @@ impl Store for ObjectStore {
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
-        if self.location.read_only() {
-            return Err(Error::ReadOnly);
-        }
-        let path = Self::path(key)?;
         let mode = match lock(&self.etags).get(key).filter(|_| guarded(key)) {
             Some(Some(seen)) => PutMode::Update(seen.clone()),
             Some(None) => PutMode::Create,
             None => PutMode::Overwrite,
         };
-        self.count(&self.requests.put);
-        let payload = PutPayload::from(value.to_vec());
-        match self.run(self.remote.put_opts(&path, payload, PutOptions { mode, ..PutOptions::default() })) {
-            Ok(put) => {
-                let version = UpdateVersion { e_tag: put.e_tag.clone(), version: put.version.clone() };
-                self.remember_etag(key, Some(Some(version.clone())));
-                // A chunk is kept as a name (what a listing of its array's keys shows: a removal
-                // deletes it), a document with its bytes.
-                let bytes = guarded(key).then(|| bytes::Bytes::copy_from_slice(value));
-                self.listed.changed(key, Some(Listed { size: value.len() as u64, version, bytes, consolidated: false }));
-                let meta = object_store::ObjectMeta {
-                    location: path,
-                    last_modified: Default::default(),
-                    size: value.len() as u64,
-                    e_tag: put.e_tag,
-                    version: put.version,
-                };
-                Ok(version_of(&meta))
+        self.put(key, value, mode)
+    }
+
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version> {
+        let mode = match expect {
+            Expect::Any => PutMode::Overwrite,
+            Expect::Absent => PutMode::Create,
+            Expect::At(version) => PutMode::Update(self.update_version(key, version)?),
+        };
+        self.put(key, value, mode).map_err(|e| match e {
+            Error::Refused { key, .. } => {
+                Error::conflict(key, "changed by another writer since this mount read it (conditional PUT refused)")
             }
-            Err(e) => Err(self.failed("PUT", key, e)),
+            other => other,
+        })
+    }
+
+    /// Only what is absent: object storage has no conditional DELETE (`deletes_conditionally`).
+    fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
+        match expect {
+            Expect::Any => self.delete(key),
+            Expect::Absent => match self.head_current(key)? {
+                None => Ok(()),
+                Some(_) => Err(Error::conflict(key, "written by another writer since this mount saw it absent")),
+            },
+            Expect::At(_) => Err(Error::Unsupported(format!("{key}: object storage deletes no value conditionally"))),
         }
+    }
+
+    fn deletes_conditionally(&self) -> bool {
+        false
     }
 
     fn delete(&self, key: &str) -> Result<()> {
@@ -939,6 +1020,10 @@ impl Store for ObjectStore {
             Err(object_store::Error::InvalidPath { .. }) => Ok(None),
             other => other.map(Some).map_err(|e| self.failed("LIST", prefix, e)),
         }
+    }
+
+    fn hold_lock(self: Arc<Self>, key: &str, wait: Duration) -> Result<super::Held> {
+        super::lease::take(self, key, wait)
     }
 
     fn sync(&self, _keys: &[String]) -> Result<()> {

@@ -385,6 +385,14 @@ impl Store for ZipStore {
         Err(Error::ReadOnly)
     }
 
+    fn set_if(&self, _key: &str, _value: &[u8], _expect: super::Expect) -> Result<Version> {
+        Err(Error::ReadOnly)
+    }
+
+    fn delete_if(&self, _key: &str, _expect: super::Expect) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         Ok(self
             .dirs
@@ -414,6 +422,10 @@ impl Store for ZipStore {
         let Some(archive) = self.container.permissions(&self.archive)?.filter(|_| present) else { return Ok(None) };
         // Who may read the archive may read all of it: its directories are entered as it is read.
         Ok(Some(Permissions { mode: archive.mode | ((archive.mode & 0o444) >> 2), gid: archive.gid }))
+    }
+
+    fn hold_lock(self: std::sync::Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
+        Err(Error::ReadOnly)
     }
 
     fn sync(&self, _keys: &[String]) -> Result<()> {

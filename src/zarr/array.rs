@@ -14,6 +14,9 @@ use crate::error::lock;
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
+/// How long a change of an array's shape waits for another mount's to end.
+const SHAPE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub struct Array {
     /// The array's key prefix in the store (`""` when the store root is the array).
     pub path: String,
@@ -347,20 +350,29 @@ impl Array {
     }
 
     /// Store a decoded chunk: encoded under its key, or its key deleted when it is all fill
-    /// (as zarr-python's default `write_empty_chunks=False` does).
+    /// (as zarr-python's default `write_empty_chunks=False` does), over whatever is stored.
     pub fn store_chunk(&self, coords: &[u64], decoded: &[u8]) -> Result<StoredChunk> {
-        if self.is_fill(decoded) {
-            return self.delete_chunk(coords);
-        }
+        self.store_chunk_if(coords, decoded, store::Expect::Any)
+    }
+
+    /// `store_chunk`, only if the stored chunk is still what `expect` says (`Error::Conflict`
+    /// else). Where the store cannot delete conditionally, a chunk of fill that must replace a
+    /// version is stored as such (it reads the same; zarr-python writes one so with
+    /// `write_empty_chunks=True`).
+    pub fn store_chunk_if(&self, coords: &[u64], decoded: &[u8], expect: store::Expect) -> Result<StoredChunk> {
         let key = self.chunk_key(coords);
+        if self.is_fill(decoded) && (self.store.deletes_conditionally() || !matches!(expect, store::Expect::At(_))) {
+            self.store.delete_if(&key, expect)?;
+            return Ok(StoredChunk { key, version: None });
+        }
         let bytes = self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))?;
-        let version = self.store.set(&key, &bytes)?;
+        let version = self.store.set_if(&key, &bytes, expect)?;
         Ok(StoredChunk { key, version: Some(version) })
     }
 
     pub fn delete_chunk(&self, coords: &[u64]) -> Result<StoredChunk> {
         let key = self.chunk_key(coords);
-        self.store.delete(&key)?;
+        self.store.delete_if(&key, store::Expect::Any)?;
         Ok(StoredChunk { key, version: None })
     }
 
@@ -576,6 +588,18 @@ impl Array {
         let (src, dst) = (super::region::Strided::of(&extent, &zeros, 0), super::region::Strided::of(&chunk_shape, &zeros, 0));
         super::region::copy_box(&boxed, &src, &mut chunk, &dst, &extent, item);
         Ok(chunk)
+    }
+
+    /// Hold the lock of this array's shape (of its metadata document) against every other
+    /// mount: growing, shrinking and prepending store chunks where the stored shape does not
+    /// reach yet, which must not land over another mount's doing the same. None is needed where
+    /// the store arbitrates commits itself (Icechunk).
+    pub fn hold_shape_lock(&self) -> Result<Option<store::Held>> {
+        if self.store.arbitrates_commits() {
+            return Ok(None);
+        }
+        let key = store::join(&self.path, self.meta.document_name());
+        self.store.clone().hold_lock(&key, SHAPE_LOCK_WAIT).map(Some)
     }
 
     /// Refuse, as `store_metadata` would, when another writer changed (or removed) the metadata

@@ -211,6 +211,11 @@ fn for_each_run(extent: &[u64], src: &Strided, dst: &Strided, mut f: impl FnMut(
     }
 }
 
+/// Visit each contiguous run of the box `extent` of `view`: `f(first element, elements)`.
+pub fn box_runs(view: &Strided, extent: &[u64], mut f: impl FnMut(u64, u64)) {
+    for_each_run(extent, view, view, |_, d, n| f(d, n));
+}
+
 /// Copy a box of `extent` elements of `item` bytes from `src` to `dst`.
 pub fn copy_box(src: &[u8], src_view: &Strided, dst: &mut [u8], dst_view: &Strided, extent: &[u64], item: usize) {
     for_each_run(extent, src_view, dst_view, |s, d, n| {

@@ -1,0 +1,257 @@
+//! Storing a changed chunk without undoing another writer's change: a chunk read and changed
+//! here is stored only if it is still the version read; when another mount (or host) stored
+//! it since, it is read again, the elements written here are put into it, and that is stored
+//! on the same condition, a few times at most (tensorstore's read-modify-write does the same).
+
+use crate::store::{Expect, Version};
+use crate::zarr::array::{Array, StoredChunk};
+use crate::zarr::region::{Strided, box_runs};
+use crate::{Error, Result};
+
+/// Which elements of a chunk this mount wrote since it read the chunk: one bit each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ElementMask {
+    bits: Vec<u64>,
+}
+
+impl ElementMask {
+    pub fn new(elements: usize) -> Result<ElementMask> {
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(elements.div_ceil(64)).map_err(|_| crate::zarr::limits::out_of_memory())?;
+        bits.resize(elements.div_ceil(64), 0);
+        Ok(ElementMask { bits })
+    }
+
+    /// How many elements it has room for.
+    pub fn len(&self) -> usize {
+        self.bits.len() * 64
+    }
+
+    /// Mark `len` elements from `start`.
+    pub fn mark_run(&mut self, start: u64, len: u64) {
+        let (mut i, end) = (start as usize, (start + len) as usize);
+        while i < end {
+            let (word, bit) = (i / 64, i % 64);
+            let n = (64 - bit).min(end - i);
+            let ones = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
+            if let Some(w) = self.bits.get_mut(word) {
+                *w |= ones;
+            }
+            i += n;
+        }
+    }
+
+    /// Mark the box `extent` of the chunk laid out as `view`.
+    pub fn mark_box(&mut self, view: &Strided, extent: &[u64]) {
+        box_runs(view, extent, |start, len| self.mark_run(start, len));
+    }
+
+    /// Mark what `other` marks too.
+    pub fn union(&mut self, other: &ElementMask) {
+        for (w, o) in self.bits.iter_mut().zip(&other.bits) {
+            *w |= o;
+        }
+    }
+
+    /// The runs of marked elements: `f(first, count)`.
+    pub fn runs(&self, mut f: impl FnMut(usize, usize)) {
+        let mut run: Option<usize> = None;
+        let total = self.bits.len() * 64;
+        let mut i = 0;
+        while i < total {
+            let word = self.bits[i / 64];
+            let set = word & (1 << (i % 64)) != 0;
+            // Whole words at once where they hold no edge of a run.
+            if i % 64 == 0 && ((set && word == u64::MAX) || (!set && word == 0)) {
+                match (set, run) {
+                    (true, None) => run = Some(i),
+                    (false, Some(s)) => {
+                        f(s, i - s);
+                        run = None;
+                    }
+                    _ => {}
+                }
+                i += 64;
+                continue;
+            }
+            match (set, run) {
+                (true, None) => run = Some(i),
+                (false, Some(s)) => {
+                    f(s, i - s);
+                    run = None;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        if let Some(s) = run {
+            f(s, total - s);
+        }
+    }
+
+    /// Copy the marked elements (of `item` bytes) of `from` into `to`.
+    pub fn copy_marked(&self, from: &[u8], to: &mut [u8], item: usize) {
+        let elements = from.len().min(to.len()) / item.max(1);
+        self.runs(|start, n| {
+            let end = (start + n).min(elements);
+            if start < end {
+                to[start * item..end * item].copy_from_slice(&from[start * item..end * item]);
+            }
+        });
+    }
+}
+
+/// What a changed chunk was made from: how it is stored without undoing another writer's change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Base {
+    /// Written whole here (or changed only while the mount holds the array's shape lock):
+    /// stored over whatever is there, in one step with others' conditional writes.
+    Whole,
+    /// Read, or found absent (`None`), at `version`; `written` are the elements changed here
+    /// since.
+    Read { version: Option<Version>, written: ElementMask },
+    /// A copy of the chunk while a store of it was under way, which did not end with this
+    /// mount's bytes alone stored (merged with another writer's, or unknown yet): read again
+    /// when stored; `written` are the elements changed here since the copy.
+    Reread { written: ElementMask },
+}
+
+/// How a store of a chunk ended, for the copy made while it was under way.
+pub(crate) enum Stored {
+    /// This mount's bytes alone, at `version` (`None`: deleted).
+    Exactly(Option<Version>),
+    /// Another writer's bytes merged in: the copy lacks them.
+    Merged,
+    /// Not stored: the store's own base counts on.
+    Failed(Base),
+}
+
+impl Base {
+    /// A chunk read at `version` (`None`: absent) and not yet written.
+    pub fn read(version: Option<Version>, elements: usize) -> Result<Base> {
+        Ok(Base::Read { version, written: ElementMask::new(elements)? })
+    }
+
+    /// The base of a copy made while a store with this base was under way.
+    pub fn for_copy(&self) -> Result<Base> {
+        Ok(match self {
+            Base::Whole => Base::Whole,
+            Base::Read { written, .. } | Base::Reread { written } => Base::Reread { written: ElementMask::new(written.len())? },
+        })
+    }
+
+    /// The elements written here since the chunk was read, where they count.
+    pub fn written_mut(&mut self) -> Option<&mut ElementMask> {
+        match self {
+            Base::Whole => None,
+            Base::Read { written, .. } | Base::Reread { written } => Some(written),
+        }
+    }
+
+    /// This copy's base once the store under way when it was made ended as `stored`.
+    pub fn after_store(self, stored: Stored) -> Base {
+        match (self, stored) {
+            (Base::Reread { written }, Stored::Exactly(version)) => Base::Read { version, written },
+            (Base::Reread { mut written }, Stored::Failed(Base::Read { version, written: before })) => {
+                written.union(&before);
+                Base::Read { version, written }
+            }
+            (Base::Reread { mut written }, Stored::Failed(Base::Reread { written: before })) => {
+                written.union(&before);
+                Base::Reread { written }
+            }
+            (_, Stored::Failed(Base::Whole)) => Base::Whole,
+            (copy, _) => copy,
+        }
+    }
+}
+
+/// How many times a chunk is read again and merged before its store fails with the conflict.
+const MERGES: usize = 8;
+
+/// Store (or delete, when all fill) the decoded chunk at `coords` as `base` allows: over
+/// anything (`Base::Whole`), or only over the version it was read at, merging into another
+/// writer's version when that changed. Returns what was stored and whether another writer's
+/// bytes were merged in (then `decoded` is not what the store holds).
+pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &Base) -> Result<(StoredChunk, bool)> {
+    let (mut expect, written) = match base {
+        Base::Whole => return Ok((array.store_chunk_if(coords, decoded, Expect::Any)?, false)),
+        Base::Read { version, written } => (Some(Expect::seen(*version)), written),
+        Base::Reread { written } => (None, written),
+    };
+    let mut merged: Option<Vec<u8>> = None;
+    for _ in 0..MERGES {
+        if let Some(expect) = expect {
+            match array.store_chunk_if(coords, merged.as_deref().unwrap_or(decoded), expect) {
+                Err(Error::Conflict { .. }) => {}
+                other => return other.map(|stored| (stored, merged.is_some())),
+            }
+        }
+        // Another writer's version: ours goes into it, element by element.
+        let item = array.meta.item_size().max(1);
+        let (mut fresh, now) = match array.retrieve_chunk(coords)? {
+            Some((fresh, version)) => (fresh, Some(version)),
+            None => (crate::zarr::region::filled(decoded.len() / item, &array.meta.fill)?, None),
+        };
+        written.copy_marked(decoded, &mut fresh, item);
+        merged = Some(fresh);
+        expect = Some(Expect::seen(now));
+    }
+    Err(Error::conflict(
+        array.chunk_key(coords),
+        format!("changed by other writers {MERGES} times while this mount merged its bytes into it"),
+    ))
+}
+
+/// Store the change of the chunk at `coords`: `decoded` (`None`: to be deleted, all fill) as
+/// `base` allows (`store_chunk`).
+pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
+    match (decoded, base) {
+        (Some(decoded), base) => store_chunk(array, coords, decoded, base),
+        (None, Base::Whole) => Ok((array.delete_chunk(coords)?, false)),
+        // Fill written into a chunk found absent: fill it is, unless another writer made it.
+        (None, base) => {
+            let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
+            store_chunk(array, coords, &fill, base)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(m: &ElementMask) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        m.runs(|s, n| out.push((s, n)));
+        out
+    }
+
+    #[test]
+    fn a_mask_gives_back_the_runs_marked() {
+        let mut m = ElementMask::new(300).unwrap();
+        m.mark_run(3, 2);
+        m.mark_run(60, 140);
+        m.mark_run(299, 1);
+        assert_eq!(runs(&m), [(3, 2), (60, 140), (299, 1)]);
+        let mut all = ElementMask::new(128).unwrap();
+        all.mark_run(0, 128);
+        assert_eq!(runs(&all), [(0, 128)]);
+        assert_eq!(runs(&ElementMask::new(100).unwrap()), []);
+    }
+
+    #[test]
+    fn a_box_marks_its_elements_only() {
+        // A 4×5 chunk; the box rows 1..3, columns 2..4.
+        let mut m = ElementMask::new(20).unwrap();
+        m.mark_box(&Strided::of(&[4, 5], &[1, 2], 0), &[2, 2]);
+        assert_eq!(runs(&m), [(7, 2), (12, 2)]);
+        let (ours, mut theirs) = ((0..20u8).collect::<Vec<_>>(), vec![100u8; 20]);
+        m.copy_marked(&ours, &mut theirs, 1);
+        let mut want = vec![100u8; 20];
+        for i in [7, 8, 12, 13] {
+            want[i] = i as u8;
+        }
+        assert_eq!(theirs, want);
+    }
+}

@@ -1,0 +1,240 @@
+//! Several mounts writing one store, through the core (no FUSE), in orders chosen to hit each
+//! race: a chunk another mount stored between this mount's read of it and its store, two
+//! growths of one array from the same shape, and a prepend behind another. Every byte a writer
+//! was told was stored must be in the store; every loser must be told. The same runs on an
+//! in-memory store and on a local directory (its per-key locks).
+
+use std::sync::Arc;
+
+use zarrfs::fs::{Config, ZarrFs};
+use zarrfs::store::{ByteRange, Entry, Expect, Head, Held, LocalStore, MemoryStore, Store, Value, Version};
+
+/// uint8, 64 elements in chunks of 16, zstd: four chunks, each shared by two writers' spans.
+const DOC: &str = r#"{"zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
+  "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
+  "chunk_key_encoding": {"name": "offset", "configuration": {"offset": [0]}}, "fill_value": 0,
+  "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]}"#;
+
+struct Writer {
+    fs: ZarrFs,
+    ino: u64,
+    fh: u64,
+}
+
+impl Writer {
+    fn open(store: &Arc<dyn Store>) -> Writer {
+        let config = Config { metadata_ttl: std::time::Duration::ZERO, ..Config::default() };
+        let fs = ZarrFs::new(store.clone(), config);
+        let dir = fs.lookup(1, "a").expect("array").ino;
+        let ino = fs.lookup(dir, "data").expect("data").ino;
+        let fh = fs.open(ino, true, false, 0).expect("open");
+        Writer { fs, ino, fh }
+    }
+
+    fn write(&self, offset: u64, bytes: &[u8]) {
+        self.fs.write(self.ino, self.fh, offset, bytes, false).expect("write");
+    }
+
+    fn close(self) -> zarrfs::Result<()> {
+        let flushed = self.fs.flush(self.fh, 0);
+        self.fs.release(self.fh);
+        flushed
+    }
+}
+
+/// What a fresh mount reads of the whole array.
+fn stored(store: &Arc<dyn Store>) -> Vec<u8> {
+    let w = Writer::open(store);
+    let size = w.fs.getattr(w.ino).unwrap().size;
+    w.fs.read(w.ino, w.fh, 0, size as u32).unwrap()
+}
+
+fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir>)> {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path()).unwrap());
+    let mut out = vec![("memory", memory, None), ("local", local, Some(dir))];
+    for (_, store, _) in &mut out {
+        store.set("zarr.json", br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
+        store.set("a/zarr.json", DOC.as_bytes()).unwrap();
+    }
+    out
+}
+
+#[test]
+fn a_chunk_another_mount_stored_since_it_was_read_is_merged_not_overwritten() {
+    for (name, store, _dir) in stores() {
+        // Four writers, each with an 8-byte span; two spans to a chunk. Each reads its chunks
+        // (a partial write), then the others store theirs before it does.
+        let writers: Vec<Writer> = (0..4).map(|_| Writer::open(&store)).collect();
+        let mut want = vec![0u8; 64];
+        for round in 1..=3u8 {
+            for (w, writer) in writers.iter().enumerate() {
+                let span: Vec<u8> = (0..8).map(|i| round * 16 + w as u8 * 4 + i % 4).collect();
+                for k in 0..2u64 {
+                    let at = (w as u64) * 8 + k * 32;
+                    writer.write(at, &span);
+                    want[at as usize..at as usize + 8].copy_from_slice(&span);
+                }
+            }
+            for writer in &writers {
+                writer.fs.fsync(writer.fh).unwrap_or_else(|e| panic!("{name}: fsync of a merged chunk: {e}"));
+            }
+            assert_eq!(stored(&store), want, "{name}: round {round}: every writer's bytes");
+        }
+        for w in writers {
+            w.close().unwrap();
+        }
+        // The lock files are gone with their writes.
+        if let Some(dir) = &_dir {
+            let left: Vec<_> = walk(dir.path()).into_iter().filter(|p| p.contains("zarrfs-")).collect();
+            assert!(left.is_empty(), "{name}: {left:?}");
+        }
+    }
+}
+
+#[test]
+fn a_chunk_made_fill_by_one_mount_and_written_by_another_keeps_the_others_bytes() {
+    for (name, store, _dir) in stores() {
+        let (a, b) = (Writer::open(&store), Writer::open(&store));
+        a.write(0, &[7; 16]);
+        a.fs.fsync(a.fh).unwrap();
+        // B reads the chunk and zeroes half of it; A writes the other half meanwhile.
+        b.write(0, &[0; 8]);
+        a.write(8, &[9; 8]);
+        a.fs.fsync(a.fh).unwrap();
+        b.fs.fsync(b.fh).unwrap();
+        let got = stored(&store);
+        assert_eq!(&got[..16], &[[0u8; 8], [9u8; 8]].concat()[..], "{name}");
+        // Then B zeroes the rest: the chunk becomes fill after A's write was merged in.
+        b.write(8, &[0; 8]);
+        b.fs.fsync(b.fh).unwrap();
+        assert_eq!(&stored(&store)[..16], &[0u8; 16], "{name}");
+        a.close().unwrap();
+        b.close().unwrap();
+    }
+}
+
+#[test]
+fn of_two_mounts_growing_one_array_the_loser_is_told_and_stores_nothing() {
+    for (name, store, _dir) in stores() {
+        let (a, b) = (Writer::open(&store), Writer::open(&store));
+        // Both append past the end (64) from the same shape; the new chunk is the same key.
+        a.write(64, &[1; 20]);
+        b.write(64, &[2; 12]);
+        a.fs.fsync(a.fh).unwrap_or_else(|e| panic!("{name}: the first growth: {e}"));
+        let lost = b.fs.fsync(b.fh);
+        assert!(lost.is_err(), "{name}: the second growth from the same shape must fail");
+        let mut want = vec![0u8; 64];
+        want.extend([1; 20]);
+        assert_eq!(stored(&store), want, "{name}: the winner's rows, whole");
+        drop(b.close());
+        // A writer that reads the shape again grows it after the winner's rows.
+        let c = Writer::open(&store);
+        c.write(84, &[3; 4]);
+        c.close().unwrap();
+        want.extend([3; 4]);
+        assert_eq!(stored(&store), want, "{name}: rows appended in turn");
+        a.close().unwrap();
+    }
+}
+
+/// A store that holds the first write of `key` until told to go on, having said it came.
+struct Gate {
+    inner: Arc<dyn Store>,
+    key: &'static str,
+    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+}
+
+impl Gate {
+    fn wait(&self, key: &str) {
+        let held = if key == self.key { self.gate.lock().unwrap().take() } else { None };
+        if let Some((came, go)) = held {
+            let _ = came.send(());
+            let _ = go.recv();
+        }
+    }
+}
+
+impl Store for Gate {
+    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
+        self.inner.get_value(key, max)
+    }
+    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
+        self.inner.head(key)
+    }
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<(Vec<u8>, Version)>> {
+        self.inner.get_range_versioned(key, range)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
+        self.wait(key);
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> zarrfs::Result<()> {
+        self.inner.delete(key)
+    }
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> zarrfs::Result<Version> {
+        self.wait(key);
+        self.inner.set_if(key, value, expect)
+    }
+    fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
+        self.inner.delete_if(key, expect)
+    }
+    fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> zarrfs::Result<Held> {
+        self.inner.clone().hold_lock(key, wait)
+    }
+    fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
+        self.inner.list_dir(prefix)
+    }
+    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
+        self.inner.sync(keys)
+    }
+}
+
+#[test]
+fn a_growth_behind_another_that_is_storing_waits_and_then_stores_nothing() {
+    for (name, inner, _dir) in stores() {
+        let (came, arrived) = std::sync::mpsc::channel();
+        let (release, go) = std::sync::mpsc::channel();
+        let gate = Arc::new(Gate { inner, key: "a/zarr.json", gate: std::sync::Mutex::new(Some((came, go))) });
+        let store: Arc<dyn Store> = gate;
+        let (a, b) = (Writer::open(&store), Writer::open(&store));
+        a.write(64, &[1; 20]);
+        b.write(64, &[2; 12]);
+        // A has stored its chunks and waits to store the new shape; B stores meanwhile.
+        let a = std::thread::spawn(move || {
+            let r = a.fs.fsync(a.fh);
+            (a, r)
+        });
+        arrived.recv().unwrap();
+        let b = std::thread::spawn(move || {
+            let r = b.fs.fsync(b.fh);
+            (b, r)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        release.send(()).unwrap();
+        let (a, won) = a.join().unwrap();
+        let (b, lost) = b.join().unwrap();
+        won.unwrap_or_else(|e| panic!("{name}: the first growth: {e}"));
+        assert!(lost.is_err(), "{name}: the growth behind it must fail");
+        let mut want = vec![0u8; 64];
+        want.extend([1; 20]);
+        assert_eq!(stored(&store), want, "{name}: the winner's rows, whole");
+        a.close().unwrap();
+        drop(b.close());
+    }
+}
+
+/// The files beneath `dir`, relative.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
