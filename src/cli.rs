@@ -244,6 +244,11 @@ struct MountArgs {
     /// writers' changes) [default: 5].
     #[arg(long, value_name = "SECONDS")]
     metadata_ttl: Option<u64>,
+    /// This mount is the store's only writer and reader of changes: an open keeps the pages
+    /// and chunks already read, however long ago (by default an open after the metadata TTL
+    /// reads what other mounts stored since, docs/consistency.md).
+    #[arg(long)]
+    exclusive: bool,
     #[command(flatten)]
     remote: RemoteArgs,
     /// Log to this file [default: syslog for a background daemon (a file under
@@ -251,7 +256,7 @@ struct MountArgs {
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
-    /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, spool_dir=, flush_timeout=,
+    /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
     /// metadata_ttl=, max_chunk_size=, noauto_unmount, endpoint=, region=, no_sign_request,
     /// virtual_hosted, virtual_chunks; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
@@ -339,6 +344,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         dirty_limit: args.dirty_limit,
         threads: args.threads,
         adopt_offset: args.adopt_offset,
+        exclusive: args.exclusive,
         spool_dir: args.spool_dir.clone(),
         flush_timeout: Duration::from_secs(args.flush_timeout),
         max_chunk_size: args.max_chunk_size,
@@ -384,6 +390,7 @@ fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<
         ("cache_size", Some(v)) => plan.cache_size = Some(parse_size(v)?),
         ("dirty_limit", Some(v)) => plan.dirty_limit = Some(parse_size(v)?),
         ("adopt_offset", None) => plan.adopt_offset = true,
+        ("exclusive", None) => plan.exclusive = true,
         ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
         ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
         ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
@@ -415,6 +422,7 @@ const FLAG_OPTIONS: &[&str] = &[
     "noauto_unmount",
     "default_permissions",
     "adopt_offset",
+    "exclusive",
     "no_sign_request",
     "virtual_hosted",
     "virtual_chunks",

@@ -40,6 +40,8 @@ pub struct MountPlan {
     pub dirty_limit: Option<u64>,
     pub threads: Option<NonZeroUsize>,
     pub adopt_offset: bool,
+    /// The store's only writer: opens keep what was read (`Config::exclusive`).
+    pub exclusive: bool,
     pub spool_dir: Option<PathBuf>,
     pub flush_timeout: Duration,
     pub max_chunk_size: Option<u64>,
@@ -262,6 +264,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         config.dirty_limit = n as usize;
     }
     config.adopt_offset = plan.adopt_offset;
+    config.exclusive = plan.exclusive;
     if let Some(dir) = &plan.spool_dir {
         crate::fs::prepare_spool_dir(dir).map_err(|e| e.to_string())?;
         config.spool_dir = Some(dir.clone());

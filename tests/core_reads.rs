@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use zarrfs::fs::{Config, ZarrFs};
-use zarrfs::store::{ByteRange, Entry, Expect, Head, LocalStore, Store, Value, Version};
+use zarrfs::store::{ByteRange, Entry, Expect, Head, Held, LocalStore, Store, Value, Version};
 
 /// Records every access to a chunk key (metadata documents are not counted).
 struct CountingStore {
@@ -118,6 +118,9 @@ impl Store for CountingStore {
     }
     fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
         self.inner.delete_if(key, expect)
+    }
+    fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> zarrfs::Result<Held> {
+        Arc::new(LocalStore::open(self.inner.root())?).hold_lock(key, wait)
     }
     fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
         self.inner.list_dir(prefix)

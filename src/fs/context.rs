@@ -43,6 +43,10 @@ pub struct Config {
     pub metadata_ttl: std::time::Duration,
     /// Other users may use the mount (allow_other): they get no more than the store grants them.
     pub shared: bool,
+    /// The store's only writer (`--exclusive`): an open keeps the kernel's pages and the
+    /// decoded chunks of an array however old. Else an open after the metadata TTL since the
+    /// array's last refresh reads what other mounts stored (close-to-open, as NFS).
+    pub exclusive: bool,
     /// Where the store is, as given (for `.zarrfs/stats`).
     pub source: String,
     /// Where the daemon logs, when to a file (for `.zarrfs/stats`).
@@ -66,6 +70,7 @@ impl Default for Config {
             views: Views::all(),
             metadata_ttl: std::time::Duration::from_secs(5),
             shared: false,
+            exclusive: false,
             source: String::new(),
             log: None,
             control_dir: true,
@@ -128,9 +133,28 @@ impl Context {
         let _ = self.kernel.set(kernel);
     }
 
-    /// Store everything changed in `array`.
+    /// Store everything changed in `array`. When another mount changed its metadata first (its
+    /// changes were dropped), what the store holds is served from now on.
     pub fn flush_array(&self, array: &Arc<OpenArray>) -> Result<()> {
-        writeback::flush(array, &self.cache, &self.pool)
+        writeback::flush(array, &self.cache, &self.pool).inspect_err(|e| {
+            if matches!(e, Error::Conflict { .. }) && !array.is_dirty() {
+                self.reload(array);
+            }
+        })
+    }
+
+    /// Serve `array` as the store holds it now, its cached chunks and the kernel's pages
+    /// dropped.
+    fn reload(&self, array: &Arc<OpenArray>) {
+        let path = array.array().path.clone();
+        match crate::zarr::array::Array::open(self.store.clone(), &path) {
+            Ok(now) => {
+                array.replace(Arc::new(now), self.next_id());
+                *lock(&array.text) = None;
+                self.invalidate_data(array);
+            }
+            Err(e) => tracing::warn!(array = %crate::zarr::node::display_path(&path), "the array as stored now cannot be read: {e}"),
+        }
     }
 
     /// After a write: over the dirty limit the array is flushed before the write returns; an

@@ -26,7 +26,9 @@ pub enum Opened {
     /// `data`, or a view that shows a header before its bytes (`data.npy`). Only a handle
     /// opened for writing stores (and reports) the array's changes at close; `staged` holds
     /// what the view stages until then.
-    Data { file: DataFile, writable: bool, reads: ReadPattern, staged: Staged },
+    /// `lost_seen`: the array's count of dropped changes when this handle last heard of them
+    /// (`OpenArray::lost_since`).
+    Data { file: DataFile, writable: bool, reads: ReadPattern, staged: Staged, lost_seen: std::sync::atomic::AtomicU64 },
     /// `prepend`, opened for writing: the bytes staged for one prepend.
     Prepend { array: Arc<OpenArray>, spool: Mutex<Spool> },
     /// A group's view (`image.ome.tif`), read-only: the read pattern of each array it reads.
@@ -92,6 +94,15 @@ impl Handle {
             Opened::Prepend { array, spool } => OnClose::Prepend(array, spool),
             Opened::Edit { key, edit } => OnClose::Document { key, edit, last: true, writer: self.opener },
             Opened::Document(_) | Opened::Scratch(_) | Opened::GroupView { .. } => OnClose::Nothing,
+        }
+    }
+
+    /// Whether changes written through this handle were dropped since it last heard (another
+    /// mount won a race for the array's metadata, `OpenArray::drop_lost`): then the error.
+    pub fn lost(&self) -> crate::Result<()> {
+        match &self.opened {
+            Opened::Data { file, writable: true, lost_seen, .. } => file.array.lost_since(lost_seen),
+            _ => Ok(()),
         }
     }
 

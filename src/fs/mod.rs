@@ -444,6 +444,7 @@ impl ZarrFs {
                 writable,
                 reads: view::ReadPattern::default(),
                 staged: Mutex::new(None),
+                lost_seen: Default::default(),
             },
             (NodeKind::View(_), true) => return Err(Error::NotPermitted("a header view follows the array: change it through data".into())),
             (NodeKind::View(format), false) => {
@@ -480,8 +481,13 @@ impl ZarrFs {
                 writable,
                 reads: view::ReadPattern::default(),
                 staged: Mutex::new(None),
+                lost_seen: Default::default(),
             },
         };
+        if let Opened::Data { file, lost_seen, .. } = &opened {
+            lost_seen.store(file.array.lost_count(), std::sync::atomic::Ordering::Relaxed);
+            self.refresh(&file.array);
+        }
         let fh = self.cx.next_id();
         self.handles.insert(fh, Handle { opener: pid, opened });
         if truncate && write && matches!(node.kind, NodeKind::Data | NodeKind::View(_)) {
@@ -614,13 +620,15 @@ impl ZarrFs {
     /// returned.
     pub fn flush(&self, fh: u64, pid: u32) -> Result<()> {
         let Some(handle) = self.handles.get(fh) else { return Ok(()) };
-        self.close(handle.on_flush(pid))
+        let closed = self.close(handle.on_flush(pid));
+        closed.and(handle.lost())
     }
 
     /// The last close of a file (`Handle::on_release`); errors can only be logged here.
     pub fn release(&self, fh: u64) {
         let Some(handle) = self.handles.remove(fh) else { return };
-        if let Err(e) = self.close(handle.on_release()) {
+        let closed = self.close(handle.on_release());
+        if let Err(e) = closed.and(handle.lost()) {
             match handle.array() {
                 Some(array) => tracing::error!(array = %display_path(&array.array().path), "write-back at release failed: {e}"),
                 None => tracing::error!("storing a document at release failed: {e}"),
@@ -679,7 +687,8 @@ impl ZarrFs {
             return self.close(OnClose::Document { key, edit, last: false, writer: handle.opener });
         }
         let Some(array) = handle.array() else { return Ok(()) };
-        self.cx.flush_array(array)?;
+        let flushed = self.cx.flush_array(array);
+        flushed.and(handle.lost())?;
         writeback::sync(array, self.cx.store.as_ref())
     }
 
@@ -704,6 +713,22 @@ impl ZarrFs {
             unstored.push(Unstored { array: "/".into(), bytes: 0, error: e.to_string() });
         }
         FlushReport { unstored }
+    }
+
+    /// Close-to-open, as NFS: unless the mount is the store's only writer, an open of an array's
+    /// file after the metadata TTL since its last refresh reads what other mounts stored since
+    /// — the decoded chunks are read again (a new cache id; the metadata was checked by the
+    /// lookup) and the kernel's pages of the array's files are dropped. Cost: the chunks read
+    /// after it, once a TTL; nothing is listed.
+    fn refresh(&self, array: &Arc<open::OpenArray>) {
+        if self.cx.config.exclusive {
+            return;
+        }
+        if array.due_for_refresh(self.cx.config.metadata_ttl) {
+            array.replace(array.array(), self.cx.next_id());
+            *crate::error::lock(&array.text) = None;
+            self.cx.invalidate_data(array);
+        }
     }
 
     /// Whether an open of `ino` that just succeeded may keep the kernel's cached pages: not for

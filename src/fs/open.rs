@@ -180,6 +180,10 @@ pub struct OpenArray {
     removed: std::sync::atomic::AtomicBool,
     /// When background stores last checked that no other writer changed the metadata.
     metadata_checked: Mutex<Option<std::time::Instant>>,
+    /// Changes dropped after a lost race (`drop_lost`): how many times, and the last reason.
+    lost: Mutex<(u64, String)>,
+    /// When an open last took what other mounts stored (`due_for_refresh`).
+    refreshed: Mutex<std::time::Instant>,
     current: RwLock<Arc<Array>>,
     pub(crate) edits: Mutex<Edits>,
     /// Signalled when a background store finishes.
@@ -213,6 +217,8 @@ impl OpenArray {
             failed_stores: AtomicU64::new(0),
             removed: Default::default(),
             metadata_checked: Mutex::new(None),
+            refreshed: Mutex::new(std::time::Instant::now()),
+            lost: Mutex::default(),
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
@@ -344,11 +350,46 @@ impl OpenArray {
     /// is being removed: nothing of it may land after its keys are deleted).
     pub(crate) fn discard(&self) {
         let _exclusive = self.exclusive();
+        self.discard_locked();
+    }
+
+    /// `discard`, with the array's store lock already held exclusively.
+    fn discard_locked(&self) {
         let mut edits = self.wait_stored(lock(&self.edits));
         edits.chunks.clear();
+        edits.touched.clear();
         edits.metadata_dirty = false;
         let held = edits.dirty_bytes() as isize;
         edits.charge(-held);
+    }
+
+    /// Another mount changed the array's metadata first (a lost race): the changes not yet
+    /// stored cannot be, and are dropped, so that a retry starts from what is stored; every
+    /// writer open now is told `why` at its next close or fsync (`lost_since`). With the
+    /// store lock held exclusively.
+    pub(crate) fn drop_lost(&self, why: &crate::Error) {
+        self.discard_locked();
+        let mut lost = lock(&self.lost);
+        lost.0 += 1;
+        lost.1 = why.to_string();
+    }
+
+    /// How many times changes were dropped (`drop_lost`): what a writer's handle notes when
+    /// it opens.
+    pub(crate) fn lost_count(&self) -> u64 {
+        lock(&self.lost).0
+    }
+
+    /// The error of changes dropped since the handle noted `seen` (then noting them).
+    pub(crate) fn lost_since(&self, seen: &AtomicU64) -> crate::Result<()> {
+        let lost = lock(&self.lost);
+        if seen.swap(lost.0, Ordering::Relaxed) == lost.0 {
+            return Ok(());
+        }
+        Err(crate::Error::conflict(
+            crate::zarr::node::display_path(&self.array().path),
+            format!("changes written through this file were not stored: {}", lost.1),
+        ))
     }
 
     pub fn metadata_dirty(&self) -> bool {
@@ -362,6 +403,17 @@ impl OpenArray {
         let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
         if due {
             *last = Some(std::time::Instant::now());
+        }
+        due
+    }
+
+    /// Whether `ttl` has passed since an open last took what other mounts stored (and note that
+    /// this one does): then its decoded chunks are read again (`ZarrFs::open`).
+    pub(crate) fn due_for_refresh(&self, ttl: std::time::Duration) -> bool {
+        let mut last = lock(&self.refreshed);
+        let due = last.elapsed() >= ttl;
+        if due {
+            *last = std::time::Instant::now();
         }
         due
     }

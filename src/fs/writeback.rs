@@ -34,10 +34,14 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
             .inspect_err(|e| tracing::error!(array = %display_path(&array.path), "write-back waits no longer: {e}"))?,
         false => None,
     };
-    // Nothing is stored over another writer's change of the array: its chunks stay here, dirty.
+    // Nothing is stored over another writer's change of the array: this mount lost the race,
+    // and its changes go (their writers are told), so that a retry starts from what is stored.
     if let Err(e) = array.check_metadata_current() {
         open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::error!(array = %display_path(&array.path), "write-back refused: {e}");
+        if matches!(e, Error::Conflict { .. }) {
+            open.drop_lost(&e);
+        }
         return Err(e);
     }
     // The chunks taken stay counted until they are stored: they are in memory until then. The

@@ -43,6 +43,9 @@ pub struct IcechunkStore {
     /// an array's grid. At most what one write-back stores; what no document takes in (a
     /// growth whose document failed) is not part of the array, and is never committed.
     beyond: Mutex<BTreeMap<String, bytes::Bytes>>,
+    /// How often a branch's tip is looked up (the metadata TTL), and when it last was.
+    tip_ttl: std::time::Duration,
+    tip_checked: Mutex<std::time::Instant>,
 }
 
 /// A key's version is the count of changes seen when it last changed: this mount's writes,
@@ -197,6 +200,8 @@ impl IcechunkStore {
             root: root.trim_matches('/').to_string(),
             versions: Mutex::default(),
             beyond: Mutex::default(),
+            tip_ttl: options.metadata_ttl,
+            tip_checked: Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -293,6 +298,39 @@ impl IcechunkStore {
         }
     }
 
+    /// Follow a branch mounted: at most once a metadata TTL its tip is looked up, and a session
+    /// with nothing uncommitted moves to it when other writers committed since; what they
+    /// changed gets new versions, so that nothing cached of it is served again. A session with
+    /// changes of its own stays where it is until it commits (which rebases onto the tip).
+    fn follow_branch(&self) {
+        let Reference::Branch(branch) = &self.reference else { return };
+        {
+            let mut checked = lock(&self.tip_checked);
+            if checked.elapsed() < self.tip_ttl {
+                return;
+            }
+            *checked = std::time::Instant::now();
+        }
+        let moved = self.runtime.block_on(async {
+            let tip = self.repo.lookup_branch(branch).await.map_err(|e| format!("the tip of branch {branch}: {}", e.kind))?;
+            let mut session = self.session.write().await;
+            if session.has_uncommitted_changes() || *session.snapshot_id() == tip {
+                return Ok(None);
+            }
+            let from = session.snapshot_id().clone();
+            *session = self.repo.writable_session(branch).await.map_err(|e| format!("a new session on branch {branch}: {}", e.kind))?;
+            Ok::<_, String>(Some((from, session.snapshot_id().clone())))
+        });
+        match moved {
+            Ok(Some((from, to))) => {
+                tracing::info!(branch = %branch, from = %from, to = %to, "following the branch: other writers committed");
+                self.note_others_changes(&from, &to);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+
     /// The snapshot `id` was made on.
     fn parent(&self, id: &SnapshotId) -> Option<SnapshotId> {
         self.runtime.block_on(async {
@@ -381,6 +419,7 @@ fn commit_message(keys: &BTreeSet<String>) -> String {
 
 impl Store for IcechunkStore {
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.follow_branch();
         let Some(len) = self.size(key)? else { return Ok(None) };
         if len > max {
             return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
@@ -393,11 +432,13 @@ impl Store for IcechunkStore {
     }
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
+        self.follow_branch();
         let version = lock(&self.versions).version(key);
         Ok(self.size(key)?.map(|len| Head { len, version }))
     }
 
     fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
+        self.follow_branch();
         let Some(len) = self.size(key)? else { return Ok(None) };
         let (start, end) = super::resolve_range(key, range, len)?;
         self.read(key, IcRange::Bounded(start..end))
@@ -471,6 +512,7 @@ impl Store for IcechunkStore {
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
+        self.follow_branch();
         let listed = self.runtime.block_on(async {
             let mut items = self.store.list_dir_items(&self.key(prefix)).await?;
             let mut out = Vec::new();

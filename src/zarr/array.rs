@@ -610,10 +610,11 @@ impl Array {
         let key = store::join(&self.path, self.meta.document_name());
         match self.store.head_current(&key)? {
             Some(now) if now.version == read_at => Ok(()),
-            _ => Err(Error::refused(
+            Some(_) => Err(Error::conflict(
                 &key,
                 "changed in the store by another writer since this mount read it; nothing of this array is stored over it",
             )),
+            None => Err(Error::refused(&key, "removed from the store since this mount read it; nothing of this array is stored")),
         }
     }
 
@@ -627,7 +628,7 @@ impl Array {
         if let (Some(read_at), Some(now)) = (*stored, &old)
             && now.version != read_at
         {
-            return Err(Error::refused(&key, "changed in the store by another writer since this mount read it; not overwritten"));
+            return Err(Error::conflict(&key, "changed in the store by another writer since this mount read it; not overwritten"));
         }
         let change = consolidated::Change::Set(self.meta.document_name(), &self.meta.document);
         let update = consolidated::Update::begin(self.store.as_ref(), &[(&self.path, self.meta.format, change)])?;

@@ -30,8 +30,18 @@ impl View for RawView {
         Ok(data)
     }
 
-    fn write(&self, cx: &Context, array: &Arc<OpenArray>, _staged: &Staged, offset: u64, data: &[u8], _append: bool) -> Result<()> {
+    fn write(&self, cx: &Context, array: &Arc<OpenArray>, _staged: &Staged, offset: u64, data: &[u8], append: bool) -> Result<()> {
         tracing::trace!(offset, len = data.len(), "write data");
+        // O_APPEND: the kernel appends at the size it holds, which rows another mount stored
+        // since may have passed. The bytes go at the end, as a local file's appends do, not
+        // over those rows; the kernel's pages and size are dropped.
+        let end = array.array().meta.byte_len();
+        let offset = if append && offset < end {
+            cx.invalidate_data(array);
+            end
+        } else {
+            offset
+        };
         write::write(array, &cx.cache, &cx.pool, offset, data)?;
         cx.after_write(array)
     }

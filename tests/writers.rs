@@ -1,0 +1,215 @@
+//! Several daemons on one store, each its own mount (as on separate hosts): writers on shared
+//! edge chunks, appends and prepends from two mounts at once, and a reader mount. Every byte a
+//! writer was told was stored (`fsync`/`close` returned 0) must be in the final store, read
+//! through a fresh mount; every loser must have been told. Runs on the local directory, and on
+//! a bucket under `scripts/with-store` (S3, Azurite). Each test prints the bytes lost (0).
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::Mount;
+use serde_json::json;
+
+fn backend() -> &'static str {
+    if common::backend::is_s3() { "bucket" } else { "local" }
+}
+
+fn store_with(name: &str, doc: serde_json::Value) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.zarr");
+    std::fs::create_dir_all(store.join(name)).unwrap();
+    std::fs::write(store.join("zarr.json"), br#"{"zarr_format":3,"node_type":"group"}"#).unwrap();
+    std::fs::write(store.join(name).join("zarr.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    (dir, store)
+}
+
+fn zstd() -> serde_json::Value {
+    json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}])
+}
+
+/// Bytes of `got` that differ from `want`, counting a length difference too.
+fn lost(got: &[u8], want: &[u8]) -> usize {
+    got.iter().zip(want).filter(|(a, b)| a != b).count() + got.len().abs_diff(want.len())
+}
+
+/// What a fresh mount of `store` reads of `path`.
+fn stored(store: &Path, path: &str) -> Vec<u8> {
+    let m = Mount::new(store, &[]);
+    std::fs::read(m.path(path)).unwrap()
+}
+
+/// Retry `f` until it succeeds (another mount won: it reads the new state and tries again),
+/// for at most 60 s; the errors met are counted.
+fn until_stored(what: &str, mut f: impl FnMut() -> std::io::Result<()>) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut told = 0;
+    loop {
+        match f() {
+            Ok(()) => return told,
+            Err(e) => {
+                assert!(matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EIO)), "{what}: {e}");
+                told += 1;
+                assert!(Instant::now() < deadline, "{what}: still refused after 60 s ({told} tries): {e}");
+                std::thread::sleep(Duration::from_millis(20 + (told as u64 % 7) * 15));
+            }
+        }
+    }
+}
+
+#[test]
+fn writers_on_shared_edge_chunks_lose_no_acknowledged_byte() {
+    // 4096 bytes in chunks of 100: each writer's 1024-byte span shares its edge chunks with
+    // its neighbours', which each read, change and store.
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [4096], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [100]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
+    let (_dir, store) = store_with("a", doc);
+    let (writers, rounds) = (4usize, 20u8);
+    let mounts: Vec<Mount> = (0..writers).map(|_| Mount::new(&store, &["-o", "metadata_ttl=1"])).collect();
+    std::thread::scope(|s| {
+        for (w, m) in mounts.iter().enumerate() {
+            let data = m.path("a/data");
+            s.spawn(move || {
+                let f = OpenOptions::new().write(true).open(&data).unwrap();
+                for round in 1..=rounds {
+                    let span: Vec<u8> = (0..1024).map(|i| (w as u8 * 64) ^ round ^ (i as u8 % 251)).collect();
+                    f.write_all_at(&span, w as u64 * 1024).unwrap();
+                    f.sync_all().unwrap_or_else(|e| panic!("writer {w}, round {round}: fsync: {e}"));
+                }
+            });
+        }
+    });
+    drop(mounts);
+    let want: Vec<u8> = (0..writers).flat_map(|w| (0..1024).map(move |i| (w as u8 * 64) ^ rounds ^ (i as u8 % 251))).collect();
+    let n = lost(&stored(&store, "a/data"), &want);
+    println!("many writers ({}), shared edge chunks: {n} bytes lost", backend());
+    assert_eq!(n, 0, "acknowledged bytes lost");
+}
+
+#[test]
+fn appends_from_two_mounts_keep_every_acknowledged_row() {
+    // Rows of 16 bytes, chunks of 4 rows: appends of 3 rows end inside chunks.
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [0, 16], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 16]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
+    let (_dir, store) = store_with("a", doc);
+    let mounts: Vec<Mount> = (0..2).map(|_| Mount::new(&store, &["-o", "metadata_ttl=0"])).collect();
+    let appends = 6u8;
+    let told: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = mounts
+            .iter()
+            .enumerate()
+            .map(|(w, m)| {
+                let data = m.path("a/data");
+                s.spawn(move || {
+                    let mut told = 0;
+                    for i in 0..appends {
+                        let block = vec![1 + w as u8 * 16 + i; 48];
+                        told += until_stored(&format!("writer {w}, append {i}"), || {
+                            let mut f = OpenOptions::new().append(true).open(&data)?;
+                            f.write_all(&block)?;
+                            f.sync_all()
+                        });
+                    }
+                    told
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    drop(mounts);
+    let got = stored(&store, "a/data");
+    // Every acknowledged append once, whole, in some order; nothing else.
+    let mut blocks: Vec<u8> = got.chunks(48).map(|b| if b.iter().all(|&x| x == b[0]) && b.len() == 48 { b[0] } else { 0 }).collect();
+    blocks.sort();
+    let mut want: Vec<u8> = (0..2u8).flat_map(|w| (0..appends).map(move |i| 1 + w * 16 + i)).collect();
+    want.sort();
+    let n = if blocks == want { 0 } else { lost(&blocks, &want) * 48 };
+    println!("many writers ({}), two mounts appending: {n} bytes lost, losers told {told} times", backend());
+    assert_eq!(
+        blocks,
+        want,
+        "each acknowledged append once, whole ({} bytes stored: {:?})",
+        got.len(),
+        got.chunks(16).map(|r| r[0]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn prepends_from_two_mounts_keep_every_acknowledged_row() {
+    // int16 rows of 3, chunks of 2 rows: a prepend of 2 rows is one new chunk key.
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [2, 3], "data_type": "int16",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+        "chunk_key_encoding": {"name": "offset", "configuration": {"offset": [0, 0]}}, "fill_value": -1, "codecs": zstd()});
+    let (_dir, store) = store_with("a", doc);
+    {
+        let m = Mount::new(&store, &[]);
+        common::write_and_close(&m.path("a/data"), OpenOptions::new().write(true), &[7u8; 12]).unwrap();
+    }
+    let mounts: Vec<Mount> = (0..2).map(|_| Mount::new(&store, &["-o", "metadata_ttl=0"])).collect();
+    let prepends = 5u8;
+    let told: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = mounts
+            .iter()
+            .enumerate()
+            .map(|(w, m)| {
+                let prepend = m.path("a/prepend");
+                s.spawn(move || {
+                    (0..prepends)
+                        .map(|i| {
+                            let rows = vec![1 + w as u8 * 16 + i; 12];
+                            until_stored(&format!("writer {w}, prepend {i}"), || {
+                                common::write_and_close(&prepend, OpenOptions::new().write(true), &rows)
+                            })
+                        })
+                        .sum::<usize>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    drop(mounts);
+    let got = stored(&store, "a/data");
+    assert_eq!(&got[got.len().saturating_sub(12)..], &[7u8; 12], "the rows that were there stay last");
+    let mut blocks: Vec<u8> = got[..got.len() - 12].chunks(12).map(|b| if b.iter().all(|&x| x == b[0]) { b[0] } else { 0 }).collect();
+    blocks.sort();
+    let mut want: Vec<u8> = (0..2u8).flat_map(|w| (0..prepends).map(move |i| 1 + w * 16 + i)).collect();
+    want.sort();
+    let n = if blocks == want { 0 } else { lost(&blocks, &want) * 12 };
+    println!("many writers ({}), two mounts prepending: {n} bytes lost, losers told {told} times", backend());
+    assert_eq!(blocks, want, "each acknowledged prepend once, whole ({} bytes stored)", got.len());
+}
+
+#[test]
+fn a_reader_mount_sees_what_writers_stored_at_its_next_open() {
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [4096], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
+    let (_dir, store) = store_with("a", doc);
+    let writer = Mount::new(&store, &[]);
+    let reader = Mount::new(&store, &["-o", "metadata_ttl=1"]);
+    common::write_and_close(&writer.path("a/data"), OpenOptions::new().write(true), &[1u8; 4096]).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    // The reader reads it all: its pages and chunks are cached.
+    let kept = OpenOptions::new().read(true).open(reader.path("a/data")).unwrap();
+    assert_eq!(std::fs::read(reader.path("a/data")).unwrap(), vec![1u8; 4096]);
+    let new: Vec<u8> = (0..4096).map(|i| (i % 253) as u8).collect();
+    let f = OpenOptions::new().write(true).open(writer.path("a/data")).unwrap();
+    f.write_all_at(&new, 0).unwrap();
+    f.sync_all().unwrap();
+    // After the TTL, the next open reads what was stored.
+    std::thread::sleep(Duration::from_millis(1100));
+    let got = std::fs::read(reader.path("a/data")).unwrap();
+    let n = lost(&got, &new);
+    println!("many writers ({}), a reader's next open: {n} stale bytes", backend());
+    assert_eq!(n, 0, "stale bytes after another mount's fsync and the TTL");
+    drop(kept);
+    // An exclusive mount keeps what it read, as it is told to.
+    let exclusive = Mount::new(&store, &["-o", "metadata_ttl=1", "--exclusive"]);
+    assert_eq!(std::fs::read(exclusive.path("a/data")).unwrap(), new);
+}
