@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 import icechunk
@@ -138,16 +139,27 @@ def two_writers(check, binary, work, where):
         root.create_array(name, shape=(8, 8), chunks=(4, 4), dtype="u1", fill_value=0)[...] = 1
     session.commit("two arrays")
     m1, m2 = os.path.join(work, f"mnt-one-{where[0]}"), os.path.join(work, f"mnt-two-{where[0]}")
-    mount(binary, source, m1)
-    mount(binary, source, m2)
+    mount(binary, source, m1, "-o", "metadata_ttl=1")
+    mount(binary, source, m2, "-o", "metadata_ttl=1")
     try:
         # Both open before either commits: each session starts at the same snapshot.
         f1 = os.open(os.path.join(m1, "a", "data"), os.O_WRONLY)
         f2 = os.open(os.path.join(m2, "b", "data"), os.O_WRONLY)
+        with open(os.path.join(m1, "b", "data"), "rb") as f:  # cached: the first mount's pages
+            check(f.read(8) == b"\x01" * 8, f"{where[0]}: b as Python wrote it")
         os.pwrite(f1, b"\x0a" * 8, 0)
         os.pwrite(f2, b"\x0b" * 8, 0)
         os.fsync(f1)
         os.fsync(f2)  # rebased over the first: disjoint
+        # Each follows the branch: after the TTL, an open reads what the other committed (the
+        # first moved to the tip; the second's commit was rebased onto the first's).
+        time.sleep(1.5)
+        with open(os.path.join(m1, "b", "data"), "rb") as f:
+            got = f.read(8)
+            check(got == b"\x0b" * 8, f"{where[0]}: the first mount follows the branch to the second's commit: {got!r}")
+        with open(os.path.join(m2, "a", "data"), "rb") as f:
+            got = f.read(8)
+            check(got == b"\x0a" * 8, f"{where[0]}: the second mount reads the first's commit under its rebased one: {got!r}")
         # The same chunk of a, which neither had written: the second fsync fails and names
         # the conflict.
         g2 = os.open(os.path.join(m2, "a", "data"), os.O_WRONLY)

@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 use common::Mount;
 use serde_json::json;
 
-fn backend() -> &'static str {
-    if common::backend::is_s3() { "bucket" } else { "local" }
+/// The store kind the tests run on: `local`, or the bucket's scheme (`s3`, `az`, `gs`).
+fn backend() -> String {
+    match std::env::var("ZARRFS_TEST_BUCKET_URL") {
+        Ok(url) if common::backend::is_s3() => url.split("://").next().unwrap_or("bucket").to_string(),
+        _ => "local".into(),
+    }
 }
 
 fn store_with(name: &str, doc: serde_json::Value) -> (tempfile::TempDir, PathBuf) {

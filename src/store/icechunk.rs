@@ -218,6 +218,13 @@ impl IcechunkStore {
             return Ok(Some(held.len() as u64));
         }
         match self.runtime.block_on(self.store.getsize(&self.key(key))) {
+            // Icechunk gives a chunk never written a size of 0: whether it is there is asked.
+            Ok(0) => match self.runtime.block_on(self.store.exists(&self.key(key))) {
+                Ok(true) => Ok(Some(0)),
+                Ok(false) => Ok(None),
+                Err(e) if is_absent(&e) => Ok(None),
+                Err(e) => Err(failed(key, e)),
+            },
             Ok(n) => Ok(Some(n)),
             Err(e) if is_absent(&e) => Ok(None),
             Err(e) => Err(failed(key, e)),
