@@ -199,9 +199,13 @@ def requests_counted(proxy):
         puts = [e[1] for e in proxy.entries() if e[0] == "PUT"]
         chunk_puts = [p for p in puts if "/c/" in p]
         meta_puts = [p for p in puts if p.endswith("zarr.json")]
-        copies = [e for e in proxy.entries() if e[0] in ("POST", "DELETE") or (e[0] == "PUT" and e[2])]
-        check(len(chunk_puts) == 2 and len(meta_puts) == 1 and len(puts) == 3 and not copies,
-              f"a prepend is its new chunk PUTs and one metadata PUT ({puts})")
+        # The array's shape lock: a lease PUT beside the document, deleted when done (one
+        # DELETE, or object_store's bulk delete, a POST): no other copy or delete.
+        lease_puts = [p for p in puts if p.endswith("/.zarr.json.zarrfs-lock.tmp")]
+        deletes = [e for e in proxy.entries() if e[0] in ("POST", "DELETE")]
+        copies = [e for e in proxy.entries() if e[0] == "PUT" and e[2]]
+        check(len(chunk_puts) == 2 and len(meta_puts) == 1 and len(lease_puts) == 1 and len(puts) == 4 and len(deletes) == 1
+              and not copies, f"a prepend is its new chunk PUTs, one metadata PUT and its lease's PUT and delete ({puts}; {deletes})")
         print(f"requests: sharded point read 2 ranged GETs; cached re-read 0; sparse scan {sum(asked.values())} for 16 chunks; prepend of 2 chunks {len(puts)} PUTs", flush=True)
 
 

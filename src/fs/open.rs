@@ -36,11 +36,12 @@ impl ChunkEdit {
     }
 }
 
-/// What a changed chunk counts against the dirty limit: its bytes and the entry that holds it,
-/// which is most of it for tiny chunks (a limit in chunk bytes alone would let a write of a few
-/// MiB in two-byte chunks hold gigabytes).
+/// What a changed chunk counts against the dirty limit: its bytes, the mask of the elements
+/// written into it (at most a bit a byte: `merge::ElementMask`), and the entry that holds it,
+/// which is most of it for tiny chunks (a limit in chunk bytes alone would let a write of a
+/// few MiB in two-byte chunks hold gigabytes).
 pub(crate) fn dirty_cost(chunk: &[u8]) -> usize {
-    chunk.len() + 256
+    chunk.len() + chunk.len() / 8 + 256
 }
 
 /// Bytes of changed chunks held in memory by the whole mount, which the dirty limit bounds. It

@@ -39,7 +39,9 @@ impl Claim {
     /// Whether its holder is gone: its lease ran out, or it is a process of this machine (and
     /// PID namespace) that no longer runs.
     fn is_gone(&self, me: &str) -> bool {
-        if self.until < now() {
+        // Ran out, or claims longer than any holder takes (a clock a minute off allowed): a
+        // lease written to hold for ever is no holder's.
+        if self.until < now() || self.until > now() + LEASE.as_secs() + 60 {
             return true;
         }
         let (theirs, mine) = (self.holder.rsplit_once(' '), me.rsplit_once(' '));
@@ -63,27 +65,43 @@ pub(super) fn take(store: Arc<dyn Store>, key: &str, wait: Duration) -> Result<H
     let me = this_process();
     let deadline = Instant::now() + wait;
     let mut pause = Duration::from_millis(5);
+    // A create first: the lease is most often free, and then that is the one request.
+    let mut expect = Some(Expect::Absent);
+    let mut at_once = 0;
     loop {
         let claim = serde_json::json!({"holder": me, "until": now() + LEASE.as_secs()}).to_string();
-        let mut expect = Expect::Absent;
-        let seen = store.get_value(&name, 4096)?;
-        let mut holder = None;
-        if let Some(seen) = &seen {
-            match Claim::parse(&seen.bytes) {
-                Some(c) if !c.is_gone(&me) => holder = Some(c),
-                gone => {
-                    tracing::warn!(key = %name, holder = gone.map(|c| c.holder).unwrap_or_default(), "taking over the lock of a holder that is gone");
-                    expect = Expect::At(seen.version);
-                }
-            }
-        }
-        if holder.is_none() {
+        if let Some(expect) = expect {
             match store.set_if(&name, claim.as_bytes(), expect) {
                 Ok(version) => return Ok(Held::new(Lease { store, name, version })),
                 Err(Error::Conflict { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
+        // Held: by a holder that is still there, or taken over.
+        let seen = store.get_value(&name, 4096)?;
+        let holder = match &seen {
+            None => {
+                expect = Some(Expect::Absent);
+                None
+            }
+            Some(seen) => match Claim::parse(&seen.bytes) {
+                Some(c) if !c.is_gone(&me) => {
+                    expect = None;
+                    Some(c)
+                }
+                gone => {
+                    tracing::warn!(key = %name, holder = gone.map(|c| c.holder).unwrap_or_default(), "taking over the lock of a holder that is gone");
+                    expect = Some(Expect::At(seen.version));
+                    None
+                }
+            },
+        };
+        // Free or taken over: tried again at once (a few times running; then as a wait).
+        if expect.is_some() && at_once < 8 {
+            at_once += 1;
+            continue;
+        }
+        at_once = 0;
         if Instant::now() >= deadline {
             let who = holder.map_or_else(
                 || "another mount".to_string(),
@@ -139,6 +157,8 @@ mod tests {
         for claim in [
             serde_json::json!({"holder": format!("{machine} {}", i32::MAX), "until": now() + 600}),
             serde_json::json!({"holder": "elsewhere 1", "until": now() - 1}),
+            serde_json::json!({"holder": "elsewhere 1", "until": u64::MAX}),
+            serde_json::json!({"not": "a lease"}),
         ] {
             store.set("a/.zarr.json.zarrfs-lock.tmp", claim.to_string().as_bytes()).unwrap();
             drop(take(store.clone(), "a/zarr.json", Duration::ZERO).unwrap());

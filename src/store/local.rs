@@ -369,8 +369,8 @@ impl Store for LocalStore {
             }
             Err(e) => return Err(Error::Io(io(e))),
         };
-        // Nothing there: nothing to lock (a truncate's chunks, mostly).
-        if self.head(key)?.is_none() {
+        // Nothing there: nothing to lock (a truncate's chunks, zeros written over absent ones).
+        if matches!(rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW), Err(e) if is_absent(e)) {
             return match expect {
                 Expect::At(_) => Err(Error::conflict(key, "removed by another writer since this mount read it")),
                 _ => Ok(()),
