@@ -63,6 +63,9 @@ pub fn prepend(store: &OpenedStore, array: &str, file: &Path, axis: usize) -> Ex
         }
         let f = std::fs::File::open(file).map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
         let len = f.metadata()?.len();
+        // As a mount's prepend: one at a time with mounts of the store, over the metadata read.
+        let _shape = a.hold_shape_lock()?;
+        a.check_metadata_current()?;
         let source = Arc::new(CountingSource { file: f, read: AtomicU64::new(0) });
         let prepended = while_counting("prepending", None, len, &source.read, || {
             a.prepend(axis, len, source.clone(), &crate::pool::WorkerPool::per_core())

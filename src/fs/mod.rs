@@ -456,6 +456,7 @@ impl ZarrFs {
             }
             (NodeKind::GroupView(view), false) => {
                 let group = self.group_file(&node.path, view)?;
+                group.arrays().iter().for_each(|file| self.refresh(&file.array));
                 Opened::GroupView { reads: group.arrays().iter().map(|_| view::ReadPattern::default()).collect() }
             }
             (NodeKind::MetaFile, false) => {
@@ -716,7 +717,8 @@ impl ZarrFs {
     }
 
     /// Close-to-open, as NFS: unless the mount is the store's only writer, an open of an array's
-    /// file after the metadata TTL since its last refresh reads what other mounts stored since
+    /// file (or of a group's view made from it) after the metadata TTL since its last refresh
+    /// reads what other mounts stored since
     /// — the decoded chunks are read again (a new cache id; the metadata was checked by the
     /// lookup) and the kernel's pages of the array's files are dropped. Cost: the chunks read
     /// after it, once a TTL; nothing is listed.
