@@ -95,6 +95,34 @@ fn writers_on_shared_edge_chunks_lose_no_acknowledged_byte() {
     assert_eq!(n, 0, "acknowledged bytes lost");
 }
 
+/// Two mounts of `store` (metadata TTL 0) doing `each` operations apiece at once, `op(mount,
+/// tag)` with a tag of its own for each (1 + writer × 16 + i), every one retried until stored;
+/// how many times a loser was told.
+fn two_mounts_at_once(store: &Path, each: u8, op: impl Fn(&Mount, u8) -> std::io::Result<()> + Sync) -> usize {
+    let mounts: Vec<Mount> = (0..2).map(|_| Mount::new(store, &["-o", "metadata_ttl=0"])).collect();
+    std::thread::scope(|s| {
+        let op = &op;
+        let handles: Vec<_> = (0..2u8)
+            .zip(&mounts)
+            .map(|(w, m)| {
+                s.spawn(move || (0..each).map(|i| until_stored(&format!("writer {w}, op {i}"), || op(m, 1 + w * 16 + i))).sum::<usize>())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+/// `got` as blocks of `size` bytes each filled with one tag: every tag of `two_mounts_at_once`
+/// once, whole, in some order, and nothing else; the bytes lost printed.
+fn check_blocks(got: &[u8], size: usize, each: u8, what: &str, told: usize) {
+    let mut blocks: Vec<u8> = got.chunks(size).map(|b| if b.len() == size && b.iter().all(|&x| x == b[0]) { b[0] } else { 0 }).collect();
+    blocks.sort();
+    let want: Vec<u8> = (0..2u8).flat_map(|w| (0..each).map(move |i| 1 + w * 16 + i)).collect();
+    let n = if blocks == want { 0 } else { lost(&blocks, &want) * size };
+    println!("many writers ({}), two mounts {what}: {n} bytes lost, losers told {told} times", backend());
+    assert_eq!(blocks, want, "each acknowledged block once, whole ({} bytes stored)", got.len());
+}
+
 #[test]
 fn appends_from_two_mounts_keep_every_acknowledged_row() {
     // Rows of 16 bytes, chunks of 4 rows: appends of 3 rows end inside chunks.
@@ -102,46 +130,12 @@ fn appends_from_two_mounts_keep_every_acknowledged_row() {
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 16]}},
         "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
     let (_dir, store) = store_with("a", doc);
-    let mounts: Vec<Mount> = (0..2).map(|_| Mount::new(&store, &["-o", "metadata_ttl=0"])).collect();
-    let appends = 6u8;
-    let told: usize = std::thread::scope(|s| {
-        let handles: Vec<_> = mounts
-            .iter()
-            .enumerate()
-            .map(|(w, m)| {
-                let data = m.path("a/data");
-                s.spawn(move || {
-                    let mut told = 0;
-                    for i in 0..appends {
-                        let block = vec![1 + w as u8 * 16 + i; 48];
-                        told += until_stored(&format!("writer {w}, append {i}"), || {
-                            let mut f = OpenOptions::new().append(true).open(&data)?;
-                            f.write_all(&block)?;
-                            f.sync_all()
-                        });
-                    }
-                    told
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    let told = two_mounts_at_once(&store, 6, |m, tag| {
+        let mut f = OpenOptions::new().append(true).open(m.path("a/data"))?;
+        f.write_all(&[tag; 48])?;
+        f.sync_all()
     });
-    drop(mounts);
-    let got = stored(&store, "a/data");
-    // Every acknowledged append once, whole, in some order; nothing else.
-    let mut blocks: Vec<u8> = got.chunks(48).map(|b| if b.iter().all(|&x| x == b[0]) && b.len() == 48 { b[0] } else { 0 }).collect();
-    blocks.sort();
-    let mut want: Vec<u8> = (0..2u8).flat_map(|w| (0..appends).map(move |i| 1 + w * 16 + i)).collect();
-    want.sort();
-    let n = if blocks == want { 0 } else { lost(&blocks, &want) * 48 };
-    println!("many writers ({}), two mounts appending: {n} bytes lost, losers told {told} times", backend());
-    assert_eq!(
-        blocks,
-        want,
-        "each acknowledged append once, whole ({} bytes stored: {:?})",
-        got.len(),
-        got.chunks(16).map(|r| r[0]).collect::<Vec<_>>()
-    );
+    check_blocks(&stored(&store, "a/data"), 48, 6, "appending", told);
 }
 
 #[test]
@@ -155,38 +149,11 @@ fn prepends_from_two_mounts_keep_every_acknowledged_row() {
         let m = Mount::new(&store, &[]);
         common::write_and_close(&m.path("a/data"), OpenOptions::new().write(true), &[7u8; 12]).unwrap();
     }
-    let mounts: Vec<Mount> = (0..2).map(|_| Mount::new(&store, &["-o", "metadata_ttl=0"])).collect();
-    let prepends = 5u8;
-    let told: usize = std::thread::scope(|s| {
-        let handles: Vec<_> = mounts
-            .iter()
-            .enumerate()
-            .map(|(w, m)| {
-                let prepend = m.path("a/prepend");
-                s.spawn(move || {
-                    (0..prepends)
-                        .map(|i| {
-                            let rows = vec![1 + w as u8 * 16 + i; 12];
-                            until_stored(&format!("writer {w}, prepend {i}"), || {
-                                common::write_and_close(&prepend, OpenOptions::new().write(true), &rows)
-                            })
-                        })
-                        .sum::<usize>()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
-    });
-    drop(mounts);
+    let told =
+        two_mounts_at_once(&store, 5, |m, tag| common::write_and_close(&m.path("a/prepend"), OpenOptions::new().write(true), &[tag; 12]));
     let got = stored(&store, "a/data");
     assert_eq!(&got[got.len().saturating_sub(12)..], &[7u8; 12], "the rows that were there stay last");
-    let mut blocks: Vec<u8> = got[..got.len() - 12].chunks(12).map(|b| if b.iter().all(|&x| x == b[0]) { b[0] } else { 0 }).collect();
-    blocks.sort();
-    let mut want: Vec<u8> = (0..2u8).flat_map(|w| (0..prepends).map(move |i| 1 + w * 16 + i)).collect();
-    want.sort();
-    let n = if blocks == want { 0 } else { lost(&blocks, &want) * 12 };
-    println!("many writers ({}), two mounts prepending: {n} bytes lost, losers told {told} times", backend());
-    assert_eq!(blocks, want, "each acknowledged prepend once, whole ({} bytes stored)", got.len());
+    check_blocks(&got[..got.len() - 12], 12, 5, "prepending", told);
 }
 
 #[test]

@@ -61,19 +61,6 @@ impl ElementMask {
         while i < total {
             let word = self.bits[i / 64];
             let set = word & (1 << (i % 64)) != 0;
-            // Whole words at once where they hold no edge of a run.
-            if i % 64 == 0 && ((set && word == u64::MAX) || (!set && word == 0)) {
-                match (set, run) {
-                    (true, None) => run = Some(i),
-                    (false, Some(s)) => {
-                        f(s, i - s);
-                        run = None;
-                    }
-                    _ => {}
-                }
-                i += 64;
-                continue;
-            }
             match (set, run) {
                 (true, None) => run = Some(i),
                 (false, Some(s)) => {
@@ -82,7 +69,9 @@ impl ElementMask {
                 }
                 _ => {}
             }
-            i += 1;
+            // A whole word at once where it holds no edge of a run.
+            let whole = i % 64 == 0 && word == if set { u64::MAX } else { 0 };
+            i += if whole { 64 } else { 1 };
         }
         if let Some(s) = run {
             f(s, total - s);
