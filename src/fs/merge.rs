@@ -195,14 +195,23 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
 /// Store the change of the chunk at `coords`: `decoded` (`None`: to be deleted, all fill) as
 /// `base` allows (`store_chunk`).
 pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
+    // Fill written into another writer's version of the chunk.
+    let into_theirs = |written: &ElementMask| {
+        let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
+        store_chunk(array, coords, &fill, &Base::Reread { written: written.clone() })
+    };
     match (decoded, base) {
         (Some(decoded), base) => store_chunk(array, coords, decoded, base),
-        (None, Base::Whole) => Ok((array.delete_chunk(coords)?, false)),
-        // Fill written into a chunk found absent: fill it is, unless another writer made it.
-        (None, base) => {
-            let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
-            store_chunk(array, coords, &fill, base)
+        (None, Base::Whole) => Ok((array.delete_chunk_if(coords, Expect::Any)?, false)),
+        // Fill written into a chunk read at `version`: deleted if it is still that version, no
+        // buffer of fill made for it.
+        (None, Base::Read { version, written }) if version.is_none() || array.store.deletes_conditionally() => {
+            match array.delete_chunk_if(coords, Expect::seen(*version)) {
+                Err(Error::Conflict { .. }) => into_theirs(written),
+                other => other.map(|stored| (stored, false)),
+            }
         }
+        (None, Base::Read { written, .. } | Base::Reread { written }) => into_theirs(written),
     }
 }
 

@@ -371,8 +371,14 @@ impl Array {
     }
 
     pub fn delete_chunk(&self, coords: &[u64]) -> Result<StoredChunk> {
+        self.delete_chunk_if(coords, store::Expect::Any)
+    }
+
+    /// Delete the chunk at `coords` only if it is still what `expect` says (`Error::Conflict`
+    /// else; `Error::Unsupported` where the store cannot delete conditionally).
+    pub fn delete_chunk_if(&self, coords: &[u64], expect: store::Expect) -> Result<StoredChunk> {
         let key = self.chunk_key(coords);
-        self.store.delete_if(&key, store::Expect::Any)?;
+        self.store.delete_if(&key, expect)?;
         Ok(StoredChunk { key, version: None })
     }
 
