@@ -226,6 +226,34 @@ fn a_growth_behind_another_that_is_storing_waits_and_then_stores_nothing() {
     }
 }
 
+#[test]
+fn every_writer_of_a_mount_that_lost_the_race_is_told_once_and_a_retry_succeeds() {
+    for (name, store, _dir) in stores() {
+        let (a, b) = (Writer::open(&store), Writer::open(&store));
+        // A second writer of B's mount, with changes of its own in the same array.
+        let other = b.fs.open(b.ino, true, false, 0).unwrap();
+        a.write(64, &[1; 16]);
+        b.write(64, &[2; 16]);
+        b.fs.write(b.ino, other, 0, &[9; 4], false).unwrap();
+        a.fs.fsync(a.fh).unwrap();
+        assert!(matches!(b.fs.fsync(b.fh), Err(zarrfs::Error::Conflict { .. })), "{name}: the loser is told");
+        // The other writer's changes went with the race: its close says so, once.
+        assert!(matches!(b.fs.flush(other, 0), Err(zarrfs::Error::Conflict { .. })), "{name}: every writer is told");
+        b.fs.flush(other, 0).unwrap_or_else(|e| panic!("{name}: told twice: {e}"));
+        b.fs.release(other);
+        // B serves the array as stored, and a retry from the new size lands after A's rows.
+        assert_eq!(b.fs.getattr(b.ino).unwrap().size, 80, "{name}: the winner's size");
+        b.write(80, &[2; 16]);
+        b.fs.fsync(b.fh).unwrap_or_else(|e| panic!("{name}: the retry: {e}"));
+        let mut want = vec![0u8; 64];
+        want.extend([1; 16]);
+        want.extend([2; 16]);
+        assert_eq!(stored(&store), want, "{name}");
+        a.close().unwrap();
+        b.close().unwrap();
+    }
+}
+
 /// The files beneath `dir`, relative.
 fn walk(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -180,7 +180,13 @@ fn a_reader_mount_sees_what_writers_stored_at_its_next_open() {
     println!("many writers ({}), a reader's next open: {n} stale bytes", backend());
     assert_eq!(n, 0, "stale bytes after another mount's fsync and the TTL");
     drop(kept);
-    // An exclusive mount keeps what it read, as it is told to.
+    // An exclusive mount keeps what it read however long ago, as it is told to: it is the
+    // store's only writer.
     let exclusive = Mount::new(&store, &["-o", "metadata_ttl=1", "--exclusive"]);
     assert_eq!(std::fs::read(exclusive.path("a/data")).unwrap(), new);
+    f.write_all_at(&[3u8; 4096], 0).unwrap();
+    f.sync_all().unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(std::fs::read(exclusive.path("a/data")).unwrap(), new, "--exclusive keeps what it read");
+    assert_eq!(std::fs::read(reader.path("a/data")).unwrap(), vec![3u8; 4096], "a shared mount does not");
 }
