@@ -369,7 +369,28 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
     if plan.allow_other && plan.allow_root {
         return Err("allow_other and allow_root cannot be combined".into());
     }
+    check_ranges(&plan)?;
     Ok(plan)
+}
+
+/// The longest wait a shutdown may spend storing, and the longest metadata trust: a day each.
+/// Past that a value is a mistake, and near u64::MAX it would overflow the clock.
+const MAX_SECONDS: u64 = 24 * 3600;
+
+/// Every value of the plan within what the daemon can honour, checked before anything mounts.
+fn check_ranges(plan: &MountPlan) -> Result<(), String> {
+    let seconds = |name: &str, d: Duration, least: u64| {
+        if d.as_secs() < least || d.as_secs() > MAX_SECONDS {
+            return Err(format!("{name} {}: expected {least} to {MAX_SECONDS} seconds", d.as_secs()));
+        }
+        Ok(())
+    };
+    // A shutdown with no time to store would always report changes lost.
+    seconds("flush_timeout", plan.flush_timeout, 1)?;
+    if let Some(ttl) = plan.metadata_ttl {
+        seconds("metadata_ttl", ttl, 0)?;
+    }
+    Ok(())
 }
 
 /// One `-o` option, applied to the plan.
@@ -663,6 +684,12 @@ mod tests {
         assert!(plan(args(&["-o", "virtual_chunks=1"])).is_err());
         assert!(plan(args(&["-o", "bogus"])).unwrap_err().contains("bogus"));
         assert!(plan(args(&["-o", "cache_size=lots"])).is_err());
+        for bad in ["flush_timeout=18446744073709551615", "flush_timeout=0", "metadata_ttl=18446744073709551615", "metadata_ttl=86401"] {
+            let e = plan(args(&["-o", bad])).unwrap_err();
+            assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
+        }
+        assert!(plan(args(&["--flush-timeout", "0"])).is_err());
+        assert_eq!(plan(args(&["-o", "flush_timeout=86400,metadata_ttl=0"])).unwrap().flush_timeout, Duration::from_secs(86400));
         assert_eq!(split_options(r"a,b\,c,,d"), vec!["a", "b,c", "d"]);
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);

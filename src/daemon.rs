@@ -60,11 +60,30 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
         check_is_store(&plan.store, plan.store.open(&plan.remote)?.as_ref())?;
     }
     crate::store::check_dir("mount point", &plan.mountpoint)?;
+    if let Some(store) = plan.store.local_path() {
+        refuse_within("mount point", &plan.mountpoint, ("the store", &store), true)?;
+    }
+    if let Some(spool) = &plan.spool_dir {
+        // Spooled bytes would be written through the mount they are spooled for.
+        refuse_within("spool directory", spool, ("the mount point", &plan.mountpoint), false)?;
+    }
     if is_mount_point(&plan.mountpoint) {
         return Err(format!("mount point {} is busy: something is mounted there", plan.mountpoint.display()));
     }
     if !Path::new("/dev/fuse").exists() {
         return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());
+    }
+    Ok(())
+}
+
+/// Refuse `path` (`what`) inside `outer` (or at it, unless `at_ok`). A mount point inside its
+/// store would show the mount within itself, and every walk through it would ask the daemon
+/// for its own directory until all its threads wait on each other. Compared as canonical
+/// paths, so no link hides it.
+fn refuse_within(what: &str, path: &Path, (name, outer): (&str, &Path), at_ok: bool) -> Result<(), String> {
+    let (Ok(inner), Ok(canonical)) = (path.canonicalize(), outer.canonicalize()) else { return Ok(()) };
+    if inner.starts_with(&canonical) && !(at_ok && inner == canonical) {
+        return Err(format!("{what} {} is inside {name} {}: choose one outside it", path.display(), outer.display()));
     }
     Ok(())
 }
@@ -395,7 +414,8 @@ fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration, mut progress: impl FnMut(u6
     std::thread::spawn(move || {
         let _ = tx.send(fs2.flush_all());
     });
-    let deadline = std::time::Instant::now() + timeout;
+    // The plan bounds the timeout to a day; the clamp keeps any other caller from overflowing.
+    let deadline = std::time::Instant::now() + timeout.min(Duration::from_secs(7 * 24 * 3600));
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(left.min(Duration::from_secs(1))) {
@@ -403,11 +423,13 @@ fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration, mut progress: impl FnMut(u6
             Ok(report) => return Err(report.to_string()),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) if !left.is_zero() => progress(fs.dirty_bytes()),
             Err(_) => {
-                return Err(format!(
-                    "storing the changes took longer than {}s (--flush-timeout); {} bytes of them are lost",
-                    timeout.as_secs(),
-                    fs.dirty_bytes()
-                ));
+                let what = match fs.dirty_bytes() {
+                    // What is left is a document, a rename or the final sync: say so rather than
+                    // count 0 bytes as lost.
+                    0 => "the last of them (array documents or the final sync) may not be stored".to_string(),
+                    n => format!("{n} bytes of them are not stored"),
+                };
+                return Err(format!("storing the changes took longer than {}s (--flush-timeout); {what}", timeout.as_secs()));
             }
         }
     }
@@ -419,7 +441,7 @@ fn detach_stdio(log_file: Option<&Path>) {
     let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else {
         return;
     };
-    let log = log_file.and_then(|p| std::fs::OpenOptions::new().append(true).open(p).ok());
+    let log = log_file.and_then(|p| crate::logging::open_log_file(p).ok());
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 onto the standard descriptors.
     unsafe {

@@ -43,13 +43,7 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
     let fmt = tracing_subscriber::fmt::layer().with_target(false);
     let result = match target {
         LogTarget::File(p) => {
-            use std::os::unix::fs::OpenOptionsExt;
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(p)
-                .map_err(|e| format!("log file {}: {e}", p.display()))?;
+            let f = open_log_file(p)?;
             registry.with(fmt.with_ansi(false).with_writer(std::sync::Mutex::new(f))).try_init()
         }
         LogTarget::Syslog if let Some(syslog) = syslog => {
@@ -60,6 +54,43 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
         }
     };
     result.map_err(|e| e.to_string())
+}
+
+/// The log file, opened to append (made 0600 if new). Only a regular file: opening a FIFO would
+/// wait for a reader for ever, and a device is no log.
+pub fn open_log_file(p: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let refuse = |kind: std::fs::FileType| {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        Err(format!("log file {} is {what}, not a regular file", p.display()))
+    };
+    if let Ok(meta) = std::fs::metadata(p)
+        && !meta.is_file()
+    {
+        return refuse(meta.file_type());
+    }
+    // Opened without blocking all the same: a FIFO put there meanwhile fails (ENXIO) or is
+    // refused below.
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(p)
+        .map_err(|e| format!("log file {}: {e}", p.display()))?;
+    let kind = f.metadata().map_err(|e| format!("log file {}: {e}", p.display()))?.file_type();
+    if !kind.is_file() {
+        return refuse(kind);
+    }
+    // Writes to a regular file never block; the flag only kept the open from waiting.
+    rustix::fs::fcntl_setfl(&f, rustix::fs::OFlags::APPEND).map_err(|e| format!("log file {}: {e}", p.display()))?;
+    Ok(f)
 }
 
 /// Whether a syslog daemon listens on this machine.

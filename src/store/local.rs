@@ -2,7 +2,7 @@
 //!
 //! The store root is opened once and held for the store's lifetime; every path is resolved
 //! beneath that descriptor (`openat2` with `RESOLVE_BENEATH`), so a link that leads out of the
-//! store is refused rather than followed, and a store that is moved keeps being served where it
+//! store is refused rather than followed (and so is a mount point inside it), and a store that is moved keeps being served where it
 //! now is while one that is deleted fails its writes instead of being created again at the old
 //! path. Objects are opened without blocking (a FIFO cannot hang a request) and must be regular
 //! files no larger than the caller's bound.
@@ -24,6 +24,11 @@ pub struct LocalStore {
     dir: OwnedFd,
     temp_counter: AtomicU64,
 }
+
+/// Why a path that crosses out of the store's file system is refused. Links and mount points
+/// are not crossed: a mount inside the store may be this mount itself (or one reaching it),
+/// and serving it would recurse through the daemon until every request thread waits on itself.
+const LEADS_OUT: &str = "a link or a mount point that leads out of the store (not followed)";
 
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
@@ -50,7 +55,7 @@ impl LocalStore {
     /// leaves the store, through `..` or a link, is refused with a reason.
     fn resolve(&self, key: &str, flags: OFlags) -> Result<std::result::Result<OwnedFd, Errno>> {
         let path = if key.is_empty() { "." } else { key };
-        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
         // openat2 refuses O_PATH with any flag but O_DIRECTORY and O_CLOEXEC.
         let flags = if flags.contains(OFlags::PATH) { flags } else { flags | OFlags::NOCTTY };
         // EAGAIN: a rename raced with the resolution of `..`; the kernel asks for a retry.
@@ -58,7 +63,7 @@ impl LocalStore {
         loop {
             match rustix::fs::openat2(&self.dir, path, flags | OFlags::CLOEXEC, Mode::empty(), how) {
                 Err(Errno::AGAIN) if tries < 8 => tries += 1,
-                Err(Errno::XDEV) => return Err(Error::refused(key, "a link that leads out of the store (not followed)")),
+                Err(Errno::XDEV) => return Err(Error::refused(key, LEADS_OUT)),
                 Err(Errno::LOOP) => return Err(Error::refused(key, "too many levels of links")),
                 other => return Ok(other),
             }
@@ -90,9 +95,10 @@ impl LocalStore {
                 Ok(()) | Err(Errno::EXIST) => {}
                 Err(e) => return Err(Error::Io(io(e))),
             }
-            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
             fd = rustix::fs::openat2(&fd, part, flags | OFlags::CLOEXEC, Mode::empty(), how).map_err(|e| match e {
-                Errno::XDEV | Errno::LOOP => Error::refused(dir, "a link where a directory of the store was expected"),
+                Errno::XDEV => Error::refused(dir, LEADS_OUT),
+                Errno::LOOP => Error::refused(dir, "a link where a directory of the store was expected"),
                 Errno::NOTDIR => Error::refused(dir, "a file stands where a directory of the store was expected"),
                 e => Error::Io(io(e)),
             })?;
@@ -665,11 +671,12 @@ impl LocalStore {
     /// The directory at `dir` beneath the root, with no link on the way; `None` when absent.
     fn open_beneath(&self, dir: &str) -> Result<Option<OwnedFd>> {
         let path = if dir.is_empty() { "." } else { dir };
-        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
         match rustix::fs::openat2(&self.dir, path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), how) {
             Ok(fd) => Ok(Some(fd)),
             Err(e) if is_absent(e) => Ok(None),
-            Err(Errno::XDEV | Errno::LOOP) => Err(Error::refused(dir, "a link where a directory of the store was expected")),
+            Err(Errno::XDEV) => Err(Error::refused(dir, LEADS_OUT)),
+            Err(Errno::LOOP) => Err(Error::refused(dir, "a link where a directory of the store was expected")),
             Err(e) => Err(Error::Io(io(e))),
         }
     }

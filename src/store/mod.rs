@@ -464,6 +464,16 @@ impl Location {
         }
     }
 
+    /// The local directory or archive file the store lives in, if it is on this machine.
+    pub fn local_path(&self) -> Option<PathBuf> {
+        match self {
+            Location::Local(path) => Some(path.clone()),
+            Location::Remote(_) => None,
+            Location::Zip { container, archive, .. } => Some(container.local_path()?.join(archive)),
+            Location::Icechunk { repo, .. } => repo.local_path(),
+        }
+    }
+
     /// Object stores over plain HTTP, archives, and Icechunk tags and snapshots cannot be
     /// written.
     pub fn read_only(&self) -> bool {

@@ -3,6 +3,7 @@
 use base64::Engine;
 use serde_json::Value;
 
+use super::limits;
 use crate::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +96,7 @@ impl DataType {
             let scale = c.get("scale_factor").and_then(Value::as_u64).unwrap_or(1);
             Ok(if scale == 1 { unit.to_string() } else { format!("{scale}{unit}") })
         };
-        Ok(match name {
+        let dt = match name {
             "bool" => DataType::Bool,
             "int8" => DataType::Int8,
             "int16" => DataType::Int16,
@@ -131,7 +132,19 @@ impl DataType {
                 DataType::RawBits(bits / 8)
             }
             other => return Err(Error::metadata(format!("unsupported data type {other:?}"))),
-        })
+        };
+        dt.bounded()
+    }
+
+    /// The type, if one element of it fits `limits::MAX_ELEMENT_BYTES`: an element's size
+    /// sizes fill values, rows and buffers before any chunk is read.
+    fn bounded(self) -> Result<DataType> {
+        match self.size() {
+            Some(n) if n as u64 > limits::MAX_ELEMENT_BYTES => {
+                Err(Error::metadata(format!("elements of {n} bytes: more than the {} a data type may take", limits::MAX_ELEMENT_BYTES)))
+            }
+            _ => Ok(self),
+        }
     }
 
     /// A v2 NumPy type string; returns the type and whether its chunks are big-endian.
@@ -188,7 +201,7 @@ impl DataType {
             },
             _ => return Err(bad()),
         };
-        Ok((dt, big))
+        Ok((dt.bounded()?, big))
     }
 
     /// Bytes per element; `None` for variable-length types.

@@ -11,6 +11,11 @@ pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
 /// (an index plus a chunk edge) never overflows.
 pub const MAX_AXIS: u64 = 1 << 62;
 
+/// The most bytes one fixed-size element may take (`raw_bytes`, `null_terminated_bytes`,
+/// `fixed_length_utf32`, `rN`): far beyond any real record, and small enough that a fill value
+/// or a row of one costs nothing to hold.
+pub const MAX_ELEMENT_BYTES: u64 = 1 << 24;
+
 /// Process-wide, set once from the command line before anything is parsed.
 static MAX_CHUNK_BYTES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_CHUNK_BYTES);
 

@@ -1,0 +1,147 @@
+//! Trust, round four, through real mounts: a mount point inside its store (or reached from it),
+//! option values that would panic or lie, element sizes that would size everything, a log
+//! file that is no file. Every wait is bounded, so a hang fails the test instead of stalling
+//! the run.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::probe::{BYTES, OnDrop, array_doc, root, store, within};
+use common::{Mount, bin};
+
+/// `zarrfs mount` with `args`, bounded in time (a hang fails the test).
+fn mount_command(args: Vec<std::ffi::OsString>) -> Output {
+    within(Duration::from_secs(30), "zarrfs mount", move || Command::new(bin()).arg("mount").args(args).output().unwrap())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_mount_point_inside_its_store_is_refused() {
+    let (dir, root) = store(&[("sub/a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    std::fs::write(root.join("sub/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let inside = root.join("sub/m");
+    std::fs::create_dir(&inside).unwrap();
+    // Also when named through a link that hides where it is.
+    std::os::unix::fs::symlink(root.join("sub"), dir.path().join("alias")).unwrap();
+    for mountpoint in [inside.clone(), dir.path().join("alias/m")] {
+        let out = mount_command(vec![root.clone().into(), mountpoint.clone().into(), "-f".into()]);
+        assert!(!out.status.success(), "{}: mounted inside its store", mountpoint.display());
+        assert!(stderr(&out).contains("is inside the store"), "{}", stderr(&out));
+        assert!(!common::is_mounted(&inside));
+    }
+}
+
+#[test]
+fn a_store_whose_tree_reaches_the_mount_point_is_not_walked_through_it() {
+    if !root() {
+        return;
+    }
+    // The mount point's parent, bound (with the mount on it) into the store as a group: a walk
+    // from the store would reach the mount again and again.
+    let (_dir, store_root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    let m = Mount::new(&store_root, &[]);
+    let parent = m.mountpoint.parent().unwrap().to_path_buf();
+    std::fs::write(parent.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let bound = store_root.join("g");
+    std::fs::create_dir(&bound).unwrap();
+    assert!(Command::new("mount").arg("--rbind").arg(&parent).arg(&bound).status().unwrap().success());
+    let _unbind = OnDrop(move || {
+        let _ = Command::new("umount").args(["-R", "-l"]).arg(&bound).status();
+    });
+    let top = m.mountpoint.clone();
+    let found = within(Duration::from_secs(60), "a walk of the mount", move || {
+        Command::new("timeout").arg("50").arg("find").arg(&top).output().unwrap()
+    });
+    let listed = String::from_utf8_lossy(&found.stdout);
+    assert!(listed.contains("a/data"), "{listed}");
+    assert!(!listed.contains("g/mnt"), "the mount was walked through itself: {listed}");
+    let why = std::fs::read_to_string(m.path("g/error")).unwrap();
+    assert!(why.contains("mount point that leads out of the store"), "{why}");
+    assert_eq!(std::fs::read(m.path("a/data")).unwrap(), [0u8; 4], "the mount still serves");
+}
+
+#[test]
+fn option_values_that_would_overflow_or_lie_are_refused_at_mount_time() {
+    let (dir, root) = store(&[]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    for (opts, why) in [
+        (vec!["-o", "flush_timeout=18446744073709551615"], "flush_timeout 18446744073709551615: expected 1 to 86400 seconds"),
+        (vec!["--flush-timeout", "0"], "flush_timeout 0: expected 1 to 86400 seconds"),
+        (vec!["-o", "metadata_ttl=18446744073709551615"], "metadata_ttl"),
+        (vec!["--metadata-ttl", "86401"], "metadata_ttl 86401"),
+    ] {
+        let mut args = vec![root.clone().into_os_string(), mnt.clone().into_os_string()];
+        args.extend(opts.iter().map(Into::into));
+        let out = mount_command(args);
+        assert!(!out.status.success(), "{opts:?} mounted");
+        assert!(stderr(&out).contains(why), "{opts:?}: {}", stderr(&out));
+        assert!(!common::is_mounted(&mnt));
+    }
+    // At the bound it mounts, and a clean unmount reports nothing lost.
+    let mut m = Mount::new(&root, &["-o", "flush_timeout=86400,metadata_ttl=86400"]);
+    assert!(m.stop().unwrap().success(), "{}", m.log_text());
+}
+
+#[test]
+fn a_log_file_that_is_no_regular_file_is_refused_without_waiting() {
+    let (dir, root) = store(&[]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let fifo = dir.path().join("log.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for fg in [true, false] {
+        let mut args = vec![root.clone().into_os_string(), mnt.clone().into_os_string(), "--log-file".into(), fifo.clone().into()];
+        if fg {
+            args.push("-f".into());
+        }
+        let out = mount_command(args);
+        assert!(!out.status.success(), "mounted logging to a FIFO");
+        assert!(stderr(&out).contains("is a FIFO, not a regular file"), "{}", stderr(&out));
+        assert!(!common::is_mounted(&mnt));
+    }
+}
+
+#[test]
+fn element_sizes_past_the_bound_show_an_error_and_the_mount_lives() {
+    let typed = |name: &str, bytes: u64| format!(r#"{{"name": "{name}", "configuration": {{"length_bytes": {bytes}}}}}"#);
+    let doc = |data_type: String| array_doc("[4]", "[1]", "DT", BYTES).replace("\"DT\"", &data_type);
+    let cases = [
+        ("nul", doc(typed("null_terminated_bytes", 1 << 40))),
+        ("raw", doc(typed("raw_bytes", 1 << 40))),
+        ("utf32", doc(typed("fixed_length_utf32", 1 << 40))),
+        ("bits", doc("\"r8796093022208\"".into())),
+        ("ok", array_doc("[4]", "[1]", "uint8", BYTES)),
+    ];
+    let nodes: Vec<(&str, String)> = cases.iter().map(|(p, d)| (*p, d.clone())).collect();
+    let (_dir, root) = store(&nodes);
+    // A v2 array of the same kind.
+    std::fs::create_dir(root.join("v2")).unwrap();
+    std::fs::write(
+        root.join("v2/.zarray"),
+        r#"{"zarr_format": 2, "shape": [4], "chunks": [1], "dtype": "|S1099511627776", "compressor": null, "fill_value": null, "filters": null, "order": "C"}"#,
+    )
+    .unwrap();
+    let info = within(Duration::from_secs(30), "zarrfs info", {
+        let root = root.clone();
+        move || Command::new(bin()).arg("info").arg(&root).output().unwrap()
+    });
+    assert!(info.status.code().is_some(), "zarrfs info was killed: {info:?}");
+    assert!(String::from_utf8_lossy(&info.stdout).contains("a data type may take"), "{}", String::from_utf8_lossy(&info.stdout));
+    let m = Mount::new(&root, &[]);
+    let top = m.mountpoint.clone();
+    let listed = within(Duration::from_secs(30), "ls -lR", move || Command::new("ls").arg("-lR").arg(&top).output().unwrap());
+    assert!(listed.status.success(), "{listed:?}");
+    for path in ["nul", "raw", "utf32", "bits", "v2"] {
+        let why = std::fs::read_to_string(m.path(&format!("{path}/error"))).unwrap_or_else(|e| panic!("{path}/error: {e}"));
+        assert!(why.contains("a data type may take"), "{path}: {why}");
+        assert!(!Path::new(&m.path(&format!("{path}/data"))).exists(), "{path}");
+    }
+    assert_eq!(std::fs::read(m.path("ok/data")).unwrap(), vec![0u8; 4]);
+}
