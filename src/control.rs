@@ -1,18 +1,66 @@
 //! The daemon's control socket: `zarrfs unmount` asks a daemon to stop through it and hears,
 //! while the last flush runs, how much is left to store, and at the end what could not be
-//! stored. An abstract Unix socket named by the daemon's pid; the daemon answers its own user
-//! and root only, and the client checks that the daemon it asked is the one that answers.
+//! stored. A Unix socket named by the daemon's pid in a directory only the daemon's user may
+//! write (`control_dir`), so no other user can put a name there first; the daemon answers its
+//! own user and root only, and the client checks that the daemon it asked is the one that
+//! answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-fn address(pid: u32) -> std::io::Result<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("zarrfs/{pid}/control"))
+/// The directory of `uid`'s control sockets: its runtime directory's `zarrfs` (as systemd
+/// makes `/run/user/UID`, 0700), `/run/zarrfs` for root, else `/tmp/zarrfs-UID` (as tmux and
+/// ssh-agent keep theirs). Whoever finds it must find it `uid`'s own, a directory no one else
+/// may write or read; one that is not names its owner: another user put it there.
+fn control_dir(uid: u32) -> Result<PathBuf, String> {
+    let runtime = PathBuf::from(format!("/run/user/{uid}"));
+    let base = match std::fs::symlink_metadata(&runtime) {
+        Ok(m) if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 => runtime.join("zarrfs"),
+        _ if uid == 0 => PathBuf::from("/run/zarrfs"),
+        _ => PathBuf::from(format!("/tmp/zarrfs-{uid}")),
+    };
+    private_dir(&base, uid)?;
+    Ok(base)
+}
+
+/// `dir` as `uid`'s private directory: made 0700 when absent (by its user), then checked.
+fn private_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == uid {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("control directory {}: {e}", dir.display())),
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("control directory {}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        let what = if meta.file_type().is_symlink() {
+            "a link"
+        } else if meta.is_dir() {
+            "a directory"
+        } else {
+            "a file"
+        };
+        return Err(format!(
+            "control directory {} is {what} of uid {} with mode {:o}, not uid {uid}'s private one (another user made it: remove it)",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// The socket of daemon `pid`, run by `uid`.
+fn address(uid: u32, pid: u32) -> Result<PathBuf, String> {
+    Ok(control_dir(uid)?.join(format!("{pid}.sock")))
 }
 
 /// The pid and uid of the process at the other end of `stream`.
@@ -53,12 +101,26 @@ impl StopRequest {
     }
 }
 
+/// This daemon's control socket, removed when it goes.
+pub struct Listening {
+    path: PathBuf,
+    pub requests: crossbeam_channel::Receiver<StopRequest>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Listen for stop requests on this daemon's socket; they arrive on the channel returned.
-pub fn listen() -> Result<crossbeam_channel::Receiver<StopRequest>, String> {
-    let listener = UnixListener::bind_addr(&address(std::process::id()).map_err(|e| e.to_string())?)
-        .map_err(|e| format!("cannot open the control socket: {e}"))?;
+pub fn listen() -> Result<Listening, String> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
+    let path = address(me, std::process::id())?;
+    // A socket left by a daemon of the same pid before (a reboot's pid reuse) is ours to replace.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| format!("cannot open the control socket {}: {e}", path.display()))?;
     let (tx, rx) = crossbeam_channel::unbounded();
     std::thread::Builder::new()
         .name("zarrfs-control".into())
@@ -81,7 +143,7 @@ pub fn listen() -> Result<crossbeam_channel::Receiver<StopRequest>, String> {
             }
         })
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
-    Ok(rx)
+    Ok(Listening { path, requests: rx })
 }
 
 /// What a stop asked through the socket came to.
@@ -90,19 +152,26 @@ pub enum Stopped {
     Stored,
     /// Some changes could not be: why.
     Failed(String),
+    /// The daemon could not be asked (it has no control socket, or one that cannot be
+    /// trusted: why, if there is more to say than that it has none).
+    NotAsked(Option<String>),
 }
 
 /// Ask daemon `pid` to stop; `progress` hears how many bytes are still to be stored while its
-/// last flush runs. `None` when the daemon has no control socket (an older one).
-pub fn stop(pid: u32, mut progress: impl FnMut(u64)) -> Option<Result<Stopped, String>> {
-    let stream = UnixStream::connect_addr(&address(pid).ok()?).ok()?;
-    // Anyone may bind a name: only the daemon itself is believed.
+/// last flush runs. An error when the daemon was asked and went without saying what it stored.
+pub fn stop(pid: u32, mut progress: impl FnMut(u64)) -> Result<Stopped, String> {
+    let Ok(proc) = std::fs::metadata(format!("/proc/{pid}")) else { return Ok(Stopped::NotAsked(None)) };
+    let path = match address(proc.uid(), pid) {
+        Ok(path) => path,
+        Err(e) => return Ok(Stopped::NotAsked(Some(e))),
+    };
+    let Ok(stream) = UnixStream::connect(path) else { return Ok(Stopped::NotAsked(None)) };
+    // Only the daemon itself is believed.
     if !matches!(peer(&stream), Ok((p, _)) if p as u32 == pid) {
-        return Some(Err(format!("the control socket of pid {pid} is not the daemon's")));
+        return Ok(Stopped::NotAsked(Some(format!("the control socket of pid {pid} is not the daemon's"))));
     }
-    let sent = (&stream).write_all(format!("{}\n", json!({"stop": true})).as_bytes());
-    if let Err(e) = sent {
-        return Some(Err(format!("cannot ask the daemon to stop: {e}")));
+    if let Err(e) = (&stream).write_all(format!("{}\n", json!({"stop": true})).as_bytes()) {
+        return Ok(Stopped::NotAsked(Some(format!("cannot ask the daemon to stop: {e}"))));
     }
     for line in BufReader::new(&stream).lines() {
         let Ok(line) = line else { break };
@@ -110,10 +179,10 @@ pub fn stop(pid: u32, mut progress: impl FnMut(u64)) -> Option<Result<Stopped, S
         if let Some(bytes) = said["progress"]["dirty_bytes"].as_u64() {
             progress(bytes);
         } else if said["done"]["ok"] == json!(true) {
-            return Some(Ok(Stopped::Stored));
+            return Ok(Stopped::Stored);
         } else if let Some(why) = said["done"]["error"].as_str() {
-            return Some(Ok(Stopped::Failed(why.to_string())));
+            return Ok(Stopped::Failed(why.to_string()));
         }
     }
-    Some(Err("the daemon exited without saying whether its changes were stored (its log says)".into()))
+    Err("the daemon exited without saying whether its changes were stored (its log says)".into())
 }

@@ -343,7 +343,8 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
 
     // `zarrfs unmount` asks here, and hears what the last flush stored.
-    let stop_requests = crate::control::listen().inspect_err(|e| tracing::warn!("{e}: zarrfs unmount will signal instead")).ok();
+    let control = crate::control::listen().inspect_err(|e| tracing::warn!("{e}: zarrfs unmount will signal instead")).ok();
+    let stop_requests = control.as_ref().map(|c| &c.requests);
     let never = crossbeam_channel::never();
     // Wait for a signal, a stop request or the session to end (an external umount).
     let mut asked = None;
@@ -355,7 +356,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
             return flushed;
         }
         recv(signalled) -> sig => tracing::info!(signal = sig.unwrap_or(0), "shutting down"),
-        recv(stop_requests.as_ref().unwrap_or(&never)) -> request => {
+        recv(stop_requests.unwrap_or(&never)) -> request => {
             tracing::info!("shutting down: asked by zarrfs unmount");
             asked = request.ok();
         }
@@ -625,12 +626,15 @@ pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), Refusal> {
     let said = crate::control::stop(pid as u32, |left| progress.left(left));
     progress.done();
     let outcome = match said {
-        Some(Ok(crate::control::Stopped::Stored)) => Ok(()),
-        Some(Ok(crate::control::Stopped::Failed(why))) => Err(why),
-        Some(Err(e)) => Err(e),
-        // A daemon without a control socket: signalled, it stops all the same, but its word on
-        // what it stored reaches only its log.
-        None => {
+        Ok(crate::control::Stopped::Stored) => Ok(()),
+        Ok(crate::control::Stopped::Failed(why)) => Err(why),
+        Err(e) => Err(e),
+        // Signalled, the daemon stops all the same, but its word on what it stored reaches only
+        // its log.
+        Ok(crate::control::Stopped::NotAsked(why)) => {
+            if let Some(why) = why {
+                eprintln!("zarrfs: {why}; signalling the daemon instead");
+            }
             // SAFETY: a signal to the daemon that reported this pid.
             if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
                 return unmount(mountpoint).map_err(Failed);

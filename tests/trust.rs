@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -144,4 +145,61 @@ fn element_sizes_past_the_bound_show_an_error_and_the_mount_lives() {
         assert!(!Path::new(&m.path(&format!("{path}/data"))).exists(), "{path}");
     }
     assert_eq!(std::fs::read(m.path("ok/data")).unwrap(), vec![0u8; 4]);
+}
+
+#[test]
+fn a_control_directory_another_user_made_fails_fast_naming_its_owner() {
+    if !root() {
+        return;
+    }
+    // As in hostile.rs' user mount: a mount namespace of its own with a 0666 /dev/fuse; there
+    // uid 65533 has made uid 65534's control directory first (a tmpfs of its own, so the
+    // machine's /tmp is left alone).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
+    assert!(Command::new("cp").arg("-r").arg(common::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
+    std::fs::create_dir(&mnt).unwrap();
+    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
+    let (_bin_dir, exe) = common::probe::binary_for_others();
+    let script = format!(
+        r#"
+        as_user() {{ setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }}
+        mounted() {{ grep -q " {mnt} " /proc/self/mountinfo; }}
+        trap 'umount -l {mnt} 2>/dev/null' EXIT
+        mknod {dir}/fuse c 10 229 && chmod 666 {dir}/fuse && mount --bind {dir}/fuse /dev/fuse
+        mkdir -p /tmp/zarrfs-65534 && mount -t tmpfs -o uid=65533,gid=65533,mode=777 tmpfs /tmp/zarrfs-65534
+        touch {dir}/daemon.log {dir}/unmount.err && chown 65534 {dir}/daemon.log {dir}/unmount.err
+        as_user {exe} mount {store} {mnt} --log-file {dir}/daemon.log || exit 1
+        mounted || {{ echo NOT-MOUNTED; exit 1; }}
+        start=$(date +%s)
+        as_user timeout 100 {exe} unmount {mnt} 2>{dir}/unmount.err
+        echo "UNMOUNT $? $(( $(date +%s) - start ))"
+        mounted && echo STILL-MOUNTED
+        "#,
+        dir = dir.path().display(),
+        mnt = mnt.display(),
+        store = store.display(),
+        exe = exe.display(),
+    );
+    let out = within(Duration::from_secs(120), "a user's unmount beside a squatter", move || {
+        common::probe::spawn(
+            Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .wait_with_output()
+        .unwrap()
+    });
+    let said = String::from_utf8_lossy(&out.stdout);
+    let unmount_err = std::fs::read_to_string(dir.path().join("unmount.err")).unwrap_or_default();
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();
+    let line = said.lines().find(|l| l.starts_with("UNMOUNT")).unwrap_or_else(|| panic!("{said} {}", String::from_utf8_lossy(&out.stderr)));
+    let fields: Vec<u64> = line.split(' ').skip(1).map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fields[0], 0, "unmount failed: {unmount_err}");
+    assert!(fields[1] < 20, "unmount took {} s", fields[1]);
+    assert!(!said.contains("STILL-MOUNTED"), "{said}");
+    assert!(unmount_err.contains("uid 65533"), "the squatter is not named: {unmount_err}");
+    assert!(log.contains("uid 65533"), "the daemon does not say why it has no control socket: {log}");
 }
