@@ -203,3 +203,21 @@ fn a_control_directory_another_user_made_fails_fast_naming_its_owner() {
     assert!(unmount_err.contains("uid 65533"), "the squatter is not named: {unmount_err}");
     assert!(log.contains("uid 65533"), "the daemon does not say why it has no control socket: {log}");
 }
+
+#[test]
+fn a_prepend_that_is_not_stored_leaves_the_key_encoding_as_it_was() {
+    let (_dir, root) = store(&[("a", array_doc("[4, 4]", "[2, 4]", "uint8", BYTES))]);
+    let document = root.join("a/zarr.json");
+    let before = std::fs::read(&document).unwrap();
+    let m = Mount::new(&root, &["-o", "adopt_offset"]);
+    // Opened and closed with nothing written; then a refused prepend (half a row).
+    drop(std::fs::OpenOptions::new().write(true).open(m.path("a/prepend")).unwrap());
+    let refused = common::write_and_close(&m.path("a/prepend"), std::fs::OpenOptions::new().write(true), &[1, 2]);
+    assert!(refused.is_err(), "half a row was prepended");
+    assert_eq!(std::fs::read(&document).unwrap(), before, "the array was switched to offset keys with nothing prepended");
+    // A prepend that is stored switches it, in the same document write.
+    common::write_and_close(&m.path("a/prepend"), std::fs::OpenOptions::new().write(true), &[7; 8]).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&document).unwrap()).unwrap();
+    assert_eq!(doc["chunk_key_encoding"]["name"], "offset");
+    assert_eq!(doc["shape"], serde_json::json!([6, 4]));
+}

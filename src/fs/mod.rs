@@ -471,7 +471,7 @@ impl ZarrFs {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.check_writable()?;
                 let array = file.array;
-                prepend::check_or_adopt(&array, self.cx.config.adopt_offset)?;
+                prepend::check(&array, self.cx.config.adopt_offset)?;
                 Opened::Prepend { array, spool: Mutex::new(self.cx.spool.create()?) }
             }
             (NodeKind::Data, writable) => Opened::Data {

@@ -15,22 +15,15 @@ use crate::zarr::metadata::ZarrFormat;
 use crate::zarr::node::display_path;
 use crate::{Error, Result};
 
-/// Whether `prepend` can be opened for writing on this array, switching a `default`-encoded
-/// array to `offset` first when `adopt` says so (a metadata-only change).
-pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
+/// Whether `prepend` can be opened for writing on this array: an `offset`-encoded array, or a
+/// `default`-encoded v3 one when `adopt` says so. The switch itself is made by the prepend
+/// that is stored (`commit`), in the same document write: a prepend refused, or never
+/// written, leaves the array as stock readers know it.
+pub fn check(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
     let array = open.array();
     match (&array.meta.key_encoding, array.meta.format) {
         (ChunkKeyEncoding::Offset { .. }, _) => Ok(()),
-        (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) if adopt => {
-            let _writer = open.writer();
-            let _exclusive = open.exclusive();
-            let adopted = open.array().adopted_offset()?;
-            let touched = adopted.store_metadata()?;
-            lock(&open.edits).unsynced.extend(touched.keys);
-            tracing::info!(array = %display_path(&adopted.path), "switched to the offset chunk key encoding");
-            open.replace(Arc::new(adopted), open.cache_id());
-            Ok(())
-        }
+        (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) if adopt => Ok(()),
         _ => Err(Error::Unsupported(format!(
             "{} cannot be prepended to: {}",
             display_path(&array.path),
@@ -39,8 +32,9 @@ pub fn check_or_adopt(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
     }
 }
 
-/// Commit the spool as one prepend along axis 0. The array's pending writes are stored first.
-/// On any error the array is as it was; the spool is emptied either way.
+/// Commit the spool as one prepend along axis 0, switching a `default`-encoded array to
+/// `offset` keys with it (`check` allowed it at open). The array's pending writes are stored
+/// first. On any error the array is as it was; the spool is emptied either way.
 pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool: &WorkerPool, new_cache_id: u64) -> Result<()> {
     if spool.is_empty() {
         return Ok(());
@@ -54,11 +48,17 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let _shape = array.hold_shape_lock()?;
     array.check_metadata_current()?;
     let len = spool.len();
-    let result = spool.source().and_then(|source| array.prepend(0, len, source, pool)).and_then(|next| match next {
+    // Zero offsets keep every key: the adopted array reads what the default one did.
+    let adopting = matches!(array.meta.key_encoding, ChunkKeyEncoding::Default { .. });
+    let base = if adopting { array.adopted_offset().map(Arc::new) } else { Ok(array) };
+    let result = base.and_then(|base| spool.source().and_then(|source| base.prepend(0, len, source, pool))).and_then(|next| match next {
         Some((next, chunks)) => {
             let metadata = next.store_metadata()?;
             // Made durable by the next fsync, as the chunks of writes are.
             lock(&open.edits).unsynced.extend(chunks.keys.into_iter().chain(metadata.keys));
+            if adopting {
+                tracing::info!(array = %display_path(&next.path), "switched to the offset chunk key encoding");
+            }
             tracing::info!(array = %display_path(&next.path), bytes = len, shape = ?next.meta.shape, "prepended");
             open.replace(next, new_cache_id);
             Ok(())
