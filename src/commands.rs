@@ -174,9 +174,23 @@ pub fn info(opened: &OpenedStore, path: Option<String>, attributes: bool, as_jso
     if as_json {
         say!("{}", serde_json::to_string_pretty(&nodes).unwrap_or_default());
     } else {
+        // Names, attributes and problems come from the store: escaped before they are laid out.
+        let nodes: Vec<Value> = nodes.into_iter().map(printable_strings).collect();
         let _ = write!(std::io::stdout(), "{}", render(&nodes, attributes));
     }
     ExitCode::SUCCESS
+}
+
+/// `value` with every string in it escaped for a terminal (`crate::error::printable`).
+fn printable_strings(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(crate::error::printable(&s).into_owned()),
+        Value::Array(items) => Value::Array(items.into_iter().map(printable_strings).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (crate::error::printable(&k).into_owned(), printable_strings(v))).collect())
+        }
+        other => other,
+    }
 }
 
 /// Run an offline change on one array of a store.

@@ -688,10 +688,12 @@ pub fn status(mountpoint: &Path) -> Result<bool, String> {
         .and_then(|s| serde_json::from_slice(&s).map_err(|e| format!("its stats are not JSON: {e}")))?;
     let errors = read_control_file(mountpoint, crate::fs::ERRORS).map(|e| String::from_utf8_lossy(&e).into_owned()).unwrap_or_default();
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    // What the daemon says carries names from the store: escaped for the terminal.
+    let shown = |v: &serde_json::Value| crate::error::printable(v.as_str().unwrap_or("?")).into_owned();
     println!(
         "{}: store {} (zarrfs {}, pid {})",
         mountpoint.display(),
-        stats["store"].as_str().unwrap_or("?"),
+        shown(&stats["store"]),
         stats["version"].as_str().unwrap_or("?"),
         n(&stats["pid"])
     );
@@ -700,7 +702,7 @@ pub fn status(mountpoint: &Path) -> Result<bool, String> {
     for a in stats["arrays_changed"].as_array().into_iter().flatten() {
         let (held, failed) = (n(&a["dirty_bytes"]), n(&a["failed_stores"]));
         at_risk |= held > 0 && failed > 0;
-        println!("    {}: {} held, {failed} failed store(s)", a["array"].as_str().unwrap_or("?"), human_bytes(held));
+        println!("    {}: {} held, {failed} failed store(s)", shown(&a["array"]), human_bytes(held));
     }
     println!("  failed stores: {}", n(&stats["failed_stores"]));
     if let Some(log) = stats["log"].as_str() {
@@ -712,7 +714,7 @@ pub fn status(mountpoint: &Path) -> Result<bool, String> {
         k => {
             println!("  recent warnings and errors ({k}, newest last):");
             for line in &lines[k.saturating_sub(20)..] {
-                println!("    {line}");
+                println!("    {}", crate::error::printable(line));
             }
         }
     }

@@ -91,6 +91,26 @@ impl Error {
     }
 }
 
+/// `text` safe to show on a terminal or in a line-based log: control characters (newlines,
+/// escapes, C1 controls) and the bidirectional overrides that reorder what follows are written
+/// as `\u{..}`. Names in a store are anyone's bytes; what prints them must not let them forge
+/// lines or drive the terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -105,11 +125,11 @@ impl fmt::Display for Error {
             Error::NotEmpty => write!(f, "directory not empty"),
             Error::CrossDevice(m) => write!(f, "cannot rename in place: {m}"),
             Error::Busy(m) => write!(f, "busy: {m}"),
-            Error::Conflict { key, why } => write!(f, "{key}: another writer won: {why}"),
+            Error::Conflict { key, why } => write!(f, "{}: another writer won: {why}", printable(key)),
             Error::Stale(m) => write!(f, "stale: {m}"),
             Error::Metadata(m) => write!(f, "{m}"),
-            Error::Corrupt { key, cause } => write!(f, "chunk {key}: {cause}"),
-            Error::Refused { key, why } => write!(f, "{key}: {why}"),
+            Error::Corrupt { key, cause } => write!(f, "chunk {}: {cause}", printable(key)),
+            Error::Refused { key, why } => write!(f, "{}: {why}", printable(key)),
             Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Io(e) => write!(f, "{e}"),
         }

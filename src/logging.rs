@@ -42,15 +42,13 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
     let registry = tracing_subscriber::registry().with(filter).with(Recent);
     let fmt = tracing_subscriber::fmt::layer().with_target(false);
     let result = match target {
-        LogTarget::File(p) => {
-            let f = open_log_file(p)?;
-            registry.with(fmt.with_ansi(false).with_writer(std::sync::Mutex::new(f))).try_init()
-        }
+        LogTarget::File(p) => registry.with(fmt.with_ansi(false).with_writer(LogFile(open_log_file(p)?))).try_init(),
         LogTarget::Syslog if let Some(syslog) = syslog => {
             registry.with(fmt.with_ansi(false).without_time().with_level(false).with_writer(syslog)).try_init()
         }
+        // No colours: a line is escaped whole, the formatter's own escapes with a name's.
         LogTarget::Syslog | LogTarget::Stderr => {
-            registry.with(fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr)).try_init()
+            registry.with(fmt.with_ansi(false).with_writer(|| Printable(std::io::stderr()))).try_init()
         }
     };
     result.map_err(|e| e.to_string())
@@ -93,6 +91,35 @@ pub fn open_log_file(p: &Path) -> Result<std::fs::File, String> {
     Ok(f)
 }
 
+/// Writes each log line (the formatter writes an event whole) with its control characters
+/// escaped but the final newline: a name from the store can neither forge a line nor drive a
+/// terminal.
+struct Printable<W: Write>(W);
+
+impl<W: Write> Write for Printable<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (body, end) = text.strip_suffix('\n').map_or((&*text, ""), |b| (b, "\n"));
+        self.0.write_all(format!("{}{end}", crate::error::printable(body)).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The log file: each line one append (atomic, so no lock between threads).
+struct LogFile(std::fs::File);
+
+impl<'a> MakeWriter<'a> for LogFile {
+    type Writer = Printable<&'a std::fs::File>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Printable(&self.0)
+    }
+}
+
 /// Whether a syslog daemon listens on this machine.
 pub fn syslog_listens() -> bool {
     Syslog::connect().is_some()
@@ -125,7 +152,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recent {
         }
         let mut line = Line::default();
         event.record(&mut line);
-        let text = format!("{} {level:>5} {}{}", utc_now(), line.fields, line.message);
+        let text = format!("{} {level:>5} {}", utc_now(), crate::error::printable(&format!("{}{}", line.fields, line.message)));
         let mut recent = crate::error::lock(&RECENT);
         if recent.len() == RECENT_LINES {
             recent.pop_front();
@@ -209,7 +236,7 @@ impl Write for SyslogLine<'_> {
 impl Drop for SyslogLine<'_> {
     fn drop(&mut self) {
         let text = String::from_utf8_lossy(&self.line);
-        let text = text.trim_end();
+        let text = crate::error::printable(text.trim_end());
         if !text.is_empty() {
             let msg = format!("<{}>zarrfs[{}]: {text}", self.priority, std::process::id());
             // A log line must never block or fail a request: a full or absent syslog loses it.

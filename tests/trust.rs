@@ -221,3 +221,38 @@ fn a_prepend_that_is_not_stored_leaves_the_key_encoding_as_it_was() {
     assert_eq!(doc["chunk_key_encoding"]["name"], "offset");
     assert_eq!(doc["shape"], serde_json::json!([6, 4]));
 }
+
+#[test]
+fn names_from_the_store_are_escaped_wherever_they_are_printed() {
+    // A name that would retitle the terminal and forge a line of its own.
+    let evil = "e\u{1b}]0;owned\u{7}\nFAKE zarrfs: all stored\u{202e}";
+    let (dir, root) = store(&[(evil, array_doc("[4]", "[4]", "uint8", common::probe::ZSTD)), ("bad\nname", "{".into())]);
+    std::fs::create_dir_all(root.join(evil).join("c")).unwrap();
+    std::fs::write(root.join(evil).join("c/0"), b"not zstd at all").unwrap();
+    let clean = |what: &str, text: &str| {
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'), "{what} carries a raw escape: {text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("FAKE") || l.starts_with("name")), "{what} carries a forged line: {text:?}");
+    };
+    let info = Command::new(bin()).arg("info").arg(&root).output().unwrap();
+    let shown = String::from_utf8_lossy(&info.stdout);
+    assert!(shown.contains("\\u{1b}"), "{shown}");
+    clean("zarrfs info", &shown);
+    clean("zarrfs info's errors", &stderr(&info));
+    let log = dir.path().join("daemon.log");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let _unmount = common::UnmountOnDrop(mnt.clone());
+    let out = mount_command(vec![root.clone().into(), mnt.clone().into(), "--log-file".into(), log.clone().into()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read(mnt.join(evil).join("data")).is_err(), "a corrupt chunk was read");
+    let errors = std::fs::read_to_string(mnt.join(".zarrfs/errors")).unwrap();
+    assert!(errors.contains("\\u{1b}"), "the failure is not reported: {errors}");
+    clean(".zarrfs/errors", &errors);
+    let status = Command::new(bin()).arg("status").arg(&mnt).output().unwrap();
+    clean("zarrfs status", &String::from_utf8_lossy(&status.stdout));
+    let unmounted = Command::new(bin()).arg("unmount").arg(&mnt).output().unwrap();
+    assert!(unmounted.status.success(), "{}", stderr(&unmounted));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("\\u{1b}"), "the failure is not logged: {logged}");
+    clean("the log", &logged);
+}

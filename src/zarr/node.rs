@@ -15,9 +15,10 @@ pub const NODE_DOCUMENTS: [&str; 3] = ["zarr.json", ".zarray", ".zgroup"];
 /// Every metadata document a node may hold (v2 attributes and consolidated metadata too).
 pub const METADATA_DOCUMENTS: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
 
-/// A node's path for logs and messages: `/` for the root.
+/// A node's path for logs and messages: `/` for the root, with what a terminal would act on
+/// escaped (`crate::error::printable`).
 pub fn display_path(path: &str) -> String {
-    format!("/{path}")
+    format!("/{}", crate::error::printable(path))
 }
 
 /// Whether a group hides a child of this name: `__`-prefixed names are reserved by the spec.
