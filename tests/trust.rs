@@ -256,3 +256,26 @@ fn names_from_the_store_are_escaped_wherever_they_are_printed() {
     assert!(logged.contains("\\u{1b}"), "the failure is not logged: {logged}");
     clean("the log", &logged);
 }
+
+#[test]
+fn a_nul_in_an_image_dataset_path_fails_that_view_only() {
+    let level = array_doc("[4, 4]", "[4, 4]", "uint8", BYTES);
+    let (_dir, root) = store(&[("img/0", level.clone()), ("img/1", level)]);
+    let ome = |second: &str| {
+        serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": {"ome": {"version": "0.5", "multiscales": [{
+            "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+            "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]},
+                         {"path": second, "coordinateTransformations": [{"type": "scale", "scale": [2, 2]}]}]}]}}})
+    };
+    std::fs::write(root.join("img/zarr.json"), ome("1\0x").to_string()).unwrap();
+    let m = Mount::new(&root, &[]);
+    let names: Vec<String> = std::fs::read_dir(m.path("img")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.contains(&"0".to_string()) && names.contains(&"1".to_string()), "{names:?}");
+    assert!(!names.contains(&"image.ome.tif".to_string()), "{names:?}");
+    assert_eq!(std::fs::read(m.path("img/0/data")).unwrap(), [0u8; 16]);
+    // The same image with a good path shows its view.
+    std::fs::write(root.join("img/zarr.json"), ome("1").to_string()).unwrap();
+    drop(m);
+    let m = Mount::new(&root, &[]);
+    assert!(m.path("img/image.ome.tif").exists());
+}

@@ -30,6 +30,16 @@ pub struct LocalStore {
 /// and serving it would recurse through the daemon until every request thread waits on itself.
 const LEADS_OUT: &str = "a link or a mount point that leads out of the store (not followed)";
 
+/// `key` as a path beneath the root (`.` for the root itself). A key no file can be named (one
+/// with a NUL byte, as a hostile document may name) is refused as such, not failed as a
+/// system error that would fail whatever walked past it.
+fn beneath(key: &str) -> Result<&str> {
+    if key.contains('\0') {
+        return Err(Error::refused(key, "a name with a NUL byte, which no file can have"));
+    }
+    Ok(if key.is_empty() { "." } else { key })
+}
+
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
 }
@@ -54,7 +64,7 @@ impl LocalStore {
     /// Open `path` (relative to the root, `""` for the root) beneath the root. A path that
     /// leaves the store, through `..` or a link, is refused with a reason.
     fn resolve(&self, key: &str, flags: OFlags) -> Result<std::result::Result<OwnedFd, Errno>> {
-        let path = if key.is_empty() { "." } else { key };
+        let path = beneath(key)?;
         let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
         // openat2 refuses O_PATH with any flag but O_DIRECTORY and O_CLOEXEC.
         let flags = if flags.contains(OFlags::PATH) { flags } else { flags | OFlags::NOCTTY };
@@ -670,7 +680,7 @@ fn remove_empty_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> R
 impl LocalStore {
     /// The directory at `dir` beneath the root, with no link on the way; `None` when absent.
     fn open_beneath(&self, dir: &str) -> Result<Option<OwnedFd>> {
-        let path = if dir.is_empty() { "." } else { dir };
+        let path = beneath(dir)?;
         let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
         match rustix::fs::openat2(&self.dir, path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), how) {
             Ok(fd) => Ok(Some(fd)),

@@ -63,7 +63,8 @@ fn parse(root: &Value, multiscales: &Value, version: Option<&str>) -> Result<Ima
     let mut levels = Vec::new();
     for d in datasets.iter().take(MOST_LEVELS) {
         let path = d.get("path").and_then(Value::as_str).ok_or("a dataset has no path")?;
-        if path.is_empty() || path.starts_with('/') || path.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+        if path.is_empty() || path.starts_with('/') || path.contains('\0') || path.split('/').any(|p| p.is_empty() || p == "." || p == "..")
+        {
             return Err(format!("dataset path {path:?} is not a path inside the image group"));
         }
         let mut scale = match d.get("coordinateTransformations") {
