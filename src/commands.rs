@@ -132,6 +132,15 @@ pub fn pack(opened: &OpenedStore, out: &Path, deflate: bool) -> ExitCode {
                 None => String::new(),
             };
             say!("{}: {} entries, {}{variant}", out.display(), packed.entries, human_bytes(packed.bytes));
+            if !packed.left_out.is_empty() {
+                let shown: Vec<&str> = packed.left_out.iter().take(10).map(String::as_str).collect();
+                eprintln!(
+                    "zarrfs: left out {} name(s) that are not UTF-8, which no Zarr key can be (the mount does not show them either): {}{}",
+                    packed.left_out.len(),
+                    shown.join(", "),
+                    if packed.left_out.len() > shown.len() { ", ..." } else { "" }
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -81,11 +81,25 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
 /// for its own directory until all its threads wait on each other. Compared as canonical
 /// paths, so no link hides it.
 fn refuse_within(what: &str, path: &Path, (name, outer): (&str, &Path), at_ok: bool) -> Result<(), String> {
-    let (Ok(inner), Ok(canonical)) = (path.canonicalize(), outer.canonicalize()) else { return Ok(()) };
+    let (Some(inner), Ok(canonical)) = (canonical_so_far(path), outer.canonicalize()) else { return Ok(()) };
     if inner.starts_with(&canonical) && !(at_ok && inner == canonical) {
         return Err(format!("{what} {} is inside {name} {}: choose one outside it", path.display(), outer.display()));
     }
     Ok(())
+}
+
+/// `path` made canonical as far as it exists, the rest (not made yet) joined on.
+fn canonical_so_far(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut rest = Vec::new();
+    let mut at = absolute.as_path();
+    loop {
+        if let Ok(canonical) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(canonical, |p, name| p.join(name)));
+        }
+        rest.push(at.file_name()?);
+        at = at.parent()?;
+    }
 }
 
 fn check_is_store(location: &Location, store: &dyn Store) -> Result<(), String> {

@@ -279,3 +279,97 @@ fn a_nul_in_an_image_dataset_path_fails_that_view_only() {
     let m = Mount::new(&root, &[]);
     assert!(m.path("img/image.ome.tif").exists());
 }
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn rewrites_keep_modes_and_archives_are_no_more_readable_than_their_store() {
+    let as_root = root();
+    let (dir, root) = store(&[("a", array_doc("[8]", "[4]", "uint8", BYTES))]);
+    std::fs::create_dir(root.join("a/c")).unwrap();
+    std::fs::write(root.join("a/c/0"), [1u8; 4]).unwrap();
+    for key in ["a/c/0", "a/zarr.json"] {
+        std::fs::set_permissions(root.join(key), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    if as_root {
+        // A user's chunk rewritten by a daemon run as root stays the user's.
+        std::os::unix::fs::chown(root.join("a/c/0"), Some(65534), Some(65534)).unwrap();
+    }
+    let m = Mount::new(&root, &[]);
+    let f = std::fs::OpenOptions::new().write(true).open(m.path("a/data")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[9, 9], 1).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // The document rewritten through the mount: a new attribute.
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path("a/zarr.json")).unwrap()).unwrap();
+    doc["attributes"] = serde_json::json!({"k": 1});
+    std::fs::write(m.path("a/zarr.json"), doc.to_string()).unwrap();
+    drop(m);
+    assert_eq!(std::fs::read(root.join("a/c/0")).unwrap(), [1, 9, 9, 1], "the write was stored");
+    assert!(std::fs::read_to_string(root.join("a/zarr.json")).unwrap().contains("\"k\""));
+    for key in ["a/c/0", "a/zarr.json"] {
+        assert_eq!(mode_of(&root.join(key)), 0o600, "{key} was widened by a rewrite");
+    }
+    if as_root {
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(root.join("a/c/0")).unwrap()),
+            65534,
+            "a user's chunk became root's"
+        );
+    }
+    // A private store packs into a private archive; an open one into an archive the umask allows.
+    for (store_mode, archive_mode) in [(0o700, 0o600), (0o755, 0o644)] {
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(store_mode)).unwrap();
+        let out = dir.path().join(format!("packed-{store_mode:o}.zip"));
+        let packed = Command::new("sh")
+            .arg("-c")
+            .arg(format!("umask 022; exec {} pack {} {}", bin(), root.display(), out.display()))
+            .output()
+            .unwrap();
+        assert!(packed.status.success(), "{}", stderr(&packed));
+        assert_eq!(mode_of(&out), archive_mode, "an archive of a {store_mode:o} store");
+    }
+}
+
+#[test]
+fn pack_says_what_it_leaves_out() {
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    let odd = root.join(std::ffi::OsStr::from_bytes(b"odd\xff"));
+    std::fs::create_dir(&odd).unwrap();
+    std::fs::write(odd.join("zarr.json"), array_doc("[4]", "[4]", "uint8", BYTES)).unwrap();
+    let out = dir.path().join("packed.zip");
+    let packed = Command::new(bin()).arg("pack").arg(&root).arg(&out).output().unwrap();
+    assert!(packed.status.success(), "{}", stderr(&packed));
+    assert!(
+        stderr(&packed).contains("left out 1 name(s) that are not UTF-8") && stderr(&packed).contains("odd\\xff"),
+        "{}",
+        stderr(&packed)
+    );
+}
+
+#[test]
+fn the_daemons_reports_have_true_sizes_and_a_spool_inside_the_mount_is_refused() {
+    let (dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    let m = Mount::new(&root, &[]);
+    let _ = std::fs::read(m.path("a/nonexistent"));
+    for _ in 0..5 {
+        for report in [".zarrfs/stats", ".zarrfs/errors"] {
+            let said = std::fs::metadata(m.path(report)).unwrap().len();
+            let held = std::fs::read(m.path(report)).unwrap().len() as u64;
+            assert_eq!(said, held, "{report}: stat says {said} bytes, a read gives {held}");
+        }
+    }
+    let tar =
+        Command::new("tar").arg("-cf").arg(dir.path().join("reports.tar")).arg("-C").arg(&m.mountpoint).arg(".zarrfs").output().unwrap();
+    assert!(tar.status.success() && tar.stderr.is_empty(), "tar of the reports: {}", stderr(&tar));
+    // A spool the mount itself would serve.
+    let mnt = dir.path().join("mnt2");
+    std::fs::create_dir(&mnt).unwrap();
+    let _unmount = common::UnmountOnDrop(mnt.clone());
+    let out = mount_command(vec![root.clone().into(), mnt.clone().into(), "--spool-dir".into(), mnt.join("spool").into()]);
+    assert!(!out.status.success() && stderr(&out).contains("inside the mount point"), "{}", stderr(&out));
+    assert!(!common::is_mounted(&mnt));
+}

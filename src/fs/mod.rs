@@ -105,7 +105,14 @@ pub struct ZarrFs {
     listings: listing::Listings,
     /// Nodes that came into the table or left it since memory was last given back.
     churned: std::sync::atomic::AtomicUsize,
+    /// The last snapshot of each report (`.zarrfs/stats`, `.zarrfs/errors`), and when it was
+    /// taken: a stat, the open and the reads that follow it see one text, so its size is true.
+    reports: Mutex<[Option<(std::time::Instant, SystemTime, Arc<[u8]>)>; 2]>,
 }
+
+/// How long a report's snapshot is shown before a new one is taken: long enough for `tar` or
+/// `cp` to stat, open, read and stat it again; short enough that `cat` twice sees progress.
+const REPORT_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ZarrFs {
     pub fn new(store: Arc<dyn Store>, config: Config) -> ZarrFs {
@@ -119,6 +126,7 @@ impl ZarrFs {
             accepting: RwLock::new(true),
             listings: listing::Listings::default(),
             churned: Default::default(),
+            reports: Default::default(),
         }
     }
 
@@ -131,6 +139,22 @@ impl ZarrFs {
     /// Changed bytes held in memory, not yet stored.
     pub fn dirty_bytes(&self) -> u64 {
         self.cx.budget.held()
+    }
+
+    /// The text of report `kind` (stats or errors) as last taken, and when: a new snapshot
+    /// once the last is `REPORT_FRESH` old.
+    fn report(&self, kind: NodeKind) -> (SystemTime, Arc<[u8]>) {
+        let slot = usize::from(kind == NodeKind::ErrorsFile);
+        let mut reports = crate::error::lock(&self.reports);
+        if let Some((taken, at, text)) = &reports[slot]
+            && taken.elapsed() < REPORT_FRESH
+        {
+            return (*at, text.clone());
+        }
+        let text: Arc<[u8]> = if kind == NodeKind::ErrorsFile { crate::logging::recent_errors().into() } else { self.stats_json().into() };
+        let at = SystemTime::now();
+        reports[slot] = Some((std::time::Instant::now(), at, text.clone()));
+        (at, text)
     }
 
     pub fn stats(&self) -> &stats::Stats {
@@ -382,8 +406,10 @@ impl ZarrFs {
             NodeKind::Prepend => file(0, 0o200),
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
             // The daemon's pid, its counters and its errors are the owner's business alone.
-            NodeKind::StatsFile => Attr { volatile: true, ..file(self.stats_json().len() as u64, 0o400) },
-            NodeKind::ErrorsFile => Attr { volatile: true, ..file(crate::logging::recent_errors().len() as u64, 0o400) },
+            NodeKind::StatsFile | NodeKind::ErrorsFile => {
+                let (at, text) = self.report(node.kind);
+                Attr { volatile: true, mtime: at, ..file(text.len() as u64, 0o400) }
+            }
         })
     }
 
@@ -465,8 +491,7 @@ impl ZarrFs {
                 Opened::Document(Arc::from(bytes))
             }
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
-            (NodeKind::StatsFile, false) => Opened::Document(Arc::from(self.stats_json())),
-            (NodeKind::ErrorsFile, false) => Opened::Document(Arc::from(crate::logging::recent_errors())),
+            (NodeKind::StatsFile | NodeKind::ErrorsFile, false) => Opened::Document(self.report(node.kind).1),
             (NodeKind::Prepend, true) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.check_writable()?;
@@ -541,8 +566,7 @@ impl ZarrFs {
             }
             (NodeKind::MetaFile, _) => Ok(slice(&self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, _) => Ok(slice(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
-            (NodeKind::StatsFile, _) => Ok(slice(&self.stats_json())),
-            (NodeKind::ErrorsFile, _) => Ok(slice(&crate::logging::recent_errors())),
+            (NodeKind::StatsFile | NodeKind::ErrorsFile, _) => Ok(slice(&self.report(node.kind).1)),
             (NodeKind::Prepend, _) => Err(Error::Invalid("prepend is write-only".into())),
             (NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir, _) => Err(Error::IsADirectory),
         }

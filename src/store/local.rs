@@ -243,6 +243,22 @@ fn head_of(stat: &rustix::fs::Stat) -> Head {
     Head { len, version: Version(version) }
 }
 
+/// Give a value about to be renamed over `name` in `dir` the mode (and, for a daemon run as
+/// root, the owner) of the value it replaces: a rewrite must not widen who may read it, nor
+/// hand a user's file to root. A new value takes the umask's mode.
+fn keep_mode(dir: &OwnedFd, name: &str, file: &std::fs::File) -> Result<()> {
+    let old = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(old) if FileType::from_raw_mode(old.st_mode) == FileType::RegularFile => old,
+        _ => return Ok(()),
+    };
+    rustix::fs::fchmod(file, Mode::from_raw_mode(old.st_mode & 0o777)).map_err(|e| Error::Io(io(e)))?;
+    // SAFETY: geteuid cannot fail; fchown on a descriptor we own.
+    if unsafe { libc::geteuid() } == 0 && unsafe { libc::fchown(std::os::fd::AsRawFd::as_raw_fd(file), old.st_uid, old.st_gid) } != 0 {
+        return Err(Error::Io(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// `key` split into its directory (relative to the root) and its name.
 fn split(key: &str) -> (&str, &str) {
     key.rsplit_once('/').unwrap_or(("", key))
@@ -312,7 +328,11 @@ impl Store for LocalStore {
         let (dir, fd) = dir;
         let mut file = std::fs::File::from(fd);
         // The version is taken before the rename, which keeps the inode, size and mtime.
-        let written = file.write_all(value).map_err(Error::Io).and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
+        let written = file
+            .write_all(value)
+            .map_err(Error::Io)
+            .and_then(|_| keep_mode(&dir, name, &file))
+            .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
         start_write_back(&file);
         let renamed = written.and_then(|stat| {
             rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| match e {
@@ -350,6 +370,7 @@ impl Store for LocalStore {
             .set_len(0)
             .and_then(|_| file.write_all(value))
             .map_err(Error::Io)
+            .and_then(|_| keep_mode(&held.dir, name, &file))
             .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
         start_write_back(&file);
         let stat = match written {
@@ -538,6 +559,18 @@ impl Store for LocalStore {
             Err(e) => return Err(Error::Io(io(e))),
         }
         Ok(Some(usage))
+    }
+
+    fn unnamed(&self, prefix: &str) -> Result<Vec<String>> {
+        let Some(dir) = self.open_dir(prefix)? else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| Error::Io(io(e)))?;
+            if entry.file_name().to_str().is_err() {
+                out.push(super::join(prefix, &entry.file_name().to_bytes().escape_ascii().to_string()));
+            }
+        }
+        Ok(out)
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {

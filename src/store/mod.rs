@@ -209,6 +209,12 @@ pub trait Store: Send + Sync {
     }
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
+    /// Names directly under `prefix` that are no key (not UTF-8: a local file system allows
+    /// any bytes, Zarr keys are text), their bytes escaped; `list_dir` leaves them out.
+    fn unnamed(&self, prefix: &str) -> Result<Vec<String>> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
     /// The names directly under `prefix` when there are at most `max` of them, else `None`: a
     /// listing whose cost stays within `max` names however large the directory is.
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {

@@ -163,13 +163,14 @@ impl<W: Write> ZipWriter<W> {
 const DOCUMENTS: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
 
 /// Every key of `store`, node documents first (breadth-first from the root's), then the rest
-/// in order: the entry order of RFC-9.
-fn ordered_keys(store: &dyn Store) -> Result<Vec<String>> {
-    let (mut documents, mut rest) = (Vec::new(), Vec::new());
+/// in order: the entry order of RFC-9. Also the names left out because no key can hold them.
+fn ordered_keys(store: &dyn Store) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut documents, mut rest, mut left_out) = (Vec::new(), Vec::new(), Vec::new());
     let mut level = vec![String::new()];
     while !level.is_empty() {
         let mut next = Vec::new();
         for dir in level {
+            left_out.extend(store.unnamed(&dir)?);
             for entry in store.list_dir(&dir)? {
                 let key = join(&dir, &entry.name);
                 if entry.is_dir {
@@ -185,7 +186,7 @@ fn ordered_keys(store: &dyn Store) -> Result<Vec<String>> {
     }
     rest.sort();
     documents.extend(rest);
-    Ok(documents)
+    Ok((documents, left_out))
 }
 
 /// What `pack` wrote.
@@ -194,6 +195,8 @@ pub struct Packed {
     pub bytes: u64,
     /// The OME-Zarr version the `.ozx` comment names, when the root is an OME-Zarr image.
     pub ome: Option<String>,
+    /// Names in the store no key can hold (not UTF-8), escaped: not in the archive.
+    pub left_out: Vec<String>,
 }
 
 /// Write every value of `store` into the archive `out` (`.ozx`: RFC-9's recommended variant,
@@ -218,16 +221,42 @@ pub fn pack(store: &dyn Store, out: &Path, deflate: bool) -> Result<Packed> {
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let temp = tempfile::Builder::new().prefix(".zarrfs-pack-").tempfile_in(dir)?;
     let mut zip = ZipWriter::new(io::BufWriter::with_capacity(1 << 20, temp.as_file()), PackOptions { deflate, zip64: ozx, comment });
-    let keys = ordered_keys(store)?;
+    let (keys, left_out) = ordered_keys(store)?;
     for key in &keys {
         let value = store.get(key, u64::MAX)?.ok_or_else(|| Error::Stale(format!("{key} was removed while the store was packed")))?;
         zip.add(key, &value)?;
     }
     zip.finish()?;
-    // Readable as any file the user writes (a temporary file is the owner's alone).
-    temp.as_file().set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o644))?;
+    // Readable as any file the user writes (a temporary file is the owner's alone), but by no
+    // one the store keeps out.
+    temp.as_file().set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(archive_mode(store)?))?;
     temp.as_file().sync_all()?;
     let bytes = temp.as_file().metadata()?.len();
     temp.persist(out).map_err(|e| Error::Io(e.error))?;
-    Ok(Packed { entries: keys.len() as u64, bytes, ome: ome.filter(|_| ozx) })
+    Ok(Packed { entries: keys.len() as u64, bytes, ome: ome.filter(|_| ozx), left_out })
+}
+
+/// The archive's mode: what the umask leaves of 0666, read by group or others only where the
+/// store's root directory lets them in and its root document lets them read (a store without
+/// permissions of its own, in object storage, leaves it to the umask).
+fn archive_mode(store: &dyn Store) -> Result<u32> {
+    // SAFETY: umask is read by setting it and setting it back; no thread of this command
+    // makes files meanwhile.
+    let umask = unsafe {
+        let old = libc::umask(0o077);
+        libc::umask(old);
+        old
+    };
+    let mut mode = 0o666 & !umask;
+    if let Some(root) = store.permissions("")? {
+        let document = DOCUMENTS.iter().find_map(|d| store.permissions(d).transpose()).transpose()?;
+        for class in [3, 0] {
+            let dir_in = (root.mode >> class) & 0o5 == 0o5;
+            let doc_read = document.is_none_or(|d| (d.mode >> class) & 0o4 != 0);
+            if !(dir_in && doc_read) {
+                mode &= !(0o7 << class);
+            }
+        }
+    }
+    Ok(mode)
 }
