@@ -373,3 +373,66 @@ fn the_daemons_reports_have_true_sizes_and_a_spool_inside_the_mount_is_refused()
     assert!(!out.status.success() && stderr(&out).contains("inside the mount point"), "{}", stderr(&out));
     assert!(!common::is_mounted(&mnt));
 }
+
+/// Mode `mode` on `path`.
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_shared_mount_shows_no_one_what_the_store_keeps_from_them() {
+    if !root() {
+        return;
+    }
+    let doc = || array_doc("[4]", "[4]", "uint8", BYTES);
+    // Named dimensions: a group of such arrays is a dataset (`dataset.nc`).
+    let named = || doc().replace(r#""fill_value""#, r#""dimension_names": ["x"], "fill_value""#);
+    let (_dir, root) =
+        store(&[("g/open", named()), ("g/closed", named()), ("moded", doc()), ("linked", doc()), ("secret", doc()), ("fine", doc())]);
+    std::fs::write(root.join("g/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    for array in ["g/open", "g/closed", "moded", "secret", "fine"] {
+        std::fs::create_dir(root.join(array).join("c")).unwrap();
+        std::fs::write(root.join(array).join("c/0"), b"PRIV").unwrap();
+    }
+    // A member of a group nobody else may enter; a chunk kept private under a readable
+    // document; a chunk planted as a link to a private array's (readable) chunk.
+    chmod(&root.join("g/closed"), 0o700);
+    chmod(&root.join("moded/c/0"), 0o600);
+    chmod(&root.join("secret"), 0o700);
+    std::fs::create_dir(root.join("linked/c")).unwrap();
+    std::os::unix::fs::symlink("../../secret/c/0", root.join("linked/c/0")).unwrap();
+    // A v2 array whose attributes only its owner may read.
+    std::fs::create_dir(root.join("v2")).unwrap();
+    std::fs::write(root.join("v2/.zarray"), r#"{"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "|u1", "compressor": null, "fill_value": 0, "filters": null, "order": "C"}"#).unwrap();
+    std::fs::write(root.join("v2/.zattrs"), r#"{"secret": "x"}"#).unwrap();
+    chmod(&root.join("v2/.zattrs"), 0o600);
+    let m = Mount::new(&root, &["-o", "allow_other"]);
+    chmod(m.dir.path(), 0o755);
+    let read_as_nobody = |what: &str| common::probe::as_nobody(&format!("cat {}", m.path(what).display()));
+    let fine = read_as_nobody("fine/data");
+    assert!(fine.status.success() && fine.stdout == b"PRIV", "{fine:?}");
+    assert!(read_as_nobody("g/open/data").status.success());
+    for what in ["g/dataset.nc", "g/closed/data", "moded/data", "moded/data.npy", "linked/data", "v2/data", "v2/.zattrs"] {
+        let out = read_as_nobody(what);
+        assert!(!out.status.success(), "another user read {what}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIV"), "{what} leaked");
+    }
+    // The owner reads what the group view is made of, and the view; the private chunk under a
+    // public array is served to no one, the owner told why in the log.
+    assert_eq!(std::fs::read(m.path("g/closed/data")).unwrap(), b"PRIV");
+    let view = std::fs::read(m.path("g/dataset.nc"));
+    assert!(view.is_ok(), "{view:?} {}", m.log_text());
+    assert!(std::fs::read(m.path("moded/data")).is_err());
+    assert!(m.log_text().contains("readable by fewer users than its array"), "{}", m.log_text());
+    drop(m);
+    // A store inside a directory only its owner may enter is served to no one else.
+    let home = tempfile::tempdir().unwrap();
+    chmod(home.path(), 0o700);
+    let inside = home.path().join("s.zarr");
+    assert!(Command::new("cp").arg("-a").arg(&root).arg(&inside).status().unwrap().success());
+    let m = Mount::new(&inside, &["-o", "allow_other"]);
+    chmod(m.dir.path(), 0o755);
+    let out = common::probe::as_nobody(&format!("od -An -c {}", m.path("fine/data").display()));
+    assert!(!out.status.success(), "a store in a private directory was read by another user: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(std::fs::read(m.path("fine/data")).unwrap(), b"PRIV", "its owner reads it");
+}

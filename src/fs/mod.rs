@@ -360,6 +360,13 @@ impl ZarrFs {
                 nodes::Grant { dir: 0, file: 0 }
             }
             NodeKind::MetaFile | NodeKind::Scratch => self.nodes.grant(&self.cx, node.path.rsplit_once('/').map_or("", |(d, _)| d))?,
+            // Made of its arrays' bytes: no one may read it who may not read every one of them.
+            NodeKind::GroupView(view) if self.cx.config.shared => {
+                let members = self.group_file(&node.path, view)?;
+                members
+                    .member_paths()
+                    .try_fold(self.nodes.grant(&self.cx, &node.path)?, |g, p| Ok::<_, Error>(g.and(self.nodes.grant(&self.cx, &p)?)))?
+            }
             _ => self.nodes.grant(&self.cx, &node.path)?,
         };
         let data_perm = owner_file | grant.file;

@@ -197,6 +197,9 @@ pub struct OpenArray {
     /// Writes and size changes of this array run one at a time, so that overlapping writes
     /// end as some serial order would leave them, chunk by chunk alike.
     write_lock: Mutex<()>,
+    /// What a shared mount lets others read of its files (`Grant::file`): each value read
+    /// must let them in too (`Grant::check_value`). 0 on a mount of the owner's alone.
+    admitted: std::sync::atomic::AtomicU16,
     /// The layouts (`layout_of`) the array has had while served, oldest first (a few): a
     /// metadata document written with one of them but the current one is likely a stale copy.
     layouts: Mutex<Vec<serde_json::Value>>,
@@ -228,6 +231,22 @@ impl OpenArray {
             text: Mutex::new(None),
             store_lock: RwLock::new(()),
             write_lock: Mutex::new(()),
+            admitted: Default::default(),
+        }
+    }
+
+    /// Let others read its files as `grant` says (a shared mount).
+    pub fn admit(&self, grant: super::nodes::Grant) {
+        self.admitted.store(grant.file, Ordering::Relaxed);
+    }
+
+    /// Whether the value at `key` of this array lets in everyone its files admit (a value that
+    /// does not is read by no one through a shared mount: its bytes would reach the kernel's
+    /// cache, where every reader of the file finds them).
+    pub fn check_value(&self, a: &Array, key: &str) -> Result<()> {
+        match self.admitted.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            file => super::nodes::Grant { dir: 0, file }.check_value(a.store.as_ref(), &a.path, key),
         }
     }
 

@@ -153,6 +153,7 @@ fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) ->
     let result = match a.read_units() {
         ReadUnits::Chunks => cache
             .get_or_load_holding(&open.unit_key(coords, false), worth_holding_missing(a, coords), || {
+                open.check_value(a, &a.chunk_key(coords))?;
                 Ok(a.retrieve_chunk(coords)?
                     .map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
             })
@@ -178,7 +179,10 @@ fn load_inner(
     let (shard, inner) = a.chunk_of_unit(coords);
     let index_key = open.unit_key(&shard, true);
     for _ in 0..3 {
-        let index = cache.get_or_load(&index_key, || a.retrieve_shard_index(sharding, &shard).map(Cached::index))?;
+        let index = cache.get_or_load(&index_key, || {
+            open.check_value(a, &a.chunk_key(&shard))?;
+            a.retrieve_shard_index(sharding, &shard).map(Cached::index)
+        })?;
         let Cached::Index { index, version } = index.as_ref() else { return Ok((Arc::new(Cached::Missing), None)) };
         // Empty inner chunks are told by the index alone (they are not held: their version
         // would be lost).

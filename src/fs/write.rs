@@ -38,6 +38,7 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
             _ => cache.remove(&key),
         }
     }
+    open.check_value(array, &array.chunk_key(coords)).inspect_err(log)?;
     match array.retrieve_chunk(coords).inspect_err(log)? {
         Some((decoded, version)) => Ok((decoded, Some(version))),
         None => Ok((fill()?, None)),

@@ -61,6 +61,23 @@ impl LocalStore {
         &self.root
     }
 
+    /// The group and other bits of the root that the directories above it let through: a
+    /// class that cannot search one of them cannot reach the store at all (a store in a 0700
+    /// home). A directory's group bits count for the root's group only (`gid`), as the mount
+    /// shows that group; one that cannot be read lets no one through.
+    fn reach_above(&self, gid: u32) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(root) = self.root.canonicalize() else { return 0o7700 };
+        let (mut group, mut other) = (true, true);
+        for dir in root.ancestors().skip(1) {
+            let Ok(meta) = std::fs::metadata(dir) else { return 0o7700 };
+            let mode = meta.mode();
+            other &= mode & 0o001 != 0;
+            group &= if meta.gid() == gid { mode & 0o010 != 0 } else { mode & 0o001 != 0 };
+        }
+        0o7700 | if group { 0o070 } else { 0 } | if other { 0o007 } else { 0 }
+    }
+
     /// Open `path` (relative to the root, `""` for the root) beneath the root. A path that
     /// leaves the store, through `..` or a link, is refused with a reason.
     fn resolve(&self, key: &str, flags: OFlags) -> Result<std::result::Result<OwnedFd, Errno>> {
@@ -485,10 +502,16 @@ impl Store for LocalStore {
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
-        match self.resolve(key, OFlags::PATH)? {
+        // The name itself, not what a link at it leads to (`link` says it is one).
+        match self.resolve(key, OFlags::PATH | OFlags::NOFOLLOW)? {
             Ok(fd) => {
                 let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
-                Ok(Some(Permissions { mode: stat.st_mode & 0o7777, gid: stat.st_gid }))
+                let link = FileType::from_raw_mode(stat.st_mode) == FileType::Symlink;
+                let mut mode = stat.st_mode & 0o7777;
+                if key.is_empty() {
+                    mode &= self.reach_above(stat.st_gid);
+                }
+                Ok(Some(Permissions { mode, gid: stat.st_gid, link }))
             }
             Err(e) if is_absent(e) => Ok(None),
             Err(e) => Err(Error::Io(io(e))),

@@ -140,6 +140,8 @@ pub struct Head {
 pub struct Permissions {
     pub mode: u32,
     pub gid: u32,
+    /// The name is a link: its own bits say nothing of who may read what it leads to.
+    pub link: bool,
 }
 
 /// Keys are `/`-separated paths relative to the store root, never starting with `/`.

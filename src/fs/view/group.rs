@@ -66,6 +66,11 @@ impl GroupFile {
         GroupFile { arrays, made_from, layout, spans }
     }
 
+    /// The paths of the arrays it is made from.
+    pub fn member_paths(&self) -> impl Iterator<Item = String> + '_ {
+        self.made_from.iter().map(|a| a.path.clone())
+    }
+
     /// Whether its arrays' metadata is what the layout was made from.
     pub fn is_current(&self) -> bool {
         self.arrays.iter().zip(&self.made_from).all(|(f, a)| Arc::ptr_eq(&f.array.array(), a))
