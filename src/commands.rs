@@ -112,6 +112,12 @@ impl PrependSource for CountingSource {
 /// progress on a terminal.
 pub fn normalize(store: &OpenedStore, array: &str) -> ExitCode {
     offline(store, array, |a| {
+        // Mounts would write chunks where they no longer are: none may serve the store, and
+        // on object storage (no claim there) the array's shape lock keeps their shape
+        // changes out, while their next store finds the metadata changed and stores nothing.
+        a.store.claim(crate::store::Claim::Rewriting)?;
+        let _shape = a.hold_shape_lock()?;
+        a.check_metadata_current()?;
         let Some(plan) = Normalization::plan(a)? else {
             say!("{array}: not offset-encoded ({}); nothing to do", a.meta.key_encoding.describe());
             return Ok(());

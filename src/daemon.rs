@@ -271,6 +271,9 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     let metadata_ttl = plan.metadata_ttl.unwrap_or(Config::default().metadata_ttl);
     let remote = crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() };
     let store = plan.store.open(&remote)?;
+    if !plan.read_only {
+        store.claim(crate::store::Claim::Serving).map_err(|e| e.to_string())?;
+    }
     // An Icechunk repository's snapshots show in `.zarrfs/snapshots`, each opened when entered.
     let open_snapshot = plan.store.at_snapshot("").map(|_| {
         let location = plan.store.clone();

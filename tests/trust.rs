@@ -436,3 +436,26 @@ fn a_shared_mount_shows_no_one_what_the_store_keeps_from_them() {
     assert!(!out.status.success(), "a store in a private directory was read by another user: {}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(std::fs::read(m.path("fine/data")).unwrap(), b"PRIV", "its owner reads it");
 }
+
+#[test]
+fn normalize_refuses_a_store_a_read_write_mount_serves() {
+    let (_dir, root) = store(&[("a", array_doc("[4]", "[2]", "uint8", BYTES))]);
+    let run = |args: &[&str]| Command::new(bin()).args(args).arg(&root).arg("a").output().unwrap();
+    assert!(run(&["adopt"]).status.success());
+    let before = std::fs::read(root.join("a/zarr.json")).unwrap();
+    let m = Mount::new(&root, &[]);
+    std::fs::write(m.path("a/data"), [1, 2, 3, 4]).unwrap();
+    let refused = run(&["normalize"]);
+    assert!(!refused.status.success(), "normalize ran under a read-write mount");
+    assert!(stderr(&refused).contains("a read-write zarrfs mount serves it"), "{}", stderr(&refused));
+    assert_eq!(std::fs::read(root.join("a/zarr.json")).unwrap(), before, "the document was rewritten");
+    drop(m);
+    // A read-only mount writes nothing where keys were: normalize runs beside it.
+    let m = Mount::new(&root, &["-o", "ro"]);
+    let done = run(&["normalize"]);
+    assert!(done.status.success(), "{}", stderr(&done));
+    drop(m);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("a/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["chunk_key_encoding"]["name"], "default");
+    assert_eq!(std::fs::read(root.join("a/c/0")).unwrap(), [1, 2]);
+}

@@ -105,14 +105,7 @@ pub struct ZarrFs {
     listings: listing::Listings,
     /// Nodes that came into the table or left it since memory was last given back.
     churned: std::sync::atomic::AtomicUsize,
-    /// The last snapshot of each report (`.zarrfs/stats`, `.zarrfs/errors`), and when it was
-    /// taken: a stat, the open and the reads that follow it see one text, so its size is true.
-    reports: Mutex<[Option<(std::time::Instant, SystemTime, Arc<[u8]>)>; 2]>,
 }
-
-/// How long a report's snapshot is shown before a new one is taken: long enough for `tar` or
-/// `cp` to stat, open, read and stat it again; short enough that `cat` twice sees progress.
-const REPORT_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ZarrFs {
     pub fn new(store: Arc<dyn Store>, config: Config) -> ZarrFs {
@@ -126,7 +119,6 @@ impl ZarrFs {
             accepting: RwLock::new(true),
             listings: listing::Listings::default(),
             churned: Default::default(),
-            reports: Default::default(),
         }
     }
 
@@ -141,20 +133,9 @@ impl ZarrFs {
         self.cx.budget.held()
     }
 
-    /// The text of report `kind` (stats or errors) as last taken, and when: a new snapshot
-    /// once the last is `REPORT_FRESH` old.
-    fn report(&self, kind: NodeKind) -> (SystemTime, Arc<[u8]>) {
-        let slot = usize::from(kind == NodeKind::ErrorsFile);
-        let mut reports = crate::error::lock(&self.reports);
-        if let Some((taken, at, text)) = &reports[slot]
-            && taken.elapsed() < REPORT_FRESH
-        {
-            return (*at, text.clone());
-        }
-        let text: Arc<[u8]> = if kind == NodeKind::ErrorsFile { crate::logging::recent_errors().into() } else { self.stats_json().into() };
-        let at = SystemTime::now();
-        reports[slot] = Some((std::time::Instant::now(), at, text.clone()));
-        (at, text)
+    /// The text of report `kind`: the daemon's stats or its recent errors, as they are now.
+    fn report(&self, kind: NodeKind) -> Vec<u8> {
+        if kind == NodeKind::ErrorsFile { crate::logging::recent_errors() } else { self.stats_json() }
     }
 
     pub fn stats(&self) -> &stats::Stats {
@@ -226,7 +207,7 @@ impl ZarrFs {
         doc["store"] = serde_json::json!(self.cx.config.source);
         doc["log"] = serde_json::json!(self.cx.config.log.as_ref().map(|p| p.display().to_string()));
         doc["version"] = serde_json::json!(env!("CARGO_PKG_VERSION"));
-        let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        let mut out = stats::fixed_width_json(&doc);
         out.push(b'\n');
         out
     }
@@ -413,10 +394,7 @@ impl ZarrFs {
             NodeKind::Prepend => file(0, 0o200),
             NodeKind::ErrorFile => file(self.nodes.error_text(&self.cx, &node.path)?.len() as u64, read_only_perm),
             // The daemon's pid, its counters and its errors are the owner's business alone.
-            NodeKind::StatsFile | NodeKind::ErrorsFile => {
-                let (at, text) = self.report(node.kind);
-                Attr { volatile: true, mtime: at, ..file(text.len() as u64, 0o400) }
-            }
+            NodeKind::StatsFile | NodeKind::ErrorsFile => Attr { volatile: true, ..file(self.report(node.kind).len() as u64, 0o400) },
         })
     }
 
@@ -498,7 +476,7 @@ impl ZarrFs {
                 Opened::Document(Arc::from(bytes))
             }
             (NodeKind::ErrorFile, false) => Opened::Document(Arc::from(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
-            (NodeKind::StatsFile | NodeKind::ErrorsFile, false) => Opened::Document(self.report(node.kind).1),
+            (NodeKind::StatsFile | NodeKind::ErrorsFile, false) => Opened::Document(Arc::from(self.report(node.kind))),
             (NodeKind::Prepend, true) => {
                 let file = self.nodes.data_file(&self.cx, &node.path)?;
                 file.check_writable()?;
@@ -573,7 +551,7 @@ impl ZarrFs {
             }
             (NodeKind::MetaFile, _) => Ok(slice(&self.nodes.document(&self.cx, &node.path)?)),
             (NodeKind::ErrorFile, _) => Ok(slice(self.nodes.error_text(&self.cx, &node.path)?.as_bytes())),
-            (NodeKind::StatsFile | NodeKind::ErrorsFile, _) => Ok(slice(&self.report(node.kind).1)),
+            (NodeKind::StatsFile | NodeKind::ErrorsFile, _) => Ok(slice(&self.report(node.kind))),
             (NodeKind::Prepend, _) => Err(Error::Invalid("prepend is write-only".into())),
             (NodeKind::Dir | NodeKind::ControlDir | NodeKind::SnapshotsDir | NodeKind::SnapshotDir, _) => Err(Error::IsADirectory),
         }

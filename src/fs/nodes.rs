@@ -364,7 +364,9 @@ impl Nodes {
                     checked: Checked::now(),
                     grant,
                 });
-                if let DirState::Array(file) = &known.state {
+                if let DirState::Array(file) = &known.state
+                    && cx.config.shared
+                {
                     file.array.admit(known.grant);
                 }
                 Ok(known.state.clone())

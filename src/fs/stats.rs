@@ -68,3 +68,63 @@ impl Stats {
         json!(*self.errors.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
+
+/// `doc` as pretty JSON whose numbers are right-aligned in 20 columns (any u64 fits): counters
+/// move with every request, the stat of `.zarrfs/stats` among them, but its size does not, so
+/// that the size a stat reports is the size the next read finds (`tar` and `cp` trust it).
+pub fn fixed_width_json(doc: &serde_json::Value) -> Vec<u8> {
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, FixedWidth(serde_json::ser::PrettyFormatter::new()));
+    // Serializing a Value into memory cannot fail.
+    let _ = doc.serialize(&mut ser);
+    out
+}
+
+/// Pretty JSON with numbers padded to a fixed width.
+struct FixedWidth<'a>(serde_json::ser::PrettyFormatter<'a>);
+
+/// Padding a number to 20 columns.
+fn padded<W: ?Sized + std::io::Write>(writer: &mut W, number: impl std::fmt::Display) -> std::io::Result<()> {
+    write!(writer, "{number:>20}")
+}
+
+impl serde_json::ser::Formatter for FixedWidth<'_> {
+    fn write_u64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: u64) -> std::io::Result<()> {
+        padded(writer, value)
+    }
+    fn write_i64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: i64) -> std::io::Result<()> {
+        padded(writer, value)
+    }
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, value: f64) -> std::io::Result<()> {
+        // Fixed decimals, so the width holds as the value moves.
+        padded(writer, format_args!("{value:.3}"))
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(writer)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array(writer)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.0.begin_array_value(writer, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(writer)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(writer)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object(writer)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.0.begin_object_key(writer, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(writer)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(writer)
+    }
+}

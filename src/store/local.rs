@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Entry, Expect, Head, Permissions, Store, Usage, Value, Version, resolve_range};
+use super::{ByteRange, Claim, Entry, Expect, Head, Permissions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -582,6 +582,28 @@ impl Store for LocalStore {
             Err(e) => return Err(Error::Io(io(e))),
         }
         Ok(Some(usage))
+    }
+
+    fn claim(&self, claim: Claim) -> Result<()> {
+        // A lock on the root directory itself: nothing is written into the store, and the
+        // kernel lets it go with the process.
+        let (how, busy) = match claim {
+            Claim::Serving => (
+                rustix::fs::FlockOperation::NonBlockingLockShared,
+                "an offline command (zarrfs normalize) is moving its keys: mount it once that is done",
+            ),
+            Claim::Rewriting => (
+                rustix::fs::FlockOperation::NonBlockingLockExclusive,
+                "a read-write zarrfs mount serves it: unmount it first (or mount it read-only), as this moves every chunk",
+            ),
+        };
+        match rustix::fs::flock(&self.dir, how) {
+            Ok(()) => Ok(()),
+            Err(Errno::WOULDBLOCK) => Err(Error::Busy(format!("{}: {busy}", self.root.display()))),
+            // A file system without such locks: nothing can be claimed there.
+            Err(Errno::NOLCK | Errno::NOTSUP | Errno::INVAL) => Ok(()),
+            Err(e) => Err(Error::Io(io(e))),
+        }
     }
 
     fn unnamed(&self, prefix: &str) -> Result<Vec<String>> {

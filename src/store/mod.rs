@@ -134,6 +134,15 @@ pub struct Head {
     pub version: Version,
 }
 
+/// What a process claims a whole store for (`Store::claim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// A read-write mount serves it: keys stay where its metadata says.
+    Serving,
+    /// An offline command moves its keys (`zarrfs normalize`): no mount may serve it meanwhile.
+    Rewriting,
+}
+
 /// Who a store lets at a value or a directory, where it has such a notion (a local directory's
 /// permission bits and group).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +220,14 @@ pub trait Store: Send + Sync {
     }
     /// The names directly under `prefix` (`""` for the root, otherwise ending without `/`).
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>>;
+    /// Claim the store for `claim` for as long as it is open: a read-write mount serves it
+    /// (many may at once), an offline command that moves keys rewrites it (alone). A claim
+    /// another holds fails at once (`Error::Busy`, saying whose). Stores without such locks
+    /// (object storage, where a rewrite holds each array's shape lock instead) claim nothing.
+    fn claim(&self, claim: Claim) -> Result<()> {
+        let _ = claim;
+        Ok(())
+    }
     /// Names directly under `prefix` that are no key (not UTF-8: a local file system allows
     /// any bytes, Zarr keys are text), their bytes escaped; `list_dir` leaves them out.
     fn unnamed(&self, prefix: &str) -> Result<Vec<String>> {
