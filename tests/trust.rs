@@ -459,3 +459,39 @@ fn normalize_refuses_a_store_a_read_write_mount_serves() {
     assert_eq!(doc["chunk_key_encoding"]["name"], "default");
     assert_eq!(std::fs::read(root.join("a/c/0")).unwrap(), [1, 2]);
 }
+
+#[test]
+fn a_server_that_trickles_fails_a_read_in_bounded_time() {
+    use std::io::{BufRead, Write};
+    // Every answer: 4 KiB promised, one byte a second.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut out = stream;
+                let _ = out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4096\r\nContent-Type: application/octet-stream\r\n\r\n");
+                for _ in 0..4096 {
+                    if out.write_all(b"x").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            });
+        }
+    });
+    let location = zarrfs::store::Location::parse(std::ffi::OsStr::new(&format!("http://127.0.0.1:{port}/s"))).unwrap();
+    let store = location.open(&zarrfs::store::RemoteOptions::default()).unwrap();
+    let started = std::time::Instant::now();
+    let got =
+        within(Duration::from_secs(100), "a read from a server that trickles", move || store.get("c/0", 1 << 20).map(|v| v.is_some()));
+    let took = started.elapsed();
+    let err = got.expect_err("4 KiB at a byte a second was read");
+    assert!(err.to_string().contains("whole time is bounded"), "the error does not say why: {err}");
+    assert!(took < Duration::from_secs(60), "the read failed only after {took:?}");
+}

@@ -125,6 +125,28 @@ fn join_failed(e: tokio::task::JoinError) -> object_store::Error {
     object_store::Error::Generic { store: "listing", source: Box::new(e) }
 }
 
+/// `step` of a GET (its answer, or a body of `bytes`) within its whole time, retries included:
+/// `TRANSFER_BASE`, and a second for every `TRANSFER_RATE` bytes (a slow link still moves a
+/// large chunk). Each wait for a byte is bounded by the client; this bounds their sum, so a
+/// server that trickles cannot hold a read for minutes.
+async fn within<T>(bytes: u64, step: impl Future<Output = object_store::Result<T>>) -> object_store::Result<T> {
+    let deadline = (TRANSFER_BASE + Duration::from_secs(bytes / TRANSFER_RATE)).min(Duration::from_secs(3600));
+    tokio::time::timeout(deadline, step).await.unwrap_or_else(|_| {
+        Err(object_store::Error::Generic {
+            store: "remote",
+            source: format!(
+                "no whole answer within {} s (a request's whole time is bounded: {} s and a second per {} KiB)",
+                deadline.as_secs(),
+                TRANSFER_BASE.as_secs(),
+                TRANSFER_RATE >> 10
+            )
+            .into(),
+        })
+    })
+}
+const TRANSFER_BASE: Duration = Duration::from_secs(30);
+const TRANSFER_RATE: u64 = 256 << 10;
+
 impl ObjectStore {
     /// Connect to `location`. Nothing is requested yet: `check` does that.
     pub fn open(location: &RemoteLocation, options: &RemoteOptions) -> Result<ObjectStore> {
@@ -516,6 +538,12 @@ fn explain(e: &object_store::Error) -> String {
     if cause.to_ascii_lowercase().contains("certificate") {
         return format!("a server's TLS certificate is not trusted (a private CA goes in SSL_CERT_FILE): {cause}");
     }
+    if cause.to_ascii_lowercase().contains("timed out") {
+        return format!(
+            "no whole answer within {} s (a request's whole time is bounded, its body's included, not only each wait): {cause}",
+            TRANSFER_BASE.as_secs()
+        );
+    }
     if lower.contains("error sending request") || lower.contains("connection refused") || lower.contains("dns error") {
         return format!("cannot reach the server (check the endpoint): {cause}");
     }
@@ -619,13 +647,13 @@ impl ObjectStore {
         self.count(&self.requests.get);
         let remote = self.remote.clone();
         let got = self.run_get(async move {
-            let r = remote.get_opts(&path, GetOptions::default()).await?;
+            let r = within(0, remote.get_opts(&path, GetOptions::default())).await?;
             // A value larger than its bound is refused before its body is read.
             if r.meta.size > max {
                 return Ok(Err(r.meta.size));
             }
             let meta = r.meta.clone();
-            Ok(Ok((r.bytes().await?, meta)))
+            Ok(Ok((within(meta.size, r.bytes()).await?, meta)))
         });
         match got {
             Ok(Ok((bytes, meta))) => {
@@ -754,12 +782,20 @@ impl Store for ObjectStore {
             ByteRange::Suffix(n) => GetRange::Suffix(n),
         };
         let want = range.clone();
+        let most = match &range {
+            GetRange::Bounded(r) => r.end - r.start,
+            GetRange::Suffix(n) => *n,
+            GetRange::Offset(_) => u64::MAX,
+        };
         self.count(&self.requests.ranged_get);
         let remote = self.remote.clone();
         let got = self.run_get(async move {
-            let r = remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
-            let meta = r.meta.clone();
-            Ok((r.bytes().await?, meta))
+            within(most, async {
+                let r = remote.get_opts(&path, GetOptions { range: Some(range), ..GetOptions::default() }).await?;
+                let meta = r.meta.clone();
+                Ok((r.bytes().await?, meta))
+            })
+            .await
         });
         match got {
             Ok((bytes, meta)) => {
