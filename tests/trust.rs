@@ -495,3 +495,35 @@ fn a_server_that_trickles_fails_a_read_in_bounded_time() {
     assert!(err.to_string().contains("whole time is bounded"), "the error does not say why: {err}");
     assert!(took < Duration::from_secs(60), "the read failed only after {took:?}");
 }
+
+#[test]
+fn the_start_up_repair_of_consolidated_metadata_is_bounded_and_writes_nothing_it_would_refuse() {
+    // A stale consolidation (it lists nothing) over arrays whose attributes are long lists:
+    // 24 MiB of documents in all.
+    let list = format!("[{}1]", "1,".repeat(4 << 20));
+    let nodes: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            (
+                format!("a{i}"),
+                array_doc("[4]", "[4]", "uint8", BYTES)
+                    .replace(r#""fill_value""#, &format!(r#""attributes": {{"long": {list}}}, "fill_value""#)),
+            )
+        })
+        .collect();
+    let nodes: Vec<(&str, String)> = nodes.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let (_dir, root) = store(&nodes);
+    let consolidated = r#"{"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}}"#;
+    std::fs::write(root.join("zarr.json"), consolidated).unwrap();
+    let m = Mount::new(&root, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !m.log_text().contains("consolidated metadata not rebuilt") {
+        assert!(std::time::Instant::now() < deadline, "the repair said nothing: {}", m.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let peak = m.peak_rss();
+    assert_eq!(std::fs::read_to_string(m.path("a0/data")).map(|d| d.len()).unwrap(), 4, "the mount serves");
+    drop(m);
+    assert_eq!(std::fs::read_to_string(root.join("zarr.json")).unwrap(), consolidated, "the root document was rewritten");
+    eprintln!("peak resident memory of the mount: {} MiB", peak >> 20);
+    assert!(peak < 1 << 30, "the repair took {} MiB", peak >> 20);
+}

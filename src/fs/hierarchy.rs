@@ -23,6 +23,10 @@ use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, rende
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node};
 use crate::{Error, Result};
 
+/// The most bytes of documents a rename of a subtree reads before it moves anything (its
+/// consolidated entries are rewritten from them).
+const MOST_MOVED_DOCUMENT_BYTES: u64 = 256 << 20;
+
 /// The files an array's directory shows besides its documents.
 fn is_array_file(name: &str) -> bool {
     name == DATA || name == PREPEND || name == ERROR || HeaderFormat::by_file_name(name).is_some()
@@ -349,7 +353,7 @@ impl ZarrFs {
             self.cx.flush_array(array)?;
         }
         // Read before anything moves: a tree that cannot be walked is not moved at all.
-        let documents = consolidated::subtree_documents(store, path)?;
+        let documents = consolidated::subtree_documents(store, path, MOST_MOVED_DOCUMENT_BYTES)?;
         let moved: Vec<String> = documents.iter().map(|(node, _, _)| format!("{new_path}{}", &node[path.len()..])).collect();
         let mut changes = vec![(path, format, Change::Remove)];
         changes.extend(documents.iter().zip(&moved).map(|((_, name, doc), to)| (to.as_str(), format, Change::Set(name, doc))));

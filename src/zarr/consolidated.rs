@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ZarrFormat};
 use super::node::{display_path, is_hidden, is_node};
-use crate::store::{self, Store};
+use crate::store::{self, Expect, Store};
 use crate::{Error, Result};
 
 /// What happened to a node.
@@ -215,11 +215,12 @@ pub const MAX_WALKED_NODES: usize = 100_000;
 const MAX_WALKED_DEPTH: usize = 64;
 
 /// Every document of the nodes at and beneath `path` (arrays are not looked into: their
-/// directories hold chunks), as (node, document name, document).
-pub fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &'static str, Value)>> {
+/// directories hold chunks), as (node, document name, document); refused past `most_bytes` of
+/// documents in all, so that what a walk holds is bounded as each document is.
+pub fn subtree_documents(store: &dyn Store, path: &str, most_bytes: u64) -> Result<Vec<(String, &'static str, Value)>> {
     let mut out = Vec::new();
     let mut pending = vec![path.to_string()];
-    let mut seen = 0;
+    let (mut seen, mut held) = (0, 0u64);
     while let Some(node) = pending.pop() {
         seen += 1;
         if seen > MAX_WALKED_NODES || node[path.len()..].matches('/').count() > MAX_WALKED_DEPTH {
@@ -231,6 +232,10 @@ pub fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &
         let mut is_group = false;
         for name in ["zarr.json", ".zarray", ".zgroup", ".zattrs"] {
             let Some(bytes) = store.get(&store::join(&node, name), MAX_DOCUMENT_BYTES)? else { continue };
+            held += bytes.len() as u64;
+            if held > most_bytes {
+                return Err(Error::Invalid(format!("the documents beneath {} take more than {most_bytes} bytes", display_path(path))));
+            }
             let Ok(doc) = metadata::parse_json(&bytes, name) else { continue };
             is_group |= name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
             out.push((node.clone(), name, doc));
@@ -247,6 +252,11 @@ pub fn subtree_documents(store: &dyn Store, path: &str) -> Result<Vec<(String, &
     Ok(out)
 }
 
+/// The most bytes of node documents a repair reads: a consolidation larger than that is left
+/// as it is (and said so), so that the repair a mount starts with costs a bounded amount of
+/// memory whatever the store holds.
+const MOST_REPAIRED_BYTES: u64 = 16 << 20;
+
 /// Make the consolidated metadata of the group at `group` (if it consolidates) stand for the
 /// nodes beneath it: entries of nodes that are gone are removed, missing or differing ones set
 /// from the nodes' documents. Returns whether it was stale (and was rewritten).
@@ -259,12 +269,22 @@ pub fn repair(store: &dyn Store, group: &str) -> Result<bool> {
 fn repair_held(store: &dyn Store, group: &str) -> Result<bool> {
     let format = if store.head(&document_key(group, ZarrFormat::V2))?.is_some() { ZarrFormat::V2 } else { ZarrFormat::V3 };
     let key = document_key(group, format);
-    let Some(bytes) = store.get(&key, MAX_DOCUMENT_BYTES)? else { return Ok(false) };
+    let Some(read) = store.get_value(&key, MAX_DOCUMENT_BYTES)? else { return Ok(false) };
+    let bytes = read.bytes;
     let Ok(mut doc) = metadata::parse_json(&bytes, &key) else { return Ok(false) };
     let Some(entries) = entries_of(&mut doc, format) else { return Ok(false) };
     let lead = if group.is_empty() { String::new() } else { format!("{group}/") };
     let mut wanted = serde_json::Map::new();
-    for (node, name, node_doc) in subtree_documents(store, group)? {
+    // The nodes' documents all go into one document, and are held parsed meanwhile (ten
+    // times their text, for long lists): past `MOST_REPAIRED_BYTES` it is not rebuilt.
+    let documents = match subtree_documents(store, group, MOST_REPAIRED_BYTES) {
+        Err(Error::Invalid(why)) => {
+            tracing::warn!(document = %display_path(&key), "consolidated metadata not rebuilt: {why}, more than a repair reads");
+            return Ok(false);
+        }
+        other => other?,
+    };
+    for (node, name, node_doc) in documents {
         let rel = node.strip_prefix(&lead).unwrap_or(if node == group { "" } else { &node });
         let entry = match format {
             ZarrFormat::V3 if node == group => continue,
@@ -291,7 +311,20 @@ fn repair_held(store: &dyn Store, group: &str) -> Result<bool> {
         }
     }
     if stale {
-        store.set(&key, &metadata::render_like(Some(&bytes), &doc))?;
+        let rendered = metadata::render_like(Some(&bytes), &doc);
+        if rendered.len() as u64 > MAX_DOCUMENT_BYTES {
+            tracing::warn!(document = %display_path(&key), "consolidated metadata not rebuilt: it would take {} bytes, more than a document may hold", rendered.len());
+            return Ok(false);
+        }
+        // Over the version read: an update made meanwhile (another mount, another tool) is
+        // theirs, not undone by this rebuild.
+        match store.set_if(&key, &rendered, Expect::At(read.version)) {
+            Err(Error::Conflict { .. }) => {
+                tracing::info!(document = %display_path(&key), "consolidated metadata changed while it was checked: left as its writer made it");
+                return Ok(false);
+            }
+            other => other?,
+        };
         tracing::warn!(document = %display_path(&key), "consolidated metadata was stale: rebuilt from the nodes");
     }
     crate::error::lock(&STALE).remove(&key);
