@@ -19,49 +19,23 @@ fn a_user_mounts_without_user_allow_other_and_a_killed_daemons_mount_goes() {
     if !root() {
         return;
     }
-    // A user mounts through the setuid fusermount3, which opens /dev/fuse as the user: 0666 on a
-    // stock system, 0600 in some containers (here). So the test runs in a mount namespace of its
-    // own in which /dev/fuse is a 0666 node of the same device: the machine's is left alone, and
-    // whatever is mounted goes with the namespace.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
-    assert!(Command::new("cp").arg("-r").arg(common::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
-    std::fs::create_dir(&mnt).unwrap();
-    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
-    let (_bin_dir, exe) = probe::binary_for_others();
-    let script = format!(
+    let user = probe::UserMount::new();
+    let before = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    let out = user.run(
         r#"
-        as_user() {{ setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }}
-        mounted() {{ grep -q " {mnt} " /proc/self/mountinfo; }}
-        wait_for() {{ for i in $(seq 500); do "$@" && return 0; sleep 0.02; done; return 1; }}
         trap 'kill -9 $daemon 2>/dev/null; umount -l {mnt} 2>/dev/null' EXIT
-        mknod {dir}/fuse c 10 229 && chmod 666 {dir}/fuse && mount --bind {dir}/fuse /dev/fuse
         setpriv --reuid=65534 --regid=65534 --clear-groups {exe} mount -f {store} {mnt} 2>{dir}/daemon.log &
         daemon=$!
-        wait_for mounted || {{ echo NOT-MOUNTED; cat {dir}/daemon.log; exit 1; }}
+        wait_for mounted || { echo NOT-MOUNTED; cat {dir}/daemon.log; exit 1; }
         echo "MOUNTINFO $(grep " {mnt} " /proc/self/mountinfo)"
         wait_for pgrep -P $daemon -f unmount-when-gone >/dev/null && echo HELPER
         echo "READ $(as_user sh -c 'wc -c < {mnt}/shapes/d1/data')"
         kill -9 $daemon
         wait_for sh -c '! grep -q " {mnt} " /proc/self/mountinfo' && echo GONE
         "#,
-        dir = dir.path().display(),
-        mnt = mnt.display(),
-        store = store.display(),
-        exe = exe.display(),
+        Duration::from_secs(60),
     );
-    let before = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
-    let out = within(Duration::from_secs(60), "a user's mount in a namespace", move || {
-        probe::spawn(
-            Command::new("unshare")
-                .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped()),
-        )
-        .wait_with_output()
-        .unwrap()
-    });
+    let mnt = user.mnt.clone();
     let said = String::from_utf8_lossy(&out.stdout);
     assert_eq!(std::fs::metadata("/dev/fuse").unwrap().permissions().mode(), before, "the machine's /dev/fuse was changed");
     assert!(!common::is_mounted(&mnt), "the user's mount shows outside its namespace");

@@ -152,46 +152,24 @@ fn a_control_directory_another_user_made_fails_fast_naming_its_owner() {
     if !root() {
         return;
     }
-    // As in hostile.rs' user mount: a mount namespace of its own with a 0666 /dev/fuse; there
-    // uid 65533 has made uid 65534's control directory first (a tmpfs of its own, so the
-    // machine's /tmp is left alone).
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
-    assert!(Command::new("cp").arg("-r").arg(common::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
-    std::fs::create_dir(&mnt).unwrap();
-    assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
-    let (_bin_dir, exe) = common::probe::binary_for_others();
-    let script = format!(
+    // uid 65533 has made uid 65534's control directory first (a tmpfs of its own in the
+    // namespace, so the machine's /tmp is left alone).
+    let user = common::probe::UserMount::new();
+    let out = user.run(
         r#"
-        as_user() {{ setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }}
-        mounted() {{ grep -q " {mnt} " /proc/self/mountinfo; }}
         trap 'umount -l {mnt} 2>/dev/null' EXIT
-        mknod {dir}/fuse c 10 229 && chmod 666 {dir}/fuse && mount --bind {dir}/fuse /dev/fuse
         mkdir -p /tmp/zarrfs-65534 && mount -t tmpfs -o uid=65533,gid=65533,mode=777 tmpfs /tmp/zarrfs-65534
         touch {dir}/daemon.log {dir}/unmount.err && chown 65534 {dir}/daemon.log {dir}/unmount.err
         as_user {exe} mount {store} {mnt} --log-file {dir}/daemon.log || exit 1
-        mounted || {{ echo NOT-MOUNTED; exit 1; }}
+        mounted || { echo NOT-MOUNTED; exit 1; }
         start=$(date +%s)
         as_user timeout 100 {exe} unmount {mnt} 2>{dir}/unmount.err
         echo "UNMOUNT $? $(( $(date +%s) - start ))"
         mounted && echo STILL-MOUNTED
         "#,
-        dir = dir.path().display(),
-        mnt = mnt.display(),
-        store = store.display(),
-        exe = exe.display(),
+        Duration::from_secs(120),
     );
-    let out = within(Duration::from_secs(120), "a user's unmount beside a squatter", move || {
-        common::probe::spawn(
-            Command::new("unshare")
-                .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped()),
-        )
-        .wait_with_output()
-        .unwrap()
-    });
+    let dir = &user.dir;
     let said = String::from_utf8_lossy(&out.stdout);
     let unmount_err = std::fs::read_to_string(dir.path().join("unmount.err")).unwrap_or_default();
     let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();

@@ -136,3 +136,60 @@ pub fn mountinfo_line(path: &Path) -> String {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     info.lines().find(|l| l.split(' ').nth(4) == canon.to_str()).unwrap_or_default().to_string()
 }
+
+/// A user (uid 65534) with a copy of the v3 fixture store and a mount point of their own, and
+/// the zarrfs binary where they can run it. A user mounts through the setuid fusermount3, which
+/// opens /dev/fuse as the user: 0666 on a stock system, 0600 in some containers (here). So
+/// `run` runs its script in a mount namespace of its own in which /dev/fuse is a 0666 node of
+/// the same device: the machine's is left alone, and whatever is mounted goes with the
+/// namespace.
+pub struct UserMount {
+    pub dir: tempfile::TempDir,
+    pub store: PathBuf,
+    pub mnt: PathBuf,
+    pub exe: PathBuf,
+    _bin: tempfile::TempDir,
+}
+
+impl UserMount {
+    pub fn new() -> UserMount {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
+        assert!(Command::new("cp").arg("-r").arg(super::fixtures().join("v3.zarr")).arg(&store).status().unwrap().success());
+        std::fs::create_dir(&mnt).unwrap();
+        assert!(Command::new("chown").args(["-R", "65534:65534"]).arg(&store).arg(&mnt).status().unwrap().success());
+        let (bin, exe) = binary_for_others();
+        UserMount { dir, store, mnt, exe, _bin: bin }
+    }
+
+    /// `script` as root in the namespace, with `as_user CMD` (as uid 65534), `mounted` and
+    /// `wait_for CMD` defined and `{dir}`, `{mnt}`, `{store}`, `{exe}` filled in; within `limit`.
+    pub fn run(&self, script: &str, limit: Duration) -> Output {
+        let script = format!(
+            r#"
+            as_user() {{ setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }}
+            mounted() {{ grep -q " {mnt} " /proc/self/mountinfo; }}
+            wait_for() {{ for i in $(seq 500); do "$@" && return 0; sleep 0.02; done; return 1; }}
+            mknod {dir}/fuse c 10 229 && chmod 666 {dir}/fuse && mount --bind {dir}/fuse /dev/fuse
+            {script}
+            "#,
+            dir = self.dir.path().display(),
+            mnt = self.mnt.display(),
+        )
+        .replace("{dir}", &self.dir.path().display().to_string())
+        .replace("{mnt}", &self.mnt.display().to_string())
+        .replace("{store}", &self.store.display().to_string())
+        .replace("{exe}", &self.exe.display().to_string());
+        within(limit, "a user's mount in a namespace", move || {
+            spawn(
+                Command::new("unshare")
+                    .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped()),
+            )
+            .wait_with_output()
+            .unwrap()
+        })
+    }
+}
