@@ -505,3 +505,44 @@ fn the_start_up_repair_of_consolidated_metadata_is_bounded_and_writes_nothing_it
     eprintln!("peak resident memory of the mount: {} MiB", peak >> 20);
     assert!(peak < 1 << 30, "the repair took {} MiB", peak >> 20);
 }
+
+#[test]
+fn a_datasets_header_is_bounded_whatever_its_attributes_hold() {
+    // Members whose attributes hold long text and long lists (kept in Zarr, far past what any
+    // netCDF tool shows): left out of the header, said so; the rest of the view is served.
+    let long_text = "x".repeat(2 << 20);
+    let long_list = format!("[{}1]", "1,".repeat(200_000));
+    let member = |attributes: &str| {
+        array_doc("[4]", "[4]", "uint8", BYTES)
+            .replace(r#""fill_value""#, &format!(r#""dimension_names": ["x"], "attributes": {attributes}, "fill_value""#))
+    };
+    let nodes: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("g/v{i}"), member(&format!(r#"{{"units": "K", "history": "{long_text}", "long": {long_list}}}"#))))
+        .collect();
+    let nodes: Vec<(&str, String)> = nodes.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let (_dir, root) = store(&nodes);
+    std::fs::write(root.join("g/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let info = Command::new(bin()).arg("info").arg(&root).arg("g").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&info.stdout).contains("an attribute of the header may take"),
+        "{}",
+        String::from_utf8_lossy(&info.stdout)
+    );
+    let m = Mount::new(&root, &[]);
+    let nc = std::fs::read(m.path("g/dataset.nc")).unwrap();
+    assert!(nc.len() < 1 << 20, "a header of {} bytes", nc.len());
+    assert!(nc.starts_with(b"CDF"));
+    assert!(nc.windows(b"units".len()).any(|w| w == b"units"), "the short attributes stay");
+    // Many members whose attributes are each short enough, and together too long.
+    drop(m);
+    let medium = "y".repeat(900 << 10);
+    let nodes: Vec<(String, String)> = (0..20).map(|i| (format!("h/v{i}"), member(&format!(r#"{{"history": "{medium}"}}"#)))).collect();
+    let nodes: Vec<(&str, String)> = nodes.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let (_dir2, root2) = store(&nodes);
+    std::fs::write(root2.join("h/zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let m = Mount::new(&root2, &[]);
+    assert!(!m.path("h/dataset.nc").exists(), "a header of 18 MiB of attributes was made");
+    assert!(std::fs::read(m.path("h/v0/data")).is_ok());
+    let info = Command::new(bin()).arg("info").arg(&root2).arg("h").output().unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("header of more than 16 MiB"), "{}", String::from_utf8_lossy(&info.stdout));
+}

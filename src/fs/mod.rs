@@ -4,6 +4,7 @@
 //! and what its close must do, `view` how `data` reads and writes; `context` is what they share.
 
 mod context;
+mod grant;
 mod handle;
 mod hierarchy;
 mod listing;
@@ -334,11 +335,11 @@ impl ZarrFs {
             mtime: self.mount_time,
             volatile: false,
         };
-        // The owner's rights, then what others get (`nodes::Grant`).
+        // The owner's rights, then what others get (`grant::Grant`).
         let (owner_dir, owner_file) = if self.cx.config.read_only { (0o500, 0o400) } else { (0o700, 0o600) };
         let grant = match node.kind {
             NodeKind::ControlDir | NodeKind::StatsFile | NodeKind::ErrorsFile | NodeKind::SnapshotsDir | NodeKind::SnapshotDir => {
-                nodes::Grant { dir: 0, file: 0 }
+                grant::Grant { dir: 0, file: 0 }
             }
             NodeKind::MetaFile | NodeKind::Scratch => self.nodes.grant(&self.cx, node.path.rsplit_once('/').map_or("", |(d, _)| d))?,
             // Made of its arrays' bytes: no one may read it who may not read every one of them.

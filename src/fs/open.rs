@@ -236,7 +236,7 @@ impl OpenArray {
     }
 
     /// Let others read its files as `grant` says (a shared mount).
-    pub fn admit(&self, grant: super::nodes::Grant) {
+    pub fn admit(&self, grant: super::grant::Grant) {
         self.admitted.store(grant.file, Ordering::Relaxed);
     }
 
@@ -246,7 +246,7 @@ impl OpenArray {
     pub fn check_value(&self, a: &Array, key: &str) -> Result<()> {
         match self.admitted.load(Ordering::Relaxed) {
             0 => Ok(()),
-            file => super::nodes::Grant { dir: 0, file }.check_value(a.store.as_ref(), &a.path, key),
+            file => super::grant::Grant { dir: 0, file }.check_value(a.store.as_ref(), &a.path, key),
         }
     }
 

@@ -104,6 +104,12 @@ pub struct Attribute {
     values: Vec<u8>,
 }
 
+/// The most bytes one attribute may take in a `dataset.nc` header, and the whole header: the
+/// header is made and held whole, so attributes far past what any netCDF tool shows (a long
+/// list kept in Zarr attributes) are left out, said so, rather than sizing it.
+const MOST_ATTRIBUTE_BYTES: usize = 1 << 20;
+const MOST_HEADER_BYTES: usize = 16 << 20;
+
 /// Attributes whose type must be the variable's (CF).
 const TYPED_LIKE_THE_VARIABLE: [&str; 7] =
     ["_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "flag_values", "flag_masks"];
@@ -113,6 +119,15 @@ impl Attribute {
     /// the narrowest type that holds them all (`var_type` for the CF attributes that must have
     /// the variable's). `Err(why)` for what it cannot hold (objects, lists of text, null).
     pub fn from_json(name: &str, value: &Value, var_type: Option<NcType>, cdf5: bool) -> Result<Attribute, String> {
+        // Bounded before anything is encoded: 8 bytes an item at most.
+        let most = match value {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.len().saturating_mul(8),
+            _ => 8,
+        };
+        if most > MOST_ATTRIBUTE_BYTES {
+            return Err(format!("longer than the {} KiB an attribute of the header may take", MOST_ATTRIBUTE_BYTES >> 10));
+        }
         if let Value::String(s) = value
             && !(TYPED_LIKE_THE_VARIABLE.contains(&name) && var_type.is_some())
         {
@@ -386,6 +401,10 @@ impl NetCdf {
     /// The file of `dims` (name, length), `globals` and `vars`, each variable of `shape` (its
     /// dimensions' lengths).
     pub fn new(dims: &[(String, u64)], globals: &[Attribute], vars: &[Variable]) -> Result<NetCdf, String> {
+        let attribute_bytes: usize = globals.iter().chain(vars.iter().flat_map(|v| &v.attributes)).map(|a| a.values.len()).sum();
+        if attribute_bytes > MOST_HEADER_BYTES {
+            return Err(format!("its attributes would make a header of more than {} MiB", MOST_HEADER_BYTES >> 20));
+        }
         let bytes_of = |v: &Variable| v.dims.iter().try_fold(v.kind.size(), |n, &d| n.checked_mul(dims[d].1));
         let sizes: Vec<u64> = vars.iter().map(|v| bytes_of(v).ok_or("a variable passes 2^64 bytes")).collect::<Result<_, _>>()?;
         // CDF-2 sizes are 32-bit (and its types the classic ones).
