@@ -235,24 +235,26 @@ fn names_from_the_store_are_escaped_wherever_they_are_printed() {
     clean("the log", &logged);
 }
 
+/// An OME-NGFF 0.5 image group of two levels, `0` and `second`.
+fn ome_group(second: &str) -> serde_json::Value {
+    serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": {"ome": {"version": "0.5", "multiscales": [{
+        "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+        "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]},
+                     {"path": second, "coordinateTransformations": [{"type": "scale", "scale": [2, 2]}]}]}]}}})
+}
+
 #[test]
 fn a_nul_in_an_image_dataset_path_fails_that_view_only() {
     let level = array_doc("[4, 4]", "[4, 4]", "uint8", BYTES);
     let (_dir, root) = store(&[("img/0", level.clone()), ("img/1", level)]);
-    let ome = |second: &str| {
-        serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": {"ome": {"version": "0.5", "multiscales": [{
-            "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
-            "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]},
-                         {"path": second, "coordinateTransformations": [{"type": "scale", "scale": [2, 2]}]}]}]}}})
-    };
-    std::fs::write(root.join("img/zarr.json"), ome("1\0x").to_string()).unwrap();
+    std::fs::write(root.join("img/zarr.json"), ome_group("1\0x").to_string()).unwrap();
     let m = Mount::new(&root, &[]);
     let names: Vec<String> = std::fs::read_dir(m.path("img")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.contains(&"0".to_string()) && names.contains(&"1".to_string()), "{names:?}");
     assert!(!names.contains(&"image.ome.tif".to_string()), "{names:?}");
     assert_eq!(std::fs::read(m.path("img/0/data")).unwrap(), [0u8; 16]);
     // The same image with a good path shows its view.
-    std::fs::write(root.join("img/zarr.json"), ome("1").to_string()).unwrap();
+    std::fs::write(root.join("img/zarr.json"), ome_group("1").to_string()).unwrap();
     drop(m);
     let m = Mount::new(&root, &[]);
     assert!(m.path("img/image.ome.tif").exists());
@@ -545,4 +547,21 @@ fn a_datasets_header_is_bounded_whatever_its_attributes_hold() {
     assert!(std::fs::read(m.path("h/v0/data")).is_ok());
     let info = Command::new(bin()).arg("info").arg(&root2).arg("h").output().unwrap();
     assert!(String::from_utf8_lossy(&info.stdout).contains("header of more than 16 MiB"), "{}", String::from_utf8_lossy(&info.stdout));
+}
+
+#[test]
+fn an_image_view_admits_only_who_may_read_every_level() {
+    if !root() {
+        return;
+    }
+    let level = array_doc("[4, 4]", "[4, 4]", "uint8", BYTES);
+    let (_dir, root) = store(&[("img/0", level.clone()), ("img/1", level)]);
+    std::fs::write(root.join("img/zarr.json"), ome_group("1").to_string()).unwrap();
+    chmod(&root.join("img/1/zarr.json"), 0o600);
+    let m = Mount::new(&root, &["-o", "allow_other"]);
+    chmod(m.dir.path(), 0o755);
+    assert!(common::probe::as_nobody(&format!("cat {} > /dev/null", m.path("img/0/data").display())).status.success());
+    let out = common::probe::as_nobody(&format!("cat {} > /dev/null", m.path("img/image.ome.tif").display()));
+    assert!(!out.status.success(), "another user read an image one of whose levels is kept from them");
+    assert!(std::fs::read(m.path("img/image.ome.tif")).is_ok(), "its owner reads it");
 }

@@ -252,7 +252,7 @@ fn archive_mode(store: &dyn Store) -> Result<u32> {
         let document = DOCUMENTS.iter().find_map(|d| store.permissions(d).transpose()).transpose()?;
         for class in [3, 0] {
             let dir_in = (root.mode >> class) & 0o5 == 0o5;
-            let doc_read = document.is_none_or(|d| (d.mode >> class) & 0o4 != 0);
+            let doc_read = document.is_none_or(|d| !d.link && (d.mode >> class) & 0o4 != 0);
             if !(dir_in && doc_read) {
                 mode &= !(0o7 << class);
             }

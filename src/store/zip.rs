@@ -421,7 +421,9 @@ impl Store for ZipStore {
         let present = key.is_empty() || self.files.contains_key(key) || self.dirs.contains_key(key);
         let Some(archive) = self.container.permissions(&self.archive)?.filter(|_| present) else { return Ok(None) };
         // Who may read the archive may read all of it: its directories are entered as it is read.
-        Ok(Some(Permissions { mode: archive.mode | ((archive.mode & 0o444) >> 2), gid: archive.gid, link: false }))
+        // An archive named through a link is its owner's alone (the link's bits say nothing).
+        let mode = if archive.link { 0o600 } else { archive.mode };
+        Ok(Some(Permissions { mode: mode | ((mode & 0o444) >> 2), gid: archive.gid, link: false }))
     }
 
     fn hold_lock(self: std::sync::Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
