@@ -257,7 +257,7 @@ struct MountArgs {
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
     /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
-    /// metadata_ttl=, max_chunk_size=, noauto_unmount, endpoint=, region=, no_sign_request,
+    /// metadata_ttl=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
     /// virtual_hosted, virtual_chunks; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
@@ -403,6 +403,7 @@ fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<
         ("allow_root", None) => plan.allow_root = true,
         ("auto_unmount", None) => plan.auto_unmount = true,
         ("noauto_unmount", None) => plan.auto_unmount = false,
+        ("nonempty", None) => plan.nonempty = true,
         ("flush_timeout", Some(v)) => {
             plan.flush_timeout = Duration::from_secs(v.parse().map_err(|_| "expected whole seconds".to_string())?)
         }
@@ -441,6 +442,7 @@ const FLAG_OPTIONS: &[&str] = &[
     "allow_root",
     "auto_unmount",
     "noauto_unmount",
+    "nonempty",
     "default_permissions",
     "adopt_offset",
     "exclusive",

@@ -36,6 +36,8 @@ pub struct MountPlan {
     pub allow_other: bool,
     pub allow_root: bool,
     pub auto_unmount: bool,
+    /// Mount over a directory that holds files (they are hidden while mounted).
+    pub nonempty: bool,
     pub cache_size: Option<u64>,
     pub dirty_limit: Option<u64>,
     pub threads: Option<NonZeroUsize>,
@@ -69,6 +71,12 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
     }
     if is_mount_point(&plan.mountpoint) {
         return Err(format!("mount point {} is busy: something is mounted there", plan.mountpoint.display()));
+    }
+    if !plan.nonempty && std::fs::read_dir(&plan.mountpoint).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(format!(
+            "mount point {} is not empty: its files would be hidden while mounted (-o nonempty mounts over them)",
+            plan.mountpoint.display()
+        ));
     }
     if !Path::new("/dev/fuse").exists() {
         return Err("no FUSE device (/dev/fuse): load the fuse module or run where FUSE is available".into());

@@ -24,11 +24,13 @@ pub fn check(open: &Arc<OpenArray>, adopt: bool) -> Result<()> {
     match (&array.meta.key_encoding, array.meta.format) {
         (ChunkKeyEncoding::Offset { .. }, _) => Ok(()),
         (ChunkKeyEncoding::Default { .. }, ZarrFormat::V3) if adopt => Ok(()),
-        _ => Err(Error::Unsupported(format!(
-            "{} cannot be prepended to: {}",
-            display_path(&array.path),
-            array.meta.prepend_refusal().unwrap_or_default()
-        ))),
+        _ => {
+            let why = format!("{} cannot be prepended to: {}", display_path(&array.path), array.meta.prepend_refusal().unwrap_or_default());
+            // EOPNOTSUPP alone says nothing of what to do: the log, `.zarrfs/errors` and
+            // `zarrfs status` say it.
+            tracing::warn!("{why}");
+            Err(Error::Unsupported(why))
+        }
     }
 }
 

@@ -339,6 +339,17 @@ pub enum Location {
     },
 }
 
+/// The scheme of `text` when it reads as a URL (`scheme:/...`, the scheme a letter then
+/// letters, digits, `+`, `-` or `.`), lower-cased, and what follows the colon.
+fn url_scheme(text: &str) -> Option<(String, &str)> {
+    let (scheme, rest) = text.split_once(':')?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && rest.starts_with('/');
+    valid.then(|| (scheme.to_ascii_lowercase(), rest))
+}
+
 /// `path` is a directory, or the message says what it is instead.
 pub fn check_dir(what: &str, path: &Path) -> std::result::Result<(), String> {
     match std::fs::metadata(path) {
@@ -400,6 +411,19 @@ impl Location {
     fn base(text: &str) -> std::result::Result<Location, String> {
         match RemoteLocation::parse(text) {
             Some(remote) => remote.map(Location::Remote),
+            None if !Path::new(text).exists()
+                && let Some((scheme, rest)) = url_scheme(text) =>
+            {
+                let known = ["s3", "s3a", "gs", "az", "http", "https"];
+                Err(match rest.strip_prefix('/').filter(|r| !r.starts_with('/')) {
+                    Some(path) if known.contains(&scheme.as_str()) => {
+                        format!("{text}: a URL needs two slashes after its scheme: {scheme}://{path}")
+                    }
+                    _ => format!(
+                        "{text}: unknown URL scheme {scheme}: (zarrfs reads s3://, s3a://, gs://, az://, http:// and https://, zip and icechunk pipelines, and local paths)"
+                    ),
+                })
+            }
             None => Ok(Location::Local(PathBuf::from(text))),
         }
     }

@@ -1,0 +1,66 @@
+//! As an operator meets the tool: common mistakes get a message that names them (an unknown URL
+//! scheme, a mount point that is not empty, a prepend on an array that needs adopting first).
+
+mod common;
+
+use std::process::Command;
+
+use common::probe::{BYTES, array_doc, store};
+use common::{Mount, bin};
+
+fn mount_err(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(bin()).arg("mount").args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} mounted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn unknown_url_schemes_and_one_slash_urls_are_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    for (source, why) in [
+        ("s4://bucket/x.zarr", "unknown URL scheme s4:"),
+        ("ftp://host/x.zarr", "unknown URL scheme ftp:"),
+        ("s3:/bucket/x.zarr", "a URL needs two slashes after its scheme: s3://bucket/x.zarr"),
+    ] {
+        let err = mount_err(&[source.as_ref(), mnt.as_os_str()]);
+        assert!(err.contains(why), "{source}: {err}");
+        assert!(!err.contains("does not exist"), "{source}: {err}");
+    }
+}
+
+#[test]
+fn a_mount_point_that_is_not_empty_is_refused_unless_asked() {
+    let (dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(mnt.join("notes.txt"), "mine").unwrap();
+    let err = mount_err(&[root.as_os_str(), mnt.as_os_str()]);
+    assert!(err.contains("is not empty") && err.contains("-o nonempty"), "{err}");
+    assert!(!common::is_mounted(&mnt));
+    let _unmount = common::UnmountOnDrop(mnt.clone());
+    let out = Command::new(bin())
+        .arg("mount")
+        .arg(&root)
+        .arg(&mnt)
+        .args(["-o", "nonempty", "--log-file"])
+        .arg(dir.path().join("log"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(mnt.join("a/data").exists());
+    assert!(Command::new(bin()).arg("unmount").arg(&mnt).status().unwrap().success());
+    assert_eq!(std::fs::read_to_string(mnt.join("notes.txt")).unwrap(), "mine", "the files under it are back");
+}
+
+#[test]
+fn a_refused_prepend_says_what_to_do_in_the_log_and_the_errors_file() {
+    let (_dir, root) = store(&[("a", array_doc("[4, 4]", "[2, 4]", "uint8", BYTES))]);
+    let m = Mount::new(&root, &[]);
+    let err = std::fs::OpenOptions::new().write(true).open(m.path("a/prepend")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP));
+    let errors = std::fs::read_to_string(m.path(".zarrfs/errors")).unwrap();
+    assert!(errors.contains("/a cannot be prepended to") && errors.contains("zarrfs adopt"), "{errors}");
+    assert!(m.log_text().contains("zarrfs adopt"), "{}", m.log_text());
+}
