@@ -1,5 +1,6 @@
 //! As an operator meets the tool: common mistakes get a message that names them (an unknown URL
-//! scheme, a mount point that is not empty, a prepend on an array that needs adopting first).
+//! scheme, a mount point that is not empty, a prepend on an array that needs adopting first), and
+//! `df` showing what a local store has.
 
 mod common;
 
@@ -63,4 +64,23 @@ fn a_refused_prepend_says_what_to_do_in_the_log_and_the_errors_file() {
     let errors = std::fs::read_to_string(m.path(".zarrfs/errors")).unwrap();
     assert!(errors.contains("/a cannot be prepended to") && errors.contains("zarrfs adopt"), "{errors}");
     assert!(m.log_text().contains("zarrfs adopt"), "{}", m.log_text());
+}
+
+#[test]
+fn df_shows_the_stores_file_system() {
+    let (_dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    let m = Mount::new(&root, &[]);
+    let df = |path: &std::path::Path| {
+        let out = Command::new("df").args(["-B1", "--output=size,avail"]).arg(path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let fields: Vec<u64> = text.lines().nth(1).unwrap().split_whitespace().map(|f| f.parse().unwrap()).collect();
+        (fields[0], fields[1])
+    };
+    let (store_size, store_avail) = df(&root);
+    let (mount_size, mount_avail) = df(&m.mountpoint);
+    assert!(mount_size > 0, "df shows a mount of size 0");
+    assert_eq!(mount_size, store_size, "the mount's size is not its store's file system's");
+    // Free space moves with whatever else writes there: close, not equal.
+    assert!(mount_avail.abs_diff(store_avail) < 64 << 20, "{mount_avail} free against {store_avail}");
 }

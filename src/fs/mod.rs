@@ -139,6 +139,11 @@ impl ZarrFs {
         if kind == NodeKind::ErrorsFile { crate::logging::recent_errors() } else { self.stats_json() }
     }
 
+    /// The space `df` shows: the store's file system's, or a nominal one for object storage.
+    pub fn space(&self) -> crate::store::Space {
+        self.cx.store.space().unwrap_or(crate::store::Space::NOMINAL)
+    }
+
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
     }

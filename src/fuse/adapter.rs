@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime};
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::Error;
@@ -134,6 +134,11 @@ impl Filesystem for FuseAdapter {
             Ok((a, t)) => reply.entry_with_ttls(&self.ttl(&a), &self.ttl, &self.attr(&t, &a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.main().space();
+        reply.statfs(s.blocks, s.free, s.available, s.files, s.free_files, s.block_size, 255, s.block_size);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{ByteRange, Claim, Entry, Expect, Head, Permissions, Store, Usage, Value, Version, resolve_range};
+use super::{ByteRange, Claim, Entry, Expect, Head, Permissions, Space, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 pub struct LocalStore {
@@ -582,6 +582,18 @@ impl Store for LocalStore {
             Err(e) => return Err(Error::Io(io(e))),
         }
         Ok(Some(usage))
+    }
+
+    fn space(&self) -> Option<Space> {
+        let s = rustix::fs::fstatvfs(&self.dir).ok()?;
+        Some(Space {
+            block_size: u32::try_from(s.f_frsize).unwrap_or(4096),
+            blocks: s.f_blocks,
+            free: s.f_bfree,
+            available: s.f_bavail,
+            files: s.f_files,
+            free_files: s.f_ffree,
+        })
     }
 
     fn claim(&self, claim: Claim) -> Result<()> {

@@ -134,6 +134,25 @@ pub struct Head {
     pub version: Version,
 }
 
+/// A file system's space as `statfs` reports it (`Store::space`): blocks of `block_size` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub free: u64,
+    pub available: u64,
+    pub files: u64,
+    pub free_files: u64,
+}
+
+impl Space {
+    /// What a store without a size shows (object storage): a petabyte, all free, as
+    /// mountpoint-s3 and s3fs report a large nominal size, so that tools that check the free
+    /// space before writing go ahead.
+    pub const NOMINAL: Space =
+        Space { block_size: 4096, blocks: 1 << 38, free: 1 << 38, available: 1 << 38, files: 1 << 32, free_files: 1 << 32 };
+}
+
 /// What a process claims a whole store for (`Store::claim`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -301,6 +320,11 @@ pub trait Store: Send + Sync {
     }
     /// Make the given keys (written or deleted) durable: their data and their directories.
     fn sync(&self, keys: &[String]) -> Result<()>;
+    /// The space of the file system the store lives on, where it has one (a local directory);
+    /// `None` for object storage, which has no such bound.
+    fn space(&self) -> Option<Space> {
+        None
+    }
     /// The requests made so far, by kind, for stores that make requests.
     fn requests(&self) -> Option<serde_json::Value> {
         None
