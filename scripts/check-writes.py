@@ -146,7 +146,8 @@ def change(mnt, path, model, arr, i):
 
 
 def arrays(group, prefix=""):
-    for name, node in group.members():
+    # Sorted: the order picks each array's change, and a directory's order differs between file systems.
+    for name, node in sorted(group.members(), key=lambda m: m[0]):
         if isinstance(node, zarr.Group):
             yield from arrays(node, f"{prefix}{name}/")
         else:

@@ -140,11 +140,23 @@ fn appends_truncates_and_rewrites_as_shell_tools_do_them() {
     f.write_at(&[7, 7], 3 * 240 + 10).unwrap();
     assert_eq!(std::fs::metadata(&d5).unwrap().len(), 4 * 240);
     drop(f);
+    // Appended blocks that end inside rows: dd's 512-byte blocks over rows of 336 bytes. Each
+    // block goes where the last ended, not after the row the last left padded with fill.
+    let grown = m.path("shapes/d3/data"); // float64 (5,6,7): rows of 336 bytes
+    let mut grown_model = std::fs::read(&grown).unwrap();
+    let rows: Vec<u8> = (0..2 * 336).map(|i| (i % 251) as u8).collect();
+    let source = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(source.path(), &rows).unwrap();
+    let out = sh(&format!("dd if={} of={} oflag=append conv=notrunc status=none", source.path().display(), grown.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    grown_model.extend(&rows);
+    assert_eq!(std::fs::read(&grown).unwrap(), grown_model);
     drop(m);
     let m = Mount::new(&store, &[]);
     assert_eq!(std::fs::read(m.path("shapes/d1/data")).unwrap(), model);
     assert_eq!(std::fs::read(m.path("keys/dot/data")).unwrap(), rows);
     assert_eq!(std::fs::read(m.path("shapes/d0/data")).unwrap(), 2.5f64.to_le_bytes());
+    assert_eq!(std::fs::read(m.path("shapes/d3/data")).unwrap(), grown_model);
     let d5 = std::fs::read(m.path("shapes/d5/data")).unwrap();
     assert_eq!(&d5[3 * 240..3 * 240 + 14], &i16s(&[-2, -2, -2, -2, -2, 0x0707, -2]));
 }

@@ -34,9 +34,12 @@ impl View for RawView {
         tracing::trace!(offset, len = data.len(), "write data");
         // O_APPEND: the kernel appends at the size it holds, which rows another mount stored
         // since may have passed. The bytes go at the end, as a local file's appends do, not
-        // over those rows; the kernel's pages and size are dropped.
-        let end = array.array().meta.byte_len();
-        let offset = if append && offset < end {
+        // over those rows; the kernel's pages and size are dropped. A size inside the last row
+        // is this mount's own append that ended mid-row (the row shows fill after it): the
+        // next block continues it, as dd's 512-byte blocks over longer rows do.
+        let meta = &array.array().meta;
+        let end = meta.byte_len();
+        let offset = if append && offset + meta.row_bytes() <= end {
             cx.invalidate_data(array);
             end
         } else {
