@@ -144,12 +144,12 @@ fn appends_truncates_and_rewrites_as_shell_tools_do_them() {
     // block goes where the last ended, not after the row the last left padded with fill.
     let grown = m.path("shapes/d3/data"); // float64 (5,6,7): rows of 336 bytes
     let mut grown_model = std::fs::read(&grown).unwrap();
-    let rows: Vec<u8> = (0..2 * 336).map(|i| (i % 251) as u8).collect();
+    let blocks: Vec<u8> = (0..2 * 336).map(|i| (i % 251) as u8).collect();
     let source = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(source.path(), &rows).unwrap();
+    std::fs::write(source.path(), &blocks).unwrap();
     let out = sh(&format!("dd if={} of={} oflag=append conv=notrunc status=none", source.path().display(), grown.display()));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    grown_model.extend(&rows);
+    grown_model.extend(&blocks);
     assert_eq!(std::fs::read(&grown).unwrap(), grown_model);
     drop(m);
     let m = Mount::new(&store, &[]);
