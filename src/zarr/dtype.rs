@@ -157,7 +157,8 @@ impl DataType {
             _ => return Err(Error::metadata(format!("dtype must be a string, got {v}"))),
         };
         let bad = || Error::metadata(format!("unsupported v2 dtype {s:?}"));
-        let mut chars = s.chars();
+        let typestr = numpy_typestr(s);
+        let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(bad)?;
         let big = match order {
             '<' | '|' | '=' => false,
@@ -400,6 +401,37 @@ fn float_fill(v: &Value, size: usize) -> Option<Vec<u8>> {
     })
 }
 
+/// `s` as numpy's array-interface type string (`<i4`): numpy reads a dtype without its order
+/// character (`i1`, as GDAL writes in a delta filter), by name (`int8`, `datetime64[ns]`) or
+/// by one-character code (`b`, `d`); native order is little-endian wherever Zarr is written.
+fn numpy_typestr(s: &str) -> String {
+    let (order, body) = match s.chars().next() {
+        Some(c @ ('<' | '>' | '|' | '=')) => (c, &s[1..]),
+        _ => ('=', s),
+    };
+    let (name, unit) = body.find('[').map_or((body, ""), |i| body.split_at(i));
+    let code = match name {
+        "bool" | "?" => "b1",
+        "int8" | "b" => "i1",
+        "uint8" | "B" => "u1",
+        "int16" | "h" => "i2",
+        "uint16" | "H" => "u2",
+        "int32" | "i" => "i4",
+        "uint32" | "I" => "u4",
+        "int64" | "l" | "q" => "i8",
+        "uint64" | "L" | "Q" => "u8",
+        "float16" | "e" => "f2",
+        "float32" | "f" => "f4",
+        "float64" | "d" => "f8",
+        "complex64" | "F" => "c8",
+        "complex128" | "D" => "c16",
+        "datetime64" | "M" => "M8",
+        "timedelta64" | "m" => "m8",
+        other => other,
+    };
+    format!("{order}{code}{unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,6 +476,23 @@ mod tests {
         assert_eq!(DataType::parse_v2(&json!("|O"), Some("vlen-utf8")).unwrap().0, DataType::String);
         assert!(DataType::parse_v2(&json!([["a", "<i4"]]), None).is_err());
         assert!(DataType::parse_v2(&json!("<q8"), None).is_err());
+        // What numpy reads without an order character, by name and by code (GDAL writes `i1`).
+        for (spelling, dtype) in [
+            ("i1", DataType::Int8),
+            ("u1", DataType::UInt8),
+            ("b1", DataType::Bool),
+            ("f8", DataType::Float64),
+            ("int16", DataType::Int16),
+            ("uint64", DataType::UInt64),
+            ("float32", DataType::Float32),
+            ("bool", DataType::Bool),
+            ("b", DataType::Int8),
+            ("<d", DataType::Float64),
+            ("datetime64[s]", DataType::DateTime64("s".into())),
+        ] {
+            assert_eq!(DataType::parse_v2(&json!(spelling), None).unwrap(), (dtype, false), "{spelling}");
+        }
+        assert!(DataType::parse_v2(&json!("i3"), None).is_err());
     }
 
     #[test]

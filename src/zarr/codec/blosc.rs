@@ -13,6 +13,7 @@ use crate::{Error, Result};
 
 const CNAMES: [&str; 6] = ["lz4", "lz4hc", "blosclz", "zstd", "snappy", "zlib"];
 const BLOSC_MAX_OVERHEAD: usize = 16;
+const BLOSC_MIN_HEADER_LENGTH: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BloscCodec {
@@ -74,9 +75,13 @@ impl CodecTraits for BloscCodec {
 
 impl BytesToBytesCodec for BloscCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        // A frame with bytes after it (z5py writes 16): what the header declares is the frame,
+        // as c-blosc and so numcodecs read it. One that declares more than it holds is refused.
+        let declared = bytes.get(12..16).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let frame = if declared >= BLOSC_MIN_HEADER_LENGTH && declared < bytes.len() { &bytes[..declared] } else { &bytes[..] };
         let mut nbytes: usize = 0;
-        // SAFETY: validate reads only within `bytes.len()` and reports the decoded size.
-        let valid = unsafe { blosc_src::blosc_cbuffer_validate(bytes.as_ptr() as *const c_void, bytes.len(), &mut nbytes) };
+        // SAFETY: validate reads only within `frame.len()` and reports the decoded size.
+        let valid = unsafe { blosc_src::blosc_cbuffer_validate(frame.as_ptr() as *const c_void, frame.len(), &mut nbytes) };
         if valid < 0 {
             return Err(corrupt("blosc: not a valid blosc frame"));
         }
@@ -85,7 +90,7 @@ impl BytesToBytesCodec for BloscCodec {
         }
         let mut out = super::with_room(nbytes)?;
         // SAFETY: the frame was validated against its length; `out` has room for `nbytes`.
-        let n = unsafe { blosc_src::blosc_decompress_ctx(bytes.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, nbytes, 1) };
+        let n = unsafe { blosc_src::blosc_decompress_ctx(frame.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, nbytes, 1) };
         if n < 0 || n as usize != nbytes {
             return Err(corrupt(format!("blosc: decompression failed ({n})")));
         }
@@ -134,6 +139,10 @@ mod tests {
         frame.extend(&raw);
         let c = BloscCodec::parse_v2(&json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}), 8).unwrap();
         assert_eq!(c.decode(frame.clone(), raw.len()).unwrap(), raw);
+        // Bytes after the frame are not the frame's.
+        let mut padded = frame.clone();
+        padded.extend([0xaa; 16]);
+        assert_eq!(c.decode(padded, raw.len()).unwrap(), raw);
         frame.truncate(40);
         assert!(c.decode(frame, raw.len()).is_err());
     }
