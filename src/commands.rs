@@ -21,7 +21,7 @@ use crate::zarr::axes::Axes;
 use crate::zarr::dtype::DataType;
 use crate::zarr::geo;
 use crate::zarr::key::ChunkKeyEncoding;
-use crate::zarr::metadata::{ArrayMetadata, NodeMetadata, ZarrFormat};
+use crate::zarr::metadata::{ArrayMetadata, Attributes, NodeMetadata, ZarrFormat};
 use crate::zarr::node::{is_hidden, is_node, read_node, v2_attributes};
 use crate::zarr::normalize::Normalization;
 use crate::zarr::ome::{self, Image};
@@ -233,6 +233,7 @@ fn describe(store: &Arc<dyn Store>, path: &str, node: &Result<Option<NodeMetadat
     let shown = format!("/{path}");
     match node {
         Ok(Some(NodeMetadata::Group(attributes))) => {
+            let attributes = &attributes.to_value();
             let mut group = json!({"path": shown, "node_type": "group", "attributes": attributes});
             if let Some(image) = ome::find(attributes) {
                 group["image"] = describe_image(store.as_ref(), path, image);
@@ -268,8 +269,8 @@ fn describe(store: &Arc<dyn Store>, path: &str, node: &Result<Option<NodeMetadat
 /// An array's attributes: v3 documents hold them, v2 arrays keep them in `.zattrs`.
 fn attributes_of(store: &dyn Store, path: &str, a: &ArrayMetadata) -> Value {
     match a.format {
-        ZarrFormat::V3 => a.document.get("attributes").cloned().unwrap_or_else(|| json!({})),
-        ZarrFormat::V2 => v2_attributes(store, path).unwrap_or_else(|_| json!({})),
+        ZarrFormat::V3 => a.document.attributes().map_or_else(|| json!({}), Attributes::to_value),
+        ZarrFormat::V2 => v2_attributes(store, path).map_or_else(|_| json!({}), |a| a.to_value()),
     }
 }
 
@@ -454,7 +455,7 @@ fn collect(store: &Arc<dyn Store>, path: &str) -> Result<Vec<Value>> {
     // The node asked for may be a level of the image its parent is.
     let parent = match path.rsplit_once('/').map_or(if path.is_empty() { None } else { Some("") }, |(p, _)| Some(p)) {
         Some(p) => match read_node(store.as_ref(), p) {
-            Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes).and_then(|i| i.ok()),
+            Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes.for_views()).and_then(|i| i.ok()),
             _ => None,
         },
         None => None,
@@ -473,7 +474,7 @@ fn walk(
 ) -> Result<()> {
     out.push(describe(store, path, &node, parent));
     let image = match &node {
-        Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(attributes).and_then(|i| i.ok())),
+        Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(&attributes.for_views()).and_then(|i| i.ok())),
         _ => None,
     };
     if let Some(image) = image {

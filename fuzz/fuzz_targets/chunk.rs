@@ -55,7 +55,7 @@ fn arrays() -> &'static [ArrayMetadata] {
         ];
         docs.iter()
             .map(|d| {
-                let doc = metadata::parse_json(d.as_bytes(), "doc").expect("valid JSON");
+                let doc = metadata::Document::parse(d.as_bytes(), "doc").expect("valid JSON");
                 match doc.get("zarr_format").and_then(|v| v.as_u64()) {
                     Some(3) => match metadata::parse_v3(doc).unwrap_or_else(|e| panic!("{d}: {e}")) {
                         NodeMetadata::Array(a) => *a,

@@ -7,8 +7,8 @@ use zarrfs::zarr::codec::ChunkRepr;
 use zarrfs::zarr::metadata::{self, ArrayMetadata, NodeMetadata};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(doc) = metadata::parse_json(data, "doc") else { return };
-    let _ = metadata::parse_v2_group(&doc);
+    let Ok(doc) = metadata::Document::parse(data, "doc") else { return };
+    let _ = metadata::parse_v2_group(&doc.to_value());
     let v3 = match metadata::parse_v3(doc.clone()) {
         Ok(NodeMetadata::Array(a)) => Some(*a),
         _ => None,

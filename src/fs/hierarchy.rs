@@ -19,7 +19,7 @@ use super::{Attr, ZarrFs, write};
 use crate::headers::HeaderFormat;
 use crate::store::{self, Store};
 use crate::zarr::consolidated::{self, Change, Update};
-use crate::zarr::metadata::{self, ArrayMetadata, NodeMetadata, ZarrFormat, render_like};
+use crate::zarr::metadata::{self, ArrayMetadata, Document, NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node};
 use crate::{Error, Result};
 
@@ -79,6 +79,7 @@ impl ZarrFs {
             ZarrFormat::V3 => ("zarr.json", json!({"zarr_format": 3, "node_type": "group", "attributes": {}})),
             ZarrFormat::V2 => (".zgroup", json!({"zarr_format": 2})),
         };
+        let doc = Document::from_value(doc)?;
         // What a removal interrupted long ago left there would hide under the new group.
         let cleared = self.clear_leftovers(&path, false)?;
         self.store_node_document(&path, doc_name, &render_like(None, &doc), &doc)?;
@@ -404,7 +405,7 @@ impl ZarrFs {
 
     fn check_and_store_document(&self, key: &str, bytes: &[u8], writer: u32) -> Result<()> {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
-        let doc = metadata::parse_json(bytes, name).map_err(|e| self.refused(key, e))?;
+        let doc = Document::parse(bytes, name).map_err(|e| self.refused(key, e))?;
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
         let store = self.cx.store.as_ref();
         if node_format(store, dir)?.is_some_and(|f| f != format) {
@@ -412,17 +413,16 @@ impl ZarrFs {
         }
         let parsed = match name {
             ".zmetadata" => return Err(self.refused(key, Error::Invalid("consolidated metadata is kept by the mount".into()))),
-            ".zattrs" if doc.is_object() => {
+            ".zattrs" => {
                 if matches!(self.nodes.dir_state(&self.cx, dir)?, DirState::Broken(_)) {
                     self.nodes.forget(dir);
                 }
                 self.store_node_document(dir, name, bytes, &doc)?;
                 return self.nodes.attributes_changed(&self.cx, dir);
             }
-            ".zattrs" => return Err(self.refused(key, Error::Invalid("attributes must be a JSON object".into()))),
             "zarr.json" => metadata::parse_v3(doc.clone()),
             ".zarray" => metadata::parse_v2_array(&doc).map(|m| NodeMetadata::Array(Box::new(m))),
-            _ => metadata::parse_v2_group(&doc),
+            _ => metadata::parse_v2_group(&doc.to_value()),
         }
         .map_err(|e| self.refused(key, e))?;
         match (self.nodes.dir_state(&self.cx, dir)?, parsed) {
@@ -459,11 +459,11 @@ impl ZarrFs {
 
     /// Store a node's document as given, with consolidated metadata (`also`: other changes of
     /// documents that go with it): both or neither.
-    fn store_node_document(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+    fn store_node_document(&self, path: &str, name: &str, bytes: &[u8], doc: &Document) -> Result<()> {
         self.store_node_documents(path, name, bytes, doc, None)
     }
 
-    fn store_node_documents(&self, path: &str, name: &str, bytes: &[u8], doc: &Value, unset: Option<&str>) -> Result<()> {
+    fn store_node_documents(&self, path: &str, name: &str, bytes: &[u8], doc: &Document, unset: Option<&str>) -> Result<()> {
         let store = self.cx.store.as_ref();
         let format = if name == "zarr.json" { ZarrFormat::V3 } else { ZarrFormat::V2 };
         let mut changes = vec![(path, format, Change::Set(name, doc))];
@@ -510,7 +510,7 @@ impl ZarrFs {
     }
 
     /// A group with no nodes in it becomes the array `doc` describes: all fill until written.
-    fn create_array(&self, path: &str, name: &str, bytes: &[u8], doc: &Value) -> Result<()> {
+    fn create_array(&self, path: &str, name: &str, bytes: &[u8], doc: &Document) -> Result<()> {
         let store = self.cx.store.as_ref();
         // Chunks an interrupted removal left behind would read as the new array's.
         let cleared = self.clear_leftovers(path, true)?;
@@ -539,12 +539,9 @@ impl ZarrFs {
         };
         // Kept, the layout is the array's whatever the document says; changed, only shape[0] may.
         let ignored: &[&str] = if resize { &["attributes", "shape"] } else { &["attributes", "shape", "chunk_grid", "chunk_key_encoding"] };
-        let without = |doc: &Value| {
-            let mut doc = doc.clone();
-            if let Some(obj) = doc.as_object_mut() {
-                obj.retain(|k, _| !ignored.contains(&k.as_str()));
-            }
-            doc
+        let without = |doc: &Document| {
+            let kept = doc.keys().filter(|k| !ignored.contains(k));
+            Value::Object(kept.filter_map(|k| Some((k.to_string(), doc.get(k)?.clone()))).collect())
         };
         let (a, b) = (without(&old.document), without(&meta.document));
         if a != b {
@@ -566,8 +563,8 @@ impl ZarrFs {
             }
             write::truncate(&file.array, &self.cx.cache, meta.shape[0] * old.row_bytes())?;
         }
-        let attributes = meta.document.get("attributes").cloned();
-        if old.document.get("attributes") != attributes.as_ref() {
+        let attributes = meta.document.attributes().cloned();
+        if old.document.attributes() != attributes.as_ref() {
             let _writer = file.array.writer();
             let next = Arc::new(file.array.array().with_attributes(attributes)?);
             file.array.set_reshaped(&mut crate::error::lock(&file.array.edits), next);

@@ -21,7 +21,7 @@ use crate::zarr::array::Array;
 use crate::zarr::axes::Axes;
 use crate::zarr::geo::Georeference;
 use crate::zarr::limits::MAX_DOCUMENT_BYTES;
-use crate::zarr::metadata::{NodeMetadata, ZarrFormat, render_like};
+use crate::zarr::metadata::{Attributes, NodeMetadata, ZarrFormat, render_like};
 use crate::zarr::node::{METADATA_DOCUMENTS, NODE_DOCUMENTS, display_path, is_hidden, is_node, read_node};
 use crate::zarr::ome::Image;
 use crate::{Error, Result};
@@ -293,7 +293,9 @@ impl Nodes {
             return Ok((DirState::Broken(Arc::from(format!("{why}\n"))), None));
         }
         Ok(match read {
-            Ok(Some((NodeMetadata::Group(attributes), version))) => (DirState::Group(GroupInfo::new(&attributes)), Some(version)),
+            Ok(Some((NodeMetadata::Group(attributes), version))) => {
+                (DirState::Group(GroupInfo::new(&attributes.for_views())), Some(version))
+            }
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
                 array.set_stored_version(Some(version));
@@ -464,11 +466,11 @@ impl Nodes {
         geo
     }
 
-    /// An array's attributes: in its document (v3), or its `.zattrs` (v2).
+    /// An array's attributes as the views read them: in its document (v3), or its `.zattrs` (v2).
     fn attributes_of(&self, cx: &Context, path: &str, array: &crate::zarr::array::Array) -> Result<serde_json::Value> {
         match array.meta.format {
-            ZarrFormat::V3 => Ok(array.meta.document.get("attributes").cloned().unwrap_or_default()),
-            ZarrFormat::V2 => crate::zarr::node::v2_attributes(cx.store.as_ref(), path),
+            ZarrFormat::V3 => Ok(array.meta.document.attributes().map(Attributes::for_views).unwrap_or_default()),
+            ZarrFormat::V2 => Ok(crate::zarr::node::v2_attributes(cx.store.as_ref(), path)?.for_views()),
         }
     }
 
@@ -558,7 +560,7 @@ impl Nodes {
             return Ok(Err(crate::headers::netcdf::NO_DATASET.into()));
         }
         let attributes = match crate::zarr::node::read_node(store, path)? {
-            Some((NodeMetadata::Group(attributes), _)) => attributes,
+            Some((NodeMetadata::Group(attributes), _)) => attributes.for_views(),
             _ => return Ok(Err("not a group".into())),
         };
         Ok(super::view::dataset::build(&attributes, members).map(|(file, _)| file))
@@ -871,7 +873,7 @@ impl Nodes {
         {
             return;
         }
-        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        if let Ok(doc) = crate::zarr::metadata::Document::parse(bytes, name) {
             let layout = super::open::layout_of(&doc);
             lock(&self.reads).get_or_insert_with(|| lru::LruCache::new(READS_REMEMBERED)).put((pid, key.to_string()), layout);
         }

@@ -210,7 +210,7 @@ const LAYOUTS_REMEMBERED: usize = 64;
 
 /// The fields of an array document that its data's growth, shrinking and prepends change (the
 /// shape, rectilinear edges, the chunk key offset), as one value.
-pub fn layout_of(document: &serde_json::Value) -> serde_json::Value {
+pub fn layout_of(document: &crate::zarr::metadata::Document) -> serde_json::Value {
     serde_json::json!([document.get("shape"), document.get("chunk_grid"), document.get("chunk_key_encoding")])
 }
 
@@ -278,7 +278,7 @@ impl OpenArray {
         }
     }
 
-    fn note_layout(&self, document: &serde_json::Value) {
+    fn note_layout(&self, document: &crate::zarr::metadata::Document) {
         let layout = layout_of(document);
         let mut layouts = lock(&self.layouts);
         if layouts.last() == Some(&layout) {

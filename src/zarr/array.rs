@@ -411,16 +411,8 @@ impl Array {
     }
 
     /// The same array with other attributes (`None`: none); nothing is stored.
-    pub fn with_attributes(&self, attributes: Option<serde_json::Value>) -> Result<Array> {
-        Ok(self.derived(self.meta.edited(|doc| match (attributes, doc.as_object_mut()) {
-            (Some(a), Some(obj)) => {
-                obj.insert("attributes".into(), a);
-            }
-            (None, Some(obj)) => {
-                obj.remove("attributes");
-            }
-            _ => {}
-        })?))
+    pub fn with_attributes(&self, attributes: Option<metadata::Attributes>) -> Result<Array> {
+        Ok(self.derived(self.meta.with_attributes(attributes)?))
     }
 
     /// The same array with other axis names (v2 keeps them in `.zattrs`; nothing is stored).

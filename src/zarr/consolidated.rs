@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::{Value, json};
 
 use super::limits::MAX_DOCUMENT_BYTES;
-use super::metadata::{self, ZarrFormat};
+use super::metadata::{self, Document, ZarrFormat};
 use super::node::{display_path, is_hidden, is_node};
 use crate::store::{self, Expect, Store};
 use crate::{Error, Result};
@@ -28,7 +28,7 @@ use crate::{Error, Result};
 #[derive(Clone, Copy)]
 pub enum Change<'a> {
     /// Its document `name` (`zarr.json`, `.zarray`, `.zgroup`, `.zattrs`) now holds this.
-    Set(&'a str, &'a Value),
+    Set(&'a str, &'a Document),
     /// Its document `name` is gone (v2: a group's `.zgroup` when it became an array).
     Unset(&'a str),
     /// The node and everything beneath it are gone.
@@ -170,7 +170,7 @@ fn apply(entries: &mut serde_json::Map<String, Value>, format: ZarrFormat, rel: 
     match change {
         Change::Set(name, doc) => {
             let key = entry(name);
-            let doc = entry_of(name, doc);
+            let doc = entry_of(name, doc.to_value());
             let changed = entries.get(&key) != Some(&doc);
             entries.insert(key, doc);
             changed
@@ -188,8 +188,7 @@ fn apply(entries: &mut serde_json::Map<String, Value>, format: ZarrFormat, rel: 
 /// A node's document `name` as its consolidated entry: a group's carries its own (empty)
 /// consolidated metadata, as zarr-python writes it, so that the entry reads back as a fresh
 /// consolidation would.
-fn entry_of(name: &str, doc: &Value) -> Value {
-    let mut doc = doc.clone();
+fn entry_of(name: &str, mut doc: Value) -> Value {
     let is_group = name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
     if name == "zarr.json"
         && is_group
@@ -203,7 +202,7 @@ fn entry_of(name: &str, doc: &Value) -> Value {
 /// Whether a consolidated entry stands for `doc`: every field of the document, as it is (a
 /// writer may add fields at their defaults, or a group's own consolidation).
 fn stands_for(entry: &Value, name: &str, doc: &Value) -> bool {
-    let (Some(entry), Some(doc)) = (entry.as_object(), entry_of(name, doc).as_object().cloned()) else { return entry == doc };
+    let (Some(entry), Some(doc)) = (entry.as_object(), entry_of(name, doc.clone()).as_object().cloned()) else { return entry == doc };
     let is_default = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty());
     doc.iter().all(|(k, v)| k == "consolidated_metadata" || entry.get(k) == Some(v))
         && entry.iter().all(|(k, v)| doc.contains_key(k) || k == "consolidated_metadata" || is_default(v))
@@ -217,7 +216,7 @@ const MAX_WALKED_DEPTH: usize = 64;
 /// Every document of the nodes at and beneath `path` (arrays are not looked into: their
 /// directories hold chunks), as (node, document name, document); refused past `most_bytes` of
 /// documents in all, so that what a walk holds is bounded as each document is.
-pub fn subtree_documents(store: &dyn Store, path: &str, most_bytes: u64) -> Result<Vec<(String, &'static str, Value)>> {
+pub fn subtree_documents(store: &dyn Store, path: &str, most_bytes: u64) -> Result<Vec<(String, &'static str, Document)>> {
     let mut out = Vec::new();
     let mut pending = vec![path.to_string()];
     let (mut seen, mut held) = (0, 0u64);
@@ -236,7 +235,7 @@ pub fn subtree_documents(store: &dyn Store, path: &str, most_bytes: u64) -> Resu
             if held > most_bytes {
                 return Err(Error::Invalid(format!("the documents beneath {} take more than {most_bytes} bytes", display_path(path))));
             }
-            let Ok(doc) = metadata::parse_json(&bytes, name) else { continue };
+            let Ok(doc) = Document::parse(&bytes, name) else { continue };
             is_group |= name == ".zgroup" || doc.get("node_type").and_then(Value::as_str) == Some("group");
             out.push((node.clone(), name, doc));
         }
@@ -291,7 +290,7 @@ fn repair_held(store: &dyn Store, group: &str) -> Result<bool> {
             ZarrFormat::V3 => rel.to_string(),
             ZarrFormat::V2 => store::join(rel, name),
         };
-        wanted.insert(entry, node_doc);
+        wanted.insert(entry, node_doc.to_value());
     }
     let doc_name = |entry: &str| match format {
         ZarrFormat::V3 => "zarr.json".to_string(),
@@ -306,7 +305,7 @@ fn repair_held(store: &dyn Store, group: &str) -> Result<bool> {
     for (k, node_doc) in wanted {
         let name = doc_name(&k);
         if !entries.get(&k).is_some_and(|e| stands_for(e, &name, &node_doc)) {
-            entries.insert(k, entry_of(&name, &node_doc));
+            entries.insert(k, entry_of(&name, node_doc));
             stale = true;
         }
     }
@@ -346,6 +345,10 @@ fn repair_stale(store: &dyn Store) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn document(v: &Value) -> Document {
+        Document::from_value(v.clone()).unwrap()
+    }
     use crate::store::MemoryStore;
 
     /// Apply `change` of the node at `path` to the consolidated metadata above it. Returns the
@@ -374,10 +377,10 @@ mod tests {
         let array = json!({"node_type": "array", "shape": [1]});
         root_v3(&store, json!({"g": {"node_type": "group"}, "g/a": array, "gx": {"node_type": "group"}}));
         let grown = json!({"node_type": "array", "shape": [2]});
-        assert_eq!(update(&store, "g/a", ZarrFormat::V3, &Change::Set("zarr.json", &grown)).unwrap(), ["zarr.json"]);
+        assert_eq!(update(&store, "g/a", ZarrFormat::V3, &Change::Set("zarr.json", &document(&grown))).unwrap(), ["zarr.json"]);
         assert_eq!(entries(&store, "zarr.json", "consolidated_metadata")["g/a"], grown);
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-        update(&store, "g/h", ZarrFormat::V3, &Change::Set("zarr.json", &group)).unwrap();
+        update(&store, "g/h", ZarrFormat::V3, &Change::Set("zarr.json", &document(&group))).unwrap();
         let added = &entries(&store, "zarr.json", "consolidated_metadata")["g/h"];
         assert_eq!(added["consolidated_metadata"]["metadata"], json!({}), "{added}");
         update(&store, "g", ZarrFormat::V3, &Change::Remove).unwrap();
@@ -392,8 +395,8 @@ mod tests {
         let store = MemoryStore::new();
         let doc = json!({"zarr_consolidated_format": 1, "metadata": {".zgroup": {"zarr_format": 2}, "a/.zarray": {"shape": [1]}, "a/.zattrs": {}}});
         store.set(".zmetadata", &serde_json::to_vec(&doc).unwrap()).unwrap();
-        update(&store, "", ZarrFormat::V2, &Change::Set(".zattrs", &json!({"k": 1}))).unwrap();
-        update(&store, "a", ZarrFormat::V2, &Change::Set(".zattrs", &json!({"u": 2}))).unwrap();
+        update(&store, "", ZarrFormat::V2, &Change::Set(".zattrs", &document(&json!({"k": 1})))).unwrap();
+        update(&store, "a", ZarrFormat::V2, &Change::Set(".zattrs", &document(&json!({"u": 2})))).unwrap();
         let e = entries(&store, ".zmetadata", "");
         assert_eq!((e[".zattrs"].clone(), e["a/.zattrs"].clone()), (json!({"k": 1}), json!({"u": 2})));
         update(&store, "a", ZarrFormat::V2, &Change::Remove).unwrap();
@@ -410,7 +413,7 @@ mod tests {
         let grown = json!({"zarr_format": 3, "node_type": "array", "shape": [6]});
         store.set("a/zarr.json", &serde_json::to_vec(&old).unwrap()).unwrap();
         root_v3(&store, json!({"a": old}));
-        let update = Update::begin(store.as_ref(), &[("a", ZarrFormat::V3, Change::Set("zarr.json", &grown))]).unwrap();
+        let update = Update::begin(store.as_ref(), &[("a", ZarrFormat::V3, Change::Set("zarr.json", &document(&grown)))]).unwrap();
         let check = {
             let store = store.clone();
             std::thread::spawn(move || repair(store.as_ref(), "").unwrap())
@@ -431,9 +434,11 @@ mod tests {
         store.set("a/zarr.json", &serde_json::to_vec(&array).unwrap()).unwrap();
         root_v3(&store, json!({"a": array.clone()}));
         let before = store.get("zarr.json", 1 << 20).unwrap();
-        let update =
-            Update::begin(&store, &[("g", ZarrFormat::V3, Change::Set("zarr.json", &group)), ("a", ZarrFormat::V3, Change::Remove)])
-                .unwrap();
+        let update = Update::begin(
+            &store,
+            &[("g", ZarrFormat::V3, Change::Set("zarr.json", &document(&group))), ("a", ZarrFormat::V3, Change::Remove)],
+        )
+        .unwrap();
         assert_eq!(entries(&store, "zarr.json", "consolidated_metadata").as_object().unwrap().keys().collect::<Vec<_>>(), ["g"]);
         update.undo(&store);
         drop(update);

@@ -1,6 +1,8 @@
 //! Array and group metadata, v3 (`zarr.json`) and v2 (`.zarray`, `.zgroup`), into one model.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+pub use super::document::{Attributes, Document};
 
 use super::codec::{BytesCodec, BytesToBytesCodec, CodecChain, TransposeCodec};
 use super::dtype::DataType;
@@ -26,8 +28,8 @@ pub struct ArrayMetadata {
     pub codecs: CodecChain,
     pub dimension_names: Option<Vec<Option<String>>>,
     /// The document as stored (`zarr.json` or `.zarray`), kept so that rewrites change only
-    /// what changed.
-    pub document: Value,
+    /// what changed; its attributes as their text.
+    pub document: Document,
 }
 
 /// The documents an array's metadata is stored in (v3, v2).
@@ -37,7 +39,7 @@ pub const DOCUMENT_NAMES: [&str; 2] = ["zarr.json", ".zarray"];
 /// `.zattrs`, read beside it), or an array.
 #[derive(Debug)]
 pub enum NodeMetadata {
-    Group(Value),
+    Group(Attributes),
     Array(Box<ArrayMetadata>),
 }
 
@@ -57,12 +59,12 @@ const V3_ARRAY_FIELDS: [&str; 11] = [
 const V3_GROUP_FIELDS: [&str; 4] = ["zarr_format", "node_type", "attributes", "consolidated_metadata"];
 
 /// Refuse unknown fields unless they say `"must_understand": false`.
-fn check_fields(doc: &Map<String, Value>, known: &[&str]) -> Result<()> {
-    for (k, v) in doc {
-        if known.contains(&k.as_str()) {
+fn check_fields(doc: &Document, known: &[&str]) -> Result<()> {
+    for k in doc.keys() {
+        if known.contains(&k) {
             continue;
         }
-        if v.get("must_understand").and_then(Value::as_bool) == Some(false) {
+        if doc.get(k).and_then(|v| v.get("must_understand")).and_then(Value::as_bool) == Some(false) {
             continue;
         }
         return Err(Error::metadata(format!("unsupported metadata field {k:?} (it must be understood)")));
@@ -70,7 +72,7 @@ fn check_fields(doc: &Map<String, Value>, known: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn field<'a>(doc: &'a Map<String, Value>, name: &str) -> Result<&'a Value> {
+fn field<'a>(doc: &'a Document, name: &str) -> Result<&'a Value> {
     doc.get(name).ok_or_else(|| Error::metadata(format!("metadata has no {name:?}")))
 }
 
@@ -79,8 +81,7 @@ pub fn parse_json(bytes: &[u8], what: &str) -> Result<Value> {
 }
 
 /// Parse a v3 `zarr.json` (taken, not copied: a large document is held once).
-pub fn parse_v3(doc: Value) -> Result<NodeMetadata> {
-    let Value::Object(mut doc) = doc else { return Err(Error::metadata("zarr.json is not a JSON object")) };
+pub fn parse_v3(doc: Document) -> Result<NodeMetadata> {
     match doc.get("zarr_format") {
         Some(v) if v.as_u64() == Some(3) => {}
         other => {
@@ -90,17 +91,17 @@ pub fn parse_v3(doc: Value) -> Result<NodeMetadata> {
     match field(&doc, "node_type")?.as_str() {
         Some("group") => {
             check_fields(&doc, &V3_GROUP_FIELDS)?;
-            Ok(NodeMetadata::Group(doc.remove("attributes").unwrap_or_else(|| json!({}))))
+            Ok(NodeMetadata::Group(doc.attributes().cloned().unwrap_or_default()))
         }
         Some("array") => {
             check_fields(&doc, &V3_ARRAY_FIELDS)?;
             Ok(NodeMetadata::Array(Box::new(parse_v3_array(doc)?)))
         }
-        _ => Err(Error::metadata(format!("zarr.json has node_type {}, expected \"array\" or \"group\"", doc["node_type"]))),
+        _ => Err(Error::metadata(format!("zarr.json has node_type {}, expected \"array\" or \"group\"", field(&doc, "node_type")?))),
     }
 }
 
-fn parse_v3_array(doc: Map<String, Value>) -> Result<ArrayMetadata> {
+fn parse_v3_array(doc: Document) -> Result<ArrayMetadata> {
     let shape = parse_shape(field(&doc, "shape")?, "shape")?;
     let ndim = shape.len();
     let dtype = DataType::parse_v3(field(&doc, "data_type")?)?;
@@ -126,24 +127,14 @@ fn parse_v3_array(doc: Map<String, Value>) -> Result<ArrayMetadata> {
         // Every shard edge, not only the first, must hold whole inner chunks.
         grid.subdivided(&sharding.inner_shape)?;
     }
-    Ok(ArrayMetadata {
-        format: ZarrFormat::V3,
-        shape,
-        dtype,
-        grid,
-        key_encoding,
-        fill,
-        codecs,
-        dimension_names,
-        document: Value::Object(doc),
-    })
+    Ok(ArrayMetadata { format: ZarrFormat::V3, shape, dtype, grid, key_encoding, fill, codecs, dimension_names, document: doc })
 }
 
 /// Parse a v2 `.zarray`.
-pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
-    let doc = doc.as_object().ok_or_else(|| Error::metadata(".zarray is not a JSON object"))?;
-    if field(doc, "zarr_format")?.as_u64() != Some(2) {
-        return Err(Error::metadata(format!(".zarray has zarr_format {}, expected 2", doc["zarr_format"])));
+pub fn parse_v2_array(doc: &Document) -> Result<ArrayMetadata> {
+    let format = field(doc, "zarr_format")?;
+    if format.as_u64() != Some(2) {
+        return Err(Error::metadata(format!(".zarray has zarr_format {format}, expected 2")));
     }
     let shape = parse_shape(field(doc, "shape")?, "shape")?;
     let ndim = shape.len();
@@ -167,7 +158,13 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
             return Err(Error::metadata(format!("dimension_separator {other:?} must be \".\" or \"/\"")));
         }
     };
-    let fill = dtype.parse_fill(doc.get("fill_value").unwrap_or(&Value::Null))?;
+    let fill = match doc.get("fill_value") {
+        // zarr-python 2 wrote 0 as the fill of `|O` arrays: zarr-python 3 reads a number there
+        // as its text ("0"); its bytes arrays, which zarr-python 3 refuses, as empty.
+        Some(Value::Number(n)) if dtype == DataType::String => n.to_string().into_bytes(),
+        Some(Value::Number(_)) if dtype == DataType::Bytes => Vec::new(),
+        v => dtype.parse_fill(v.unwrap_or(&Value::Null))?,
+    };
     let mut array_to_array: Vec<Box<dyn super::codec::ArrayToArrayCodec>> = Vec::new();
     match doc.get("order").and_then(Value::as_str) {
         Some("C") | None => {}
@@ -209,7 +206,7 @@ pub fn parse_v2_array(doc: &Value) -> Result<ArrayMetadata> {
         fill,
         codecs,
         dimension_names: None,
-        document: Value::Object(doc.clone()),
+        document: doc.clone(),
     })
 }
 
@@ -244,7 +241,7 @@ pub fn parse_v2_group(doc: &Value) -> Result<NodeMetadata> {
         return Err(Error::metadata(".zgroup does not say zarr_format 2"));
     }
     // Its attributes are in `.zattrs` (`node::read_node` reads them).
-    Ok(NodeMetadata::Group(json!({})))
+    Ok(NodeMetadata::Group(Attributes::default()))
 }
 
 impl ArrayMetadata {
@@ -364,10 +361,18 @@ impl ArrayMetadata {
         }
     }
 
-    /// The document after `edit`, parsed again.
+    /// The document after `edit` of its fields, parsed again.
     pub fn edited(&self, edit: impl FnOnce(&mut Value)) -> Result<ArrayMetadata> {
-        let mut doc = self.document.clone();
-        edit(&mut doc);
+        self.reparsed(self.document.edited(edit))
+    }
+
+    /// The same array with other attributes (`None`: none).
+    pub fn with_attributes(&self, attributes: Option<Attributes>) -> Result<ArrayMetadata> {
+        self.reparsed(self.document.with_attributes(attributes))
+    }
+
+    /// `doc`, an edit of this array's document, parsed.
+    fn reparsed(&self, doc: Document) -> Result<ArrayMetadata> {
         match self.format {
             // The names were read from `.zattrs`, which the edit leaves alone.
             ZarrFormat::V2 => parse_v2_array(&doc).map(|a| ArrayMetadata { dimension_names: self.dimension_names.clone(), ..a }),
@@ -382,7 +387,7 @@ impl ArrayMetadata {
 /// Serialise `doc` in the style of the document it replaces: indented with 2 spaces (as
 /// zarr-python and zarrs write) when the old one spans lines, compact (as tensorstore writes)
 /// otherwise; a trailing newline is kept when there was one.
-pub fn render_like(old: Option<&[u8]>, doc: &Value) -> Vec<u8> {
+pub fn render_like<T: serde::Serialize + ?Sized>(old: Option<&[u8]>, doc: &T) -> Vec<u8> {
     let trailing_newline = old.is_some_and(|o| o.ends_with(b"\n"));
     let pretty = old.is_none_or(|o| o.trim_ascii_end().contains(&b'\n'));
     let mut out = if pretty { serde_json::to_vec_pretty(doc) } else { serde_json::to_vec(doc) }.unwrap_or_default();
@@ -413,7 +418,7 @@ mod tests {
     }
 
     fn array(doc: &Value) -> Result<ArrayMetadata> {
-        match parse_v3(doc.clone())? {
+        match parse_v3(Document::from_value(doc.clone())?)? {
             NodeMetadata::Array(a) => Ok(*a),
             NodeMetadata::Group(_) => panic!("group"),
         }
@@ -457,7 +462,7 @@ mod tests {
         let mismatch = v3(json!({"data_type": "string", "fill_value": "", "codecs": [{"name": "bytes"}]}));
         assert!(msg(mismatch).contains("does not fit"));
         let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}});
-        assert!(matches!(parse_v3(group), Ok(NodeMetadata::Group(_))));
+        assert!(matches!(parse_v3(Document::from_value(group).unwrap()), Ok(NodeMetadata::Group(_))));
     }
 
     #[test]
@@ -468,27 +473,32 @@ mod tests {
         doc["chunk_key_encoding"]["configuration"]["offset"] = json!([i64::MIN + 1, 0]);
         assert_eq!(array(&doc).unwrap().prepended(0, 2).unwrap().1, 1, "one chunk more fits");
         let v2 = json!({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<U4611686018427387904", "fill_value": null});
-        assert!(parse_v2_array(&v2).unwrap_err().to_string().contains("unsupported v2 dtype"));
+        assert!(parse_v2_array(&Document::from_value(v2.clone()).unwrap()).unwrap_err().to_string().contains("unsupported v2 dtype"));
     }
 
     #[test]
     fn v2_document() {
         let doc = json!({"shape": [3, 5], "chunks": [2, 2], "dtype": ">f8", "fill_value": "NaN", "order": "F", "filters": [{"id": "delta", "dtype": ">f8"}],
             "dimension_separator": "/", "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}, "zarr_format": 2});
-        let a = parse_v2_array(&doc).unwrap();
+        let a = parse_v2_array(&Document::from_value(doc.clone()).unwrap()).unwrap();
         assert_eq!(a.fill, f64::NAN.to_le_bytes());
         assert_eq!(a.key_encoding.key(&[1, 2]), "1/2");
         assert_eq!(a.codecs.array_to_array.len(), 1);
         assert_eq!(a.codecs.bytes_to_bytes.len(), 2);
         let mut bad = doc.clone();
         bad["compressor"] = json!({"id": "bz2"});
-        assert!(parse_v2_array(&bad).unwrap_err().to_string().contains("bz2"));
+        assert!(parse_v2_array(&Document::from_value(bad.clone()).unwrap()).unwrap_err().to_string().contains("bz2"));
         let mut obj = doc;
         obj["dtype"] = json!("|O");
         obj["filters"] = json!([{"id": "vlen-utf8"}]);
         obj["fill_value"] = json!("");
         obj["order"] = json!("C");
-        let strings = parse_v2_array(&obj).unwrap();
+        let strings = parse_v2_array(&Document::from_value(obj.clone()).unwrap()).unwrap();
         assert_eq!((strings.dtype.clone(), strings.codecs.array_to_bytes.name()), (DataType::String, "vlen-utf8"));
+        // zarr-python 2's fill for `|O`: its text, as zarr-python 3 reads it.
+        obj["fill_value"] = json!(0);
+        assert_eq!(parse_v2_array(&Document::from_value(obj.clone()).unwrap()).unwrap().fill, b"0");
+        obj["filters"] = json!([{"id": "vlen-bytes"}]);
+        assert_eq!(parse_v2_array(&Document::from_value(obj).unwrap()).unwrap().fill, b"");
     }
 }

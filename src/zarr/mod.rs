@@ -5,6 +5,7 @@ pub mod array;
 pub mod axes;
 pub mod codec;
 pub mod consolidated;
+pub mod document;
 pub mod dtype;
 pub mod geo;
 pub mod grid;

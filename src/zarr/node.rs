@@ -3,9 +3,7 @@
 //! nothing of files or caching.
 
 use super::limits::MAX_DOCUMENT_BYTES;
-use serde_json::Value;
-
-use super::metadata::{self, NodeMetadata};
+use super::metadata::{self, Attributes, Document, NodeMetadata};
 use crate::store::{self, Store, Version};
 use crate::{Error, Result};
 
@@ -68,16 +66,15 @@ fn parse_node(store: &dyn Store, path: &str, name: &str, bytes: &[u8]) -> Result
     if bytes.len() > LARGE_DOCUMENT {
         LARGE_DOCUMENT_READ.set(true);
     }
-    let doc = metadata::parse_json(bytes, name)?;
     Ok(match name {
-        "zarr.json" => metadata::parse_v3(doc)?,
+        "zarr.json" => metadata::parse_v3(Document::parse(bytes, name)?)?,
         ".zarray" => {
-            let mut array = metadata::parse_v2_array(&doc)?;
+            let mut array = metadata::parse_v2_array(&Document::parse(bytes, name)?)?;
             array.dimension_names = v2_dimension_names(&v2_attributes(store, path)?, array.shape.len());
             NodeMetadata::Array(Box::new(array))
         }
         _ => {
-            metadata::parse_v2_group(&doc)?;
+            metadata::parse_v2_group(&metadata::parse_json(bytes, name)?)?;
             NodeMetadata::Group(v2_attributes(store, path)?)
         }
     })
@@ -100,7 +97,7 @@ pub fn release_parsed_memory() {
 
 /// A v2 node's `.zattrs`: `{}` when absent. One that is not a JSON object (or cannot be
 /// served) holds no attributes the views could use: also `{}`, said in the log.
-pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Value> {
+pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Attributes> {
     let key = store::join(path, ".zattrs");
     match store.get_document(&key, MAX_DOCUMENT_BYTES).map(|v| v.map(|v| v.bytes)) {
         Ok(Some(bytes)) if bytes.len() > LARGE_DOCUMENT => {
@@ -108,27 +105,25 @@ pub fn v2_attributes(store: &dyn Store, path: &str) -> Result<Value> {
             v2_attributes_of(&bytes, path)
         }
         Ok(Some(bytes)) => v2_attributes_of(&bytes, path),
-        Ok(None) => Ok(Value::Object(Default::default())),
+        Ok(None) => Ok(Attributes::default()),
         Err(Error::Io(e)) => Err(Error::Io(e)),
         Err(e) => {
             tracing::warn!(node = %display_path(path), ".zattrs cannot be read: {e}");
-            Ok(Value::Object(Default::default()))
+            Ok(Attributes::default())
         }
     }
 }
 
-fn v2_attributes_of(bytes: &[u8], path: &str) -> Result<Value> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) if v.is_object() => Ok(v),
-        _ => {
-            tracing::warn!(node = %display_path(path), ".zattrs is not a JSON object; its attributes are not used");
-            Ok(Value::Object(Default::default()))
-        }
-    }
+fn v2_attributes_of(bytes: &[u8], path: &str) -> Result<Attributes> {
+    Ok(Attributes::parse(bytes, ".zattrs").unwrap_or_else(|e| {
+        tracing::warn!(node = %display_path(path), "{e}; its attributes are not used");
+        Attributes::default()
+    }))
 }
 
 /// xarray's `_ARRAY_DIMENSIONS` (one name per axis), when it is that.
-pub fn v2_dimension_names(attributes: &Value, ndim: usize) -> Option<Vec<Option<String>>> {
-    let names = attributes.get("_ARRAY_DIMENSIONS")?.as_array()?;
+pub fn v2_dimension_names(attributes: &Attributes, ndim: usize) -> Option<Vec<Option<String>>> {
+    let names = attributes.get("_ARRAY_DIMENSIONS")?;
+    let names = names.as_array()?;
     (names.len() == ndim).then(|| names.iter().map(|n| n.as_str().map(str::to_string)).collect())
 }
