@@ -122,6 +122,26 @@ try:
     finally:
         unmount(mnt)
 
+    # ERA5's names, and others netCDF classic takes as they are: kept, so cdo -selname finds them.
+    store = os.path.join(work, "names.zarr")
+    names = ["2m_temperature", "10m_u_component_of_wind", "niveau_d'eau"]
+    xr.Dataset({n: (("time", "lat"), np.arange(6, dtype="float32").reshape(2, 3) + i) for i, n in enumerate(names)},
+               coords={"time": [0, 1], "lat": [10.0, 20.0, 30.0]}).to_zarr(store, zarr_format=3, consolidated=False)
+    mnt = os.path.join(work, "mnt-names")
+    mount(store, mnt, "--read-only")
+    try:
+        nc = os.path.join(mnt, "dataset.nc")
+        code, out, err = tool("cdo", "-s", "showname", nc)
+        check(code == 0 and sorted(out.split()) == sorted(names), f"names: cdo showname says {out.split()} {err[:200]}")
+        selected = os.path.join(work, "selected.nc")
+        code, _, err = tool("cdo", "-s", "-selname,2m_temperature", nc, selected)
+        check(code == 0 and os.path.exists(selected), f"names: cdo -selname,2m_temperature: {code} {err[:300]}")
+        with xr.open_dataset(nc) as d:
+            check(sorted(d.data_vars) == sorted(names), f"names: xarray reads {sorted(d.data_vars)}")
+            check(float(d["niveau_d'eau"].values[1, 2]) == 7.0, "names: the values under a kept name")
+    finally:
+        unmount(mnt)
+
     # On a copy: dataset.nc follows a write through data and a prepend; a prepend to one of
     # its time series alone leaves a dimension of two lengths, and no dataset.nc.
     store = os.path.join(work, "rw.zarr")

@@ -339,6 +339,7 @@ fn describe_dataset(store: &dyn Store, path: &str, attributes: &Value) -> Value 
             "format": if plan.file.cdf5 { "CDF-5" } else { "CDF-2" },
             "variables": plan.sources.iter().map(|&i| sources[i].name).collect::<Vec<_>>(),
             "left_out": plan.left_out,
+            "renamed": plan.renamed,
         }),
         Err(why) => json!({"dataset.nc": why}),
     }
@@ -455,7 +456,7 @@ fn collect(store: &Arc<dyn Store>, path: &str) -> Result<Vec<Value>> {
     // The node asked for may be a level of the image its parent is.
     let parent = match path.rsplit_once('/').map_or(if path.is_empty() { None } else { Some("") }, |(p, _)| Some(p)) {
         Some(p) => match read_node(store.as_ref(), p) {
-            Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes.for_views()).and_then(|i| i.ok()),
+            Ok(Some((NodeMetadata::Group(attributes), _))) => ome::find(&attributes.to_value()).and_then(|i| i.ok()),
             _ => None,
         },
         None => None,
@@ -474,7 +475,7 @@ fn walk(
 ) -> Result<()> {
     out.push(describe(store, path, &node, parent));
     let image = match &node {
-        Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(&attributes.for_views()).and_then(|i| i.ok())),
+        Ok(Some(NodeMetadata::Group(attributes))) => Some(ome::find(&attributes.to_value()).and_then(|i| i.ok())),
         _ => None,
     };
     if let Some(image) = image {
@@ -598,6 +599,9 @@ fn render_dataset(dataset: &Value) -> String {
     }
     for why in dataset["left_out"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         s.push_str(&format!("  {:<12}left out of dataset.nc: {why}\n", ""));
+    }
+    for name in dataset["renamed"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        s.push_str(&format!("  {:<12}named in dataset.nc: {name}\n", ""));
     }
     s
 }

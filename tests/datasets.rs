@@ -94,13 +94,23 @@ fn dataset_nc_follows_its_arrays_and_a_clash_of_dimension_lengths_shows_none() {
     let air_begin = netcdf::read(&before).vars.iter().find(|v| v.name == "air").unwrap().begin as usize;
     std::fs::OpenOptions::new().write(true).open(m.path("air/data")).unwrap().write_all_at(&1.5f32.to_le_bytes(), 0).unwrap();
     common::eventually(&nc_path, |now| now[air_begin..air_begin + 4] == 1.5f32.to_be_bytes(), "dataset.nc shows a write through data");
-    // Two more time steps of t2m alone: `time` would have two lengths.
-    let f = std::fs::OpenOptions::new().write(true).open(m.path("t2m/data")).unwrap();
+    // Two more time steps of t2m alone: `time` would have two lengths. The mount's own change
+    // makes the view go (and come back) at once, not after the metadata TTL (5 s).
+    let t2m = m.path("t2m/data");
+    let steps = std::fs::metadata(&t2m).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&t2m).unwrap();
     f.set_len(6 * 9 * 14 * 2).unwrap();
     drop(f);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(1);
     while nc_path.exists() {
         assert!(Instant::now() < deadline, "a group whose dimension lengths clash has no dataset.nc");
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::fs::OpenOptions::new().write(true).open(&t2m).unwrap().set_len(steps).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !nc_path.exists() {
+        assert!(Instant::now() < deadline, "dataset.nc is back once the lengths agree again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read(&nc_path).unwrap().len() as u64, std::fs::metadata(&nc_path).unwrap().len());
 }

@@ -537,6 +537,43 @@ fn an_arrays_long_attributes_are_held_as_their_text() {
 }
 
 #[test]
+fn the_attributes_held_across_arrays_stay_within_their_budget() {
+    // 12 arrays of 4 MiB of attributes each; a 64 MiB cache bounds them to 16 MiB.
+    let list = format!("[{}1]", "1,".repeat(2 << 20));
+    let doc =
+        array_doc("[4]", "[4]", "uint8", BYTES).replace(r#""fill_value""#, &format!(r#""attributes": {{"long": {list}}}, "fill_value""#));
+    let nodes: Vec<(String, String)> = (0..12).map(|i| (format!("a{i}"), doc.clone())).collect();
+    let nodes: Vec<(&str, String)> = nodes.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let (_dir, root) = store(&nodes);
+    let m = Mount::new(&root, &["-o", "cache_size=64M"]);
+    let held = || {
+        let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(m.path(".zarrfs/stats")).unwrap()).unwrap();
+        stats["attribute_bytes"].as_u64().unwrap()
+    };
+    // A writer keeps its array whatever the others take.
+    let writer = std::fs::OpenOptions::new().write(true).open(m.path("a0/data")).unwrap();
+    std::os::unix::fs::FileExt::write_at(&writer, &[5, 6], 1).unwrap();
+    for i in 1..12 {
+        assert_eq!(std::fs::read(m.path(&format!("a{i}/data"))).unwrap(), [0; 4]);
+    }
+    let after_walk = held();
+    eprintln!("attribute text held after the walk: {} MiB", after_walk >> 20);
+    // The budget, the loads between two counts (a quarter of it) and the one being loaded.
+    assert!(after_walk <= (16 + 4 + 5) << 20, "{} MiB held", after_walk >> 20);
+    assert!(after_walk >= 4 << 20, "the writer's array is held");
+    writer.sync_all().unwrap();
+    drop(writer);
+    // What was forgotten is read again, as it is stored.
+    for i in (0..12).rev() {
+        let want: &[u8] = if i == 0 { &[0, 5, 6, 0] } else { &[0; 4] };
+        assert_eq!(std::fs::read(m.path(&format!("a{i}/data"))).unwrap(), want);
+        assert_eq!(std::fs::read(m.path(&format!("a{i}/zarr.json"))).unwrap(), doc.as_bytes());
+    }
+    drop(m);
+    assert_eq!(std::fs::read(root.join("a0/c/0")).unwrap(), [0, 5, 6, 0]);
+}
+
+#[test]
 fn a_datasets_header_is_bounded_whatever_its_attributes_hold() {
     // Members whose attributes hold long text and long lists (kept in Zarr, far past what any
     // netCDF tool shows): left out of the header, said so; the rest of the view is served.

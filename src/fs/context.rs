@@ -84,6 +84,9 @@ impl Default for Config {
 pub trait KernelCache: Send + Sync {
     /// Drop the cached attributes of `ino` before returning, and its cached pages soon.
     fn invalidate(&self, ino: u64);
+    /// Drop, soon, what the kernel holds of the name `name` in the directory `dir`: the file
+    /// it found there, or that it found none.
+    fn invalidate_name(&self, dir: u64, name: &str);
 }
 
 /// An array holding this many changed bytes starts storing the chunks its writers moved on
@@ -187,7 +190,12 @@ impl Context {
         }
         // The array may be a level of the image its parent is: that image's OME-TIFF shows it.
         if !path.is_empty() {
-            self.invalidate_group_views(path.rsplit_once('/').map_or("", |(parent, _)| parent));
+            let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+            self.invalidate_group_views(parent);
+            // A new layout may make the group's views appear or go.
+            if array.take_layout_change() {
+                self.invalidate_group_view_names(parent);
+            }
         }
     }
 
@@ -196,6 +204,16 @@ impl Context {
         if let Some(dir) = self.tree.find_dir(path) {
             for view in GroupView::ALL {
                 self.invalidate_child(dir, view.file_name());
+            }
+        }
+    }
+
+    /// The group at `path` may show views it did not, or no longer show some: the kernel
+    /// forgets their names, found or not.
+    pub fn invalidate_group_view_names(&self, path: &str) {
+        if let (Some(kernel), Some(dir)) = (self.kernel.get(), self.tree.find_dir(path)) {
+            for view in GroupView::ALL {
+                kernel.invalidate_name(dir, view.file_name());
             }
         }
     }

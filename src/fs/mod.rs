@@ -188,6 +188,7 @@ impl ZarrFs {
             "inodes": self.cx.tree.inodes(),
             "heap_bytes": crate::heap::in_use(),
             "in_memory_file_bytes": self.nodes.scratch.held.bytes(),
+            "attribute_bytes": self.nodes.attribute_bytes(),
             "pid": std::process::id(),
             "requests": self.stats.requests(),
             "request_us": self.stats.busy_us(),

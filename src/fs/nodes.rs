@@ -143,10 +143,18 @@ pub struct Nodes {
     loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// The store's history (`.zarrfs/snapshots`), newest first, and when it was read.
     history: Mutex<Option<(Instant, Arc<[String]>)>>,
+    /// Attribute text loads took in since the arrays' attributes were last counted.
+    attributes_taken: std::sync::atomic::AtomicU64,
+}
+
+/// The attribute text an array holds.
+fn attribute_bytes(file: &DataFile) -> u64 {
+    file.array.array().meta.document.attributes().map_or(0, Attributes::text_len)
 }
 
 /// A group view (or why there is none), and when it was made.
-type MadeGroupFile = (std::result::Result<Arc<GroupFile>, String>, Instant);
+/// A group view made (or why there is none), when, and at which count of layout changes.
+type MadeGroupFile = (std::result::Result<Arc<GroupFile>, String>, Instant, u64);
 
 /// An array's georeference, the arrays (and their metadata) it was made from, and when.
 #[derive(Clone)]
@@ -266,9 +274,71 @@ impl Nodes {
                 {
                     file.array.admit(known.grant);
                 }
-                Ok(known.state.clone())
+                let state = known.state.clone();
+                drop(dirs);
+                if let DirState::Array(file) = &state {
+                    self.bound_attributes(cx.config.cache_size as u64 / 4, attribute_bytes(file));
+                }
+                Ok(state)
             }
         }
+    }
+
+    /// Keep the attribute text the known arrays hold under `budget` (a quarter of the chunk
+    /// cache's): past it, forget the arrays checked longest ago that no file holds and no change
+    /// waits for; they are read again when next asked for. Counted only once loads took in a
+    /// quarter of the budget since the last count, so a walk pays for it now and then.
+    fn bound_attributes(&self, budget: u64, taken: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if taken == 0 || self.attributes_taken.fetch_add(taken, Relaxed) + taken < budget / 4 {
+            return;
+        }
+        self.attributes_taken.store(0, Relaxed);
+        let mut dirs = lock(&self.dirs);
+        let mut held: Vec<(u64, u64, Box<str>)> = dirs
+            .iter()
+            .filter_map(|(path, k)| match &k.state {
+                DirState::Array(file) => Some((k.checked.0, attribute_bytes(file), path.clone())),
+                _ => None,
+            })
+            .filter(|&(_, bytes, _)| bytes > 0)
+            .collect();
+        let mut total: u64 = held.iter().map(|h| h.1).sum();
+        if total <= budget {
+            return;
+        }
+        held.sort_unstable_by_key(|h| h.0);
+        let mut forgotten = 0;
+        for (_, bytes, path) in held {
+            if total <= budget {
+                break;
+            }
+            let unused = match dirs.get(&path).map(|k| &k.state) {
+                Some(DirState::Array(file)) => Arc::strong_count(&file.array) == 1 && !file.array.is_dirty(),
+                _ => false,
+            };
+            if unused {
+                dirs.remove(&path);
+                total -= bytes;
+                forgotten += 1;
+            }
+        }
+        drop(dirs);
+        if forgotten > 0 {
+            tracing::debug!(forgotten, held = total, budget, "arrays' attributes past their budget forgotten");
+            crate::heap::give_back();
+        }
+    }
+
+    /// The attribute text the known arrays hold (`.zarrfs/stats`).
+    pub fn attribute_bytes(&self) -> u64 {
+        lock(&self.dirs)
+            .values()
+            .filter_map(|k| match &k.state {
+                DirState::Array(file) => Some(attribute_bytes(file)),
+                _ => None,
+            })
+            .sum()
     }
 
     /// What others may do with the node at `path` and its files.
@@ -294,7 +364,7 @@ impl Nodes {
         }
         Ok(match read {
             Ok(Some((NodeMetadata::Group(attributes), version))) => {
-                (DirState::Group(GroupInfo::new(&attributes.for_views())), Some(version))
+                (DirState::Group(GroupInfo::new(&attributes.to_value())), Some(version))
             }
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
@@ -389,6 +459,7 @@ impl Nodes {
         }
         self.drop_group_files(path);
         cx.invalidate_group_views(path);
+        cx.invalidate_group_view_names(path);
         for array in self.arrays_beneath(path) {
             cx.invalidate_data(&array);
         }
@@ -502,20 +573,21 @@ impl Nodes {
         }
         let key = (path.to_string(), view);
         // Why there is none is kept too: asking again re-reads the group's attributes.
-        if let Some((made, at)) = lock(&self.group_files).as_mut().and_then(|c| c.get(&key).cloned())
+        // Why there is none holds only while no array took a new layout (a growth may end a clash).
+        if let Some((made, at, layouts)) = lock(&self.group_files).as_mut().and_then(|c| c.get(&key).cloned())
             && at.elapsed() < cx.config.metadata_ttl
-            && made.as_ref().is_ok_and(|f| f.is_current()) | made.is_err()
+            && made.as_ref().map_or(layouts == super::open::layout_changes(), |f| f.is_current())
         {
             return Ok(made);
         }
-        let at = Instant::now();
+        let (at, layouts) = (Instant::now(), super::open::layout_changes());
         let made = match view {
             GroupView::OmeTiff => self.build_image(cx, path)?,
             GroupView::NetCdf => self.build_dataset(cx, path, listing)?,
         }
         .map(Arc::new);
         crate::zarr::node::release_parsed_memory();
-        lock(&self.group_files).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(key, (made.clone(), at));
+        lock(&self.group_files).get_or_insert_with(|| lru::LruCache::new(GROUP_FILES_KEPT)).put(key, (made.clone(), at, layouts));
         Ok(made)
     }
 

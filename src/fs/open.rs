@@ -203,10 +203,20 @@ pub struct OpenArray {
     /// The layouts (`layout_of`) the array has had while served, oldest first (a few): a
     /// metadata document written with one of them but the current one is likely a stale copy.
     layouts: Mutex<Vec<serde_json::Value>>,
+    /// Layouts taken since it opened, and how many of them the kernel was told of.
+    layout_changes: AtomicU64,
+    layout_changes_shown: AtomicU64,
 }
 
 /// How many earlier layouts an array remembers.
 const LAYOUTS_REMEMBERED: usize = 64;
+
+/// Layouts any array took in this process: why a group has no view holds while it is unchanged.
+static LAYOUT_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+pub fn layout_changes() -> u64 {
+    LAYOUT_CHANGES.load(Ordering::Relaxed)
+}
 
 /// The fields of an array document that its data's growth, shrinking and prepends change (the
 /// shape, rectilinear edges, the chunk key offset), as one value.
@@ -224,6 +234,8 @@ impl OpenArray {
             refreshed: Mutex::new(std::time::Instant::now()),
             lost: Mutex::default(),
             layouts: Mutex::new(vec![layout_of(&array.meta.document)]),
+            layout_changes: AtomicU64::new(0),
+            layout_changes_shown: AtomicU64::new(0),
             cache_id: AtomicU64::new(id),
             current: RwLock::new(Arc::new(array)),
             edits: Mutex::new(Edits::new(budget)),
@@ -284,11 +296,20 @@ impl OpenArray {
         if layouts.last() == Some(&layout) {
             return;
         }
+        self.layout_changes.fetch_add(1, Ordering::Relaxed);
+        LAYOUT_CHANGES.fetch_add(1, Ordering::Relaxed);
         layouts.retain(|l| *l != layout);
         layouts.push(layout);
         if layouts.len() > LAYOUTS_REMEMBERED {
             layouts.remove(0);
         }
+    }
+
+    /// Whether the layout changed since the last call: the views of the array's group may have
+    /// appeared or gone.
+    pub(crate) fn take_layout_change(&self) -> bool {
+        let now = self.layout_changes.load(Ordering::Relaxed);
+        self.layout_changes_shown.swap(now, Ordering::Relaxed) != now
     }
 
     /// Whether the array had `layout` before (not counting the one it has now).

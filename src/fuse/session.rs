@@ -126,20 +126,34 @@ fn raise_read_ahead(mountpoint: &Path) {
 /// and the new size is seen as soon as the change returns); pages on a thread of its own, never
 /// from a request handler, whose pages the kernel may hold locked while it waits for the reply
 /// (a deadlock). The next open drops them anyway (`ZarrFs::keep_cache`): the thread is for handles already open.
+/// Names go on that thread too: dropping one takes its directory's lock, which a request in
+/// that directory may hold while it waits for the daemon.
 struct Invalidator {
     notifier: Notifier,
-    tx: crossbeam_channel::Sender<u64>,
+    tx: crossbeam_channel::Sender<Stale>,
+}
+
+/// What the invalidation thread drops.
+enum Stale {
+    Pages(u64),
+    Name(u64, std::ffi::OsString),
 }
 
 impl Invalidator {
     fn new(notifier: Notifier) -> Invalidator {
-        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let (tx, rx) = crossbeam_channel::unbounded::<Stale>();
         let pages = notifier.clone();
         let spawned = std::thread::Builder::new().name("zarrfs-invalidate".into()).spawn(move || {
             let notifier = pages;
-            while let Ok(ino) = rx.recv() {
-                if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
-                    tracing::debug!(ino, "kernel cache invalidation failed: {e}");
+            while let Ok(stale) = rx.recv() {
+                let done = match &stale {
+                    Stale::Pages(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                    Stale::Name(dir, name) => notifier.inval_entry(INodeNo(*dir), name),
+                };
+                match done {
+                    // ENOENT: the kernel held nothing of it.
+                    Err(e) if e.raw_os_error() != Some(libc::ENOENT) => tracing::debug!("kernel cache invalidation failed: {e}"),
+                    _ => {}
                 }
             }
         });
@@ -155,6 +169,10 @@ impl KernelCache for Invalidator {
         if let Err(e) = self.notifier.inval_inode(INodeNo(ino), -1, 0) {
             tracing::debug!(ino, "kernel attribute invalidation failed: {e}");
         }
-        let _ = self.tx.send(ino);
+        let _ = self.tx.send(Stale::Pages(ino));
+    }
+
+    fn invalidate_name(&self, dir: u64, name: &str) {
+        let _ = self.tx.send(Stale::Name(dir, name.into()));
     }
 }

@@ -202,6 +202,8 @@ pub struct Plan {
     pub file: NetCdf,
     pub sources: Vec<usize>,
     pub left_out: Vec<String>,
+    /// Names netCDF classic does not take, and what they are in the file.
+    pub renamed: Vec<String>,
 }
 
 /// The `units` of a datetime64 unit, as CF writes them.
@@ -242,6 +244,7 @@ pub const NO_DATASET: &str = "no numeric array with named axes";
 /// Plan the `dataset.nc` of a group with `attributes` and arrays `sources`; why there is none.
 pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
     let mut left_out = Vec::new();
+    let mut renamed = Vec::new();
     // Which arrays are variables, with their type and their dimension names.
     let mut candidates = Vec::new();
     for (i, s) in sources.iter().enumerate() {
@@ -260,7 +263,7 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         }
         let names: Vec<String> = (0..s.shape.len())
             .map(|a| s.dimension_names.and_then(|n| n.get(a).cloned().flatten()).unwrap_or_else(|| format!("{}_dim{a}", s.name)))
-            .map(|n| nc_name(&n))
+            .map(|n| nc_name_noted(&n, &mut renamed))
             .collect();
         candidates.push((i, kind.unwrap_or(NcType::Byte), names));
     }
@@ -319,7 +322,7 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
             }
         }
         let dim_ids = names.iter().map(|n| dims.iter().position(|(d, _)| d == n).unwrap_or(0)).collect();
-        vars.push(Variable { name: nc_name(s.name), dims: dim_ids, kind: *kind, attributes: attrs });
+        vars.push(Variable { name: nc_name_noted(s.name, &mut renamed), dims: dim_ids, kind: *kind, attributes: attrs });
     }
     let mut globals = Vec::new();
     for (k, v) in attributes.as_object().into_iter().flatten() {
@@ -329,7 +332,7 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         }
     }
     let file = NetCdf::new(&dims, &globals, &vars)?;
-    Ok(Plan { file, sources: candidates.iter().map(|c| c.0).collect(), left_out })
+    Ok(Plan { file, sources: candidates.iter().map(|c| c.0).collect(), left_out, renamed })
 }
 
 /// The layout of a `dataset.nc`.
@@ -342,11 +345,27 @@ pub struct NetCdf {
     pub cdf5: bool,
 }
 
-/// Whether `name` is one netCDF takes (and what it would be instead).
+/// `name` as netCDF classic takes it (netCDF-C's `NC_check_name`): any UTF-8 but `/` and
+/// control characters, beginning with a letter, a digit, `_` or a multi-byte character, with no
+/// trailing space. Only what it does not take changes: such a character becomes `_`, and a
+/// name that cannot begin as it does gets a `v` in front (`2m_temperature` stays).
 pub fn nc_name(name: &str) -> String {
-    let mut out: String = name.chars().map(|c| if c.is_alphanumeric() || "_.@+-".contains(c) { c } else { '_' }).collect();
-    if !out.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+    let mut out: String = name.chars().map(|c| if c == '/' || c.is_control() { '_' } else { c }).collect();
+    let kept = out.trim_end_matches(' ').len();
+    let spaces = out.len() - kept;
+    out.replace_range(kept.., &"_".repeat(spaces));
+    if !out.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii()) {
         out.insert(0, 'v');
+    }
+    out
+}
+
+/// `nc_name(name)`, noting in `renamed` when it is not `name`.
+fn nc_name_noted(name: &str, renamed: &mut Vec<String>) -> String {
+    let out = nc_name(name);
+    let note = format!("{name:?} as {out:?}");
+    if out != name && !renamed.contains(&note) {
+        renamed.push(note);
     }
     out
 }
@@ -539,8 +558,15 @@ mod tests {
         // An unsigned type needs CDF-5.
         let u = vec![Variable { name: "mask".into(), dims: vec![0], kind: NcType::UByte, attributes: vec![] }];
         assert!(NetCdf::new(&dims, &[], &u).unwrap().cdf5);
-        assert_eq!(nc_name("0"), "v0");
-        assert_eq!(nc_name("a b"), "a_b");
+        // What netCDF-C writes and reads stays (ERA5's names, an apostrophe, a space inside).
+        for kept in ["2m_temperature", "10m_u_component_of_wind", "niveau_d'eau", "a b", "0", "é_t", "x.y@z+-"] {
+            assert_eq!(nc_name(kept), kept);
+        }
+        assert_eq!(nc_name("a/b"), "a_b");
+        assert_eq!(nc_name("tab\tx"), "tab_x");
+        assert_eq!(nc_name("x  "), "x__");
+        assert_eq!(nc_name("-x"), "v-x");
+        assert_eq!(nc_name(""), "v");
     }
 
     #[test]

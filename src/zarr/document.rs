@@ -80,13 +80,20 @@ impl Attributes {
         Attributes(entries.into())
     }
 
+    /// The bytes its text takes (names and values): what holding it costs.
+    pub fn text_len(&self) -> u64 {
+        self.0.iter().map(|(k, text)| (k.len() + text.get().len()) as u64).sum()
+    }
+
     /// One attribute, parsed (`None`: there is none, or its text does not parse).
     pub fn get(&self, key: &str) -> Option<Value> {
         let (_, text) = self.0.iter().find(|(k, _)| k == key)?;
         serde_json::from_str(text.get()).ok()
     }
 
-    /// What the views read: every attribute up to `MAX_VIEW_ATTRIBUTE` bytes of text, parsed.
+    /// What georeferencing and `dataset.nc` read: every attribute up to `MAX_VIEW_ATTRIBUTE`
+    /// bytes of text, parsed. (An image's OME metadata is read whole: `ome` bounds what it
+    /// takes of its levels and channels.)
     pub fn for_views(&self) -> Value {
         self.parsed(|text| text.len() <= MAX_VIEW_ATTRIBUTE)
     }
