@@ -78,23 +78,27 @@ def main():
                 else:
                     check(z.comment == b"", f"{name}: no RFC-9 comment for a root that is no OME-Zarr image")
         check_http(binary, work, check)
+        check_http(binary, work, check, ranges=False)
     finally:
         detach_beneath(work)
         shutil.rmtree(work, ignore_errors=True)
     return check.finish()
 
 
-def check_http(binary, work, check):
-    """A zarr-python ZipStore archive on a plain HTTP server, mounted by URL (ranged GETs)."""
-    served = os.path.join(work, "served")
+def check_http(binary, work, check, ranges=True):
+    """A zarr-python ZipStore archive on a plain HTTP server, mounted by URL: ranged GETs, or
+    (`python -m http.server`, which ignores Range) the archive read whole."""
+    kind = "http" if ranges else "http without Range"
+    served = os.path.join(work, "served" if ranges else "served-whole")
     os.makedirs(served)
     archive = os.path.join(served, "zarr-python.zip")
     shutil.copy(os.path.join(FIXTURES, "zip", "zarr-python.zip"), archive)
     # In a process of its own: a read of the mount that holds this process's GIL (numpy's
     # fromfile does) would keep a server thread here from answering the mount's requests.
-    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", served], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve" if ranges else "serve-whole", served],
+                              stdout=subprocess.PIPE, text=True)
     port = int(server.stdout.readline())
-    mnt = os.path.join(work, "mnt-http")
+    mnt = os.path.join(work, "mnt-http" if ranges else "mnt-http-whole")
     try:
         url = f"http://127.0.0.1:{port}/zarr-python.zip"
         mount(binary, url, mnt)
@@ -102,13 +106,21 @@ def check_http(binary, work, check):
             group = zarr.open_group(zarr.storage.ZipStore(archive, mode="r"), mode="r")
             for path, arr in arrays(group):
                 data = np.fromfile(os.path.join(mnt, path, "data"), dtype=arr.dtype.newbyteorder("<"))
-                check(np.array_equal(data.reshape(arr.shape), arr[...]), f"http: {path} through the mount")
+                check(np.array_equal(data.reshape(arr.shape), arr[...]), f"{kind}: {path} through the mount")
             stats = json.load(open(os.path.join(mnt, ".zarrfs", "stats")))
             fetched = stats["store_requests"]["bytes_fetched"]
-            check(stats["store_requests"]["ranged_get"] > 0, f"http: ranged reads ({stats['store_requests']})")
-            print(f"check-archives: http: {fetched} bytes fetched of a {os.path.getsize(archive)}-byte archive")
+            check(stats["store_requests"]["ranged_get"] > 0, f"{kind}: ranged reads ({stats['store_requests']})")
+            print(f"check-archives: {kind}: {fetched} bytes fetched of a {os.path.getsize(archive)}-byte archive")
         finally:
             unmount(binary, mnt)
+        if not ranges:
+            # Larger than a mount reads whole: refused, naming the limit and what the server lacks.
+            out = subprocess.run([binary, "mount", url, mnt, "-o", "max_chunk_size=1K"], capture_output=True, text=True)
+            said = out.stderr + out.stdout
+            if out.returncode == 0:
+                said += open(os.path.join(mnt, "error")).read() if os.path.exists(os.path.join(mnt, "error")) else ""
+                unmount(binary, mnt)
+            check("ignores Range requests" in said and "max-chunk-size" in said, f"{kind}: a large archive is refused: {said[:300]}")
     finally:
         server.kill()
         server.wait()
@@ -158,9 +170,16 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         return io.BytesIO(body)
 
 
-def serve(directory):
+class WholeHandler(http.server.SimpleHTTPRequestHandler):
+    """`python -m http.server` as it is: no Range requests, no ETag."""
+
+    def log_message(self, fmt, *args):
+        pass
+
+
+def serve(directory, handler=QuietHandler):
     """Serve `directory` on a free port of 127.0.0.1, said on the first line of stdout."""
-    server = QuietServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=directory))
+    server = QuietServer(("127.0.0.1", 0), functools.partial(handler, directory=directory))
     print(server.server_address[1], flush=True)
     server.serve_forever()
 
@@ -168,4 +187,6 @@ def serve(directory):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve(sys.argv[2])
+    if sys.argv[1:2] == ["serve-whole"]:
+        serve(sys.argv[2], WholeHandler)
     sys.exit(main())

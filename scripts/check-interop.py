@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STORES = ["tests/fixtures/v3.zarr", "tests/fixtures/v2.zarr", "tests/fixtures/tensorstore_v3.zarr",
           "tests/fixtures/tensorstore_v2.zarr", "tests/fixtures/rectilinear.zarr", "tests/fixtures/vlen.zarr", "demo/weather.zarr",
           # Written by other tools (scripts/make-foreign-fixtures).
-          "tests/fixtures/foreign/gdal_delta.zarr", "tests/fixtures/foreign/zarr2_strings.zarr"]
+          "tests/fixtures/foreign/gdal_delta.zarr", "tests/fixtures/foreign/zarr2_strings.zarr",
+          "tests/fixtures/foreign/zarr2_codecs.zarr"]
 
 
 

@@ -21,7 +21,8 @@ import zarr
 zarr.config.set({"array.rectilinear_chunks": True})
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr", "rectilinear.zarr"]
+STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr", "rectilinear.zarr",
+          "foreign/zarr2_codecs.zarr"]  # numcodecs' bz2 and lzma, written by zarr-python 2
 RNG = np.random.default_rng(3)
 RESULTS = {"passed": 0, "failed": 0}
 

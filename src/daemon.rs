@@ -278,6 +278,10 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // never written at its old path.
     let metadata_ttl = plan.metadata_ttl.unwrap_or(Config::default().metadata_ttl);
     let remote = crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() };
+    // Before the store opens: an archive's directory is read (and bounded) as it opens.
+    if let Some(n) = plan.max_chunk_size {
+        crate::zarr::limits::set_max_chunk_bytes(n);
+    }
     let store = plan.store.open(&remote)?;
     if !plan.read_only {
         store.claim(crate::store::Claim::Serving).map_err(|e| e.to_string())?;
@@ -315,9 +319,6 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
     if let Some(views) = &plan.views {
         config.views = views.clone();
-    }
-    if let Some(n) = plan.max_chunk_size {
-        crate::zarr::limits::set_max_chunk_bytes(n);
     }
     let fs = Arc::new(ZarrFs::new(store.clone(), config));
     // Whether the store can be used at all (an object store lists its prefix) is asked while the

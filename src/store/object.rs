@@ -89,7 +89,18 @@ pub struct ObjectStore {
     /// What recent listings of the bucket showed (for the metadata TTL).
     listed: ListedKeys,
     pub requests: Arc<RequestCounts>,
+    /// The server answered a range with the whole value (`python -m http.server`): values are
+    /// read whole, and the last one kept for the ranges asked of it.
+    ignores_ranges: std::sync::atomic::AtomicBool,
+    whole: Mutex<Option<WholeValue>>,
 }
+
+/// A value read whole: its key, its version, its bytes.
+type WholeValue = (String, Version, Arc<[u8]>);
+
+/// The most a value of a server that ignores Range requests is read whole (and at most
+/// `--max-chunk-size`).
+const MOST_READ_WHOLE: u64 = 256 << 20;
 
 /// Chunks whose ETags are kept for conditional PUTs (some 100 bytes each).
 const CHUNK_ETAGS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(1 << 16).unwrap();
@@ -260,11 +271,39 @@ impl ObjectStore {
             chunk_etags: Mutex::new(lru::LruCache::new(CHUNK_ETAGS)),
             listed,
             requests: Arc::default(),
+            ignores_ranges: Default::default(),
+            whole: Mutex::default(),
         })
     }
 
     pub fn location(&self) -> &RemoteLocation {
         &self.location
+    }
+
+    /// `range` of the value `key`, read whole (and kept while it is the value stored) from a
+    /// server that ignores Range requests; one too large to read whole is refused.
+    fn range_of_whole(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
+        let Some(head) = self.head(key)? else { return Ok(None) };
+        let kept = lock(&self.whole).as_ref().filter(|(k, v, _)| k == key && *v == head.version).map(|(_, v, b)| (*v, b.clone()));
+        let (version, bytes) = match kept {
+            Some(kept) => kept,
+            None => {
+                let most = MOST_READ_WHOLE.min(crate::zarr::limits::max_chunk_bytes());
+                if head.len > most {
+                    return Err(Error::Unsupported(format!(
+                        "{}: the server ignores Range requests, and the value is {} bytes, more than the {most} a mount reads whole (--max-chunk-size, 256 MiB at most)",
+                        crate::error::printable(key),
+                        head.len
+                    )));
+                }
+                let Some(value) = self.get_value(key, most)? else { return Ok(None) };
+                let bytes: Arc<[u8]> = value.bytes.into();
+                *lock(&self.whole) = Some((key.to_string(), value.version, bytes.clone()));
+                (value.version, bytes)
+            }
+        };
+        let (start, end) = super::resolve_range(key, range, bytes.len() as u64)?;
+        Ok(Some((bytes[start as usize..end as usize].to_vec(), version)))
     }
 
     fn path(key: &str) -> Result<ObjectPath> {
@@ -557,6 +596,13 @@ fn is_unsatisfiable_range(e: &object_store::Error) -> bool {
     text.contains("range not satisfiable") || text.contains("invalidrange") || text.contains("wanted range starting")
 }
 
+/// Whether the server answered a range request with the whole value (object_store says so
+/// in these words: its HTTP store, and its client for the others).
+fn ignores_ranges(e: &object_store::Error) -> bool {
+    let text = e.to_string();
+    text.contains("Range request not supported") || text.contains("non-partial response")
+}
+
 fn first_line(s: &str) -> String {
     let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.len() > 400 { format!("{}…", &s[..s.floor_char_boundary(400)]) } else { s }
@@ -774,6 +820,10 @@ impl Store for ObjectStore {
                 other => Ok(other),
             };
         }
+        if self.ignores_ranges.load(Ordering::Relaxed) {
+            return self.range_of_whole(key, range);
+        }
+        let asked = range;
         let path = Self::path(key)?;
         let range = match range {
             // An empty range asks only whether the value exists.
@@ -815,6 +865,11 @@ impl Store for ObjectStore {
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) if is_unsatisfiable_range(&e) => Err(Error::corrupt(key, format!("range past the end: {}", first_line(&e.to_string())))),
+            Err(e) if ignores_ranges(&e) => {
+                tracing::info!(key = %crate::error::printable(key), "the server ignores Range requests: values are read whole");
+                self.ignores_ranges.store(true, Ordering::Relaxed);
+                self.range_of_whole(key, asked)
+            }
             Err(e) => Err(self.failed("GET (range)", key, e)),
         }
     }

@@ -4,10 +4,12 @@
 
 mod blosc;
 mod bytes;
+mod bz2;
 mod crc32c;
 mod delta;
 mod gzip;
 mod lz4;
+mod lzma;
 mod sharding;
 pub mod table;
 mod transpose;
@@ -17,10 +19,12 @@ mod zstd;
 
 pub use self::blosc::BloscCodec;
 pub use self::bytes::BytesCodec;
+pub use self::bz2::Bz2Codec;
 pub use self::crc32c::Crc32cCodec;
 pub use self::delta::DeltaCodec;
 pub use self::gzip::GzipCodec;
 pub use self::lz4::Lz4Codec;
+pub use self::lzma::LzmaCodec;
 pub use self::sharding::{ShardIndex, ShardingCodec};
 pub use self::transpose::TransposeCodec;
 pub use self::vlen::{VlenInterleavedCodec, ZarrsVlenCodec};

@@ -4,8 +4,8 @@
 use serde_json::Value;
 
 use super::{
-    ArrayToArrayCodec, ArrayToBytesCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Crc32cCodec, DeltaCodec, GzipCodec, Lz4Codec,
-    ShardingCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
+    ArrayToArrayCodec, ArrayToBytesCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec, Crc32cCodec, DeltaCodec, GzipCodec,
+    Lz4Codec, LzmaCodec, ShardingCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -38,6 +38,9 @@ fn v3_constructor(name: &str) -> Option<V3Constructor> {
         "zstd" => |c, _, _| Ok(BytesToBytes(Box::new(ZstdCodec::parse(c)?))),
         "gzip" => |c, _, _| Ok(BytesToBytes(Box::new(GzipCodec::parse(c)?))),
         "crc32c" => |_, _, _| Ok(BytesToBytes(Box::new(Crc32cCodec))),
+        // numcodecs codecs as zarr-python 3 names them in v3 documents.
+        "numcodecs.bz2" => |c, _, _| Ok(BytesToBytes(Box::new(Bz2Codec::parse(c)?))),
+        "numcodecs.lzma" => |c, _, _| Ok(BytesToBytes(Box::new(LzmaCodec::parse(c)?))),
         _ => return None,
     })
 }
@@ -58,6 +61,8 @@ pub fn v2(config: &Value, dtype: &DataType) -> Result<Box<dyn BytesToBytesCodec>
         Some("gzip") => Box::new(GzipCodec::parse(config)?),
         Some("lz4") => Box::new(Lz4Codec::parse(config)?),
         Some("delta") => Box::new(DeltaCodec::parse_v2(config)?),
+        Some("bz2") => Box::new(Bz2Codec::parse(config)?),
+        Some("lzma") => Box::new(LzmaCodec::parse(config)?),
         Some(other) => return Err(Error::metadata(format!("unsupported v2 codec {other:?}"))),
         None => return Err(Error::metadata(format!("v2 codec without an id: {config}"))),
     })
