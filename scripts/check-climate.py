@@ -114,11 +114,25 @@ try:
     mount(os.path.join(fixtures, "utm.zarr"), mnt, "--read-only")
     try:
         want = zarr.open_array(os.path.join(fixtures, "utm.zarr", "band"), mode="r")[...]
-        for view in ("data.vrt", "data.tif"):
+        for view in ("data.vrt", "data.tif", "data"):
             with rasterio.open(os.path.join(mnt, "band", view)) as r:
                 check(r.crs is not None and r.crs.to_epsg() == 32633, f"utm {view}: CRS {r.crs}")
                 check(r.transform.to_gdal() == (500000.0, 10.0, 0.0, 6000200.0, 0.0, -10.0), f"utm {view}: {r.transform.to_gdal()}")
                 check(r.nodata == 0 and np.array_equal(r.read(1), want), f"utm {view}: nodata {r.nodata}, values")
+    finally:
+        unmount(mnt)
+
+    # A raster GDAL wrote (its `_CRS`, X and Y coordinates): the CRS and transform GDAL gave it.
+    mnt = os.path.join(work, "mnt-gdal-utm")
+    store = os.path.join(fixtures, "..", "foreign", "gdal_utm.zarr")
+    mount(store, mnt, "--read-only")
+    try:
+        want = zarr.open_array(os.path.join(store, "gdal_utm"), mode="r")[...]
+        for view in ("data.vrt", "data.tif", "data"):
+            with rasterio.open(os.path.join(mnt, "gdal_utm", view)) as r:
+                check(r.crs is not None and r.crs.to_epsg() == 32633, f"gdal utm {view}: CRS {r.crs}")
+                check(r.transform.to_gdal() == (500000.0, 10.0, 0.0, 6000200.0, 0.0, -10.0), f"gdal utm {view}: {r.transform.to_gdal()}")
+                check(np.array_equal(r.read(1), want), f"gdal utm {view}: values")
     finally:
         unmount(mnt)
 

@@ -58,8 +58,13 @@ enum Command {
         lazy: bool,
     },
     /// What a mount's daemon holds, what it failed to store, and its recent warnings and errors.
-    /// Exit status 1 when changes that failed to store are held.
-    Status { mountpoint: PathBuf },
+    /// Exit status 1 when changes that failed to store are held. Without MOUNTPOINT: your zarrfs
+    /// mounts, a line each (mount point, store, changes held).
+    #[command(visible_alias = "list")]
+    Status {
+        /// The mount point asked about; none: list your zarrfs mounts.
+        mountpoint: Option<PathBuf>,
+    },
     /// The daemon's own helper (`auto_unmount`): once process PID has exited, unmount what is
     /// still mounted on MOUNTPOINT from device DEV (major:minor).
     #[command(hide = true)]
@@ -585,7 +590,15 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Status { mountpoint } => match crate::daemon::status(&mountpoint) {
+        Command::Status { mountpoint: None } => match crate::daemon::list_mounts() {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("zarrfs: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Status { mountpoint: Some(mountpoint) } => match crate::daemon::status(&mountpoint) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {

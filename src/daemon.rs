@@ -337,7 +337,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
 
     let options = SessionOptions {
-        fs_name: plan.store.to_string(),
+        fs_name: plan.store.absolute().to_string(),
         read_only: plan.read_only,
         allow_other: plan.allow_other,
         allow_root: plan.allow_root,
@@ -745,6 +745,46 @@ pub fn status(mountpoint: &Path) -> Result<bool, String> {
         }
     }
     Ok(!at_risk)
+}
+
+/// This user's zarrfs mounts (`zarrfs status` without a mount point, `zarrfs list`): a line
+/// each with the mount point, the store and the changes its daemon holds. `false` when one holds
+/// changes that failed to store.
+pub fn list_mounts() -> Result<bool, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    // SAFETY: getuid cannot fail.
+    let owner = format!("user_id={}", unsafe { libc::getuid() });
+    let mut all_stored = true;
+    let mut found = 0;
+    for line in info.lines() {
+        // "id parent major:minor root mount-point options ... - type source super-options"
+        let Some((head, tail)) = line.split_once(" - ") else { continue };
+        let mut tail = tail.split(' ');
+        let (Some("fuse.zarrfs"), Some(source), Some(options)) = (tail.next(), tail.next(), tail.next()) else { continue };
+        let Some(point) = head.split(' ').nth(4) else { continue };
+        if !options.split(',').any(|o| o == owner) {
+            continue;
+        }
+        let point = PathBuf::from(std::ffi::OsStr::from_bytes(&unescape_octal(point)));
+        let source = String::from_utf8_lossy(&unescape_octal(source)).into_owned();
+        let stats = read_control_file(&point, crate::fs::STATS).ok().and_then(|s| serde_json::from_slice::<serde_json::Value>(&s).ok());
+        let held = match &stats {
+            Some(s) => {
+                let failed = s["failed_stores"].as_u64().unwrap_or(0);
+                all_stored &= failed == 0;
+                let failed = if failed > 0 { format!(", {failed} failed store(s)") } else { String::new() };
+                format!("{} held{failed}", human_bytes(s["dirty_bytes"].as_u64().unwrap_or(0)))
+            }
+            None => "its daemon does not answer".into(),
+        };
+        println!("{}  {}  {held}", crate::error::printable(&point.display().to_string()), crate::error::printable(&source));
+        found += 1;
+    }
+    if found == 0 {
+        println!("no zarrfs mounts of yours");
+    }
+    Ok(all_stored)
 }
 
 /// The processes (other than the daemon `daemon` and its children) that hold a file, a working

@@ -66,7 +66,7 @@ fn georeferenced_arrays_carry_their_transform_in_tiff_envi_and_vrt() {
     assert!(vrt.contains("<GeoTransform>195, 10, 0, 78.75, 0, -7.5</GeoTransform>"), "{vrt}");
     assert!(vrt.contains("<Description>2013-01-01T06:00:00</Description>") && vrt.matches("<VRTRasterBand").count() == 4, "{vrt}");
     let hdr = std::fs::read_to_string(m.path("air/data.hdr")).unwrap();
-    assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, 195, 78.75, 10, 7.5}\n"), "{hdr}");
+    assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, 195, 78.75, 10, 7.5, WGS-84, units=Degrees}\n"), "{hdr}");
     assert!(hdr.contains("data ignore value = nan\n") && hdr.contains("band names = {2013-01-01T00:00:00, "), "{hdr}");
     let tif = std::fs::read(m.path("air/data.tif")).unwrap();
     let page = &tiff::pages(&tif)[0];

@@ -84,3 +84,30 @@ fn df_shows_the_stores_file_system() {
     // Free space moves with whatever else writes there: close, not equal.
     assert!(mount_avail.abs_diff(store_avail) < 64 << 20, "{mount_avail} free against {store_avail}");
 }
+
+#[test]
+fn a_mount_shows_as_zarrfs_with_its_store_and_status_lists_the_users_mounts() {
+    let (_dir, root) = store(&[("a", array_doc("[4]", "[4]", "uint8", BYTES))]);
+    // Mounted by a relative path, shown by its absolute one.
+    let relative = root.strip_prefix(root.parent().unwrap().parent().unwrap()).unwrap();
+    let cwd = root.parent().unwrap().parent().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let out = Command::new(bin()).current_dir(cwd).arg("mount").arg(relative).arg(mnt.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _unmount = common::probe::OnDrop({
+        let mnt = mnt.path().to_path_buf();
+        move || {
+            let _ = Command::new(bin()).arg("unmount").arg(&mnt).status();
+        }
+    });
+    let found = Command::new("findmnt").args(["-n", "-o", "FSTYPE,SOURCE", "--mountpoint"]).arg(mnt.path()).output().unwrap();
+    let found = String::from_utf8_lossy(&found.stdout);
+    assert_eq!(found.split_whitespace().collect::<Vec<_>>(), ["fuse.zarrfs", root.to_str().unwrap()], "{found}");
+    for args in [&["status"][..], &["list"][..]] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {listed}");
+        let line = listed.lines().find(|l| l.starts_with(mnt.path().to_str().unwrap())).unwrap_or_else(|| panic!("{args:?}: {listed}"));
+        assert!(line.contains(root.to_str().unwrap()) && line.contains("0 B held"), "{line}");
+    }
+}

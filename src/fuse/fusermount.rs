@@ -95,6 +95,49 @@ pub fn mount(mountpoint: &Path, options: &[fuser::MountOption], allow_other: boo
     }
 }
 
+/// Mount as root: /dev/fuse opened here and the mount(2) call made with the type
+/// `fuse.SUBTYPE` and the source `FSNAME` of `options`, as fusermount3 makes it. The /dev/fuse
+/// descriptor of the new mount.
+pub fn mount_directly(mountpoint: &Path, options: &[fuser::MountOption], allow_other: bool) -> Result<OwnedFd, String> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let device = std::fs::OpenOptions::new().read(true).write(true).open(DEV_FUSE).map_err(|e| format!("cannot open {DEV_FUSE}: {e}"))?;
+    let mut source = "zarrfs".to_string();
+    let mut kind = "fuse".to_string();
+    let mut flags: libc::c_ulong = 0;
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = vec![format!("fd={}", device.as_raw_fd()), "rootmode=40000".into(), format!("user_id={uid}"), format!("group_id={gid}")];
+    for o in options {
+        match o {
+            fuser::MountOption::FSName(n) => source = n.clone(),
+            fuser::MountOption::Subtype(s) => kind = format!("fuse.{s}"),
+            fuser::MountOption::NoAtime => flags |= libc::MS_NOATIME,
+            fuser::MountOption::NoDev => flags |= libc::MS_NODEV,
+            fuser::MountOption::NoSuid => flags |= libc::MS_NOSUID,
+            fuser::MountOption::RO => flags |= libc::MS_RDONLY,
+            fuser::MountOption::DefaultPermissions => data.push("default_permissions".into()),
+            other => data.push(option(other)),
+        }
+    }
+    if allow_other {
+        data.push("allow_other".into());
+    }
+    let c = |s: &[u8], what: &str| CString::new(s).map_err(|_| format!("the mount's {what} holds a NUL byte"));
+    let (source, target, kind, data) = (
+        c(source.as_bytes(), "source")?,
+        c(mountpoint.as_os_str().as_bytes(), "mount point")?,
+        c(kind.as_bytes(), "type")?,
+        c(data.join(",").as_bytes(), "options")?,
+    );
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let mounted = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), kind.as_ptr(), flags, data.as_ptr().cast()) };
+    if mounted != 0 {
+        return Err(format!("mount(2) of {}: {}", mountpoint.display(), std::io::Error::last_os_error()));
+    }
+    Ok(OwnedFd::from(device))
+}
+
 /// The descriptor fusermount3 sends as SCM_RIGHTS with one byte of data.
 fn receive_fd(socket: &UnixStream) -> std::io::Result<OwnedFd> {
     let mut byte = [0u8; 1];

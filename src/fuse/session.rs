@@ -70,6 +70,13 @@ impl Session {
         let adapter = FuseAdapter::new(fs.clone());
         let failed = |e: std::io::Error| format!("cannot mount {} on {}: {e}", options.fs_name, mountpoint.display());
         let session = match root || super::fusermount::dev_fuse_opens() {
+            // Mounted here rather than by fuser, whose own mount names the type `fuse` (not
+            // `fuse.zarrfs`, as fusermount3 does and `findmnt -t fuse.zarrfs` asks for).
+            true if root => {
+                let fd = super::fusermount::mount_directly(mountpoint, &mount_options, options.allow_other || options.allow_root)?;
+                let acl = config.acl;
+                fuser::Session::from_fd(adapter, fd, acl, config).map_err(failed)?
+            }
             true => fuser::Session::new(adapter, mountpoint, &config).map_err(failed)?,
             // A user who may not open /dev/fuse mounts through the setuid fusermount3, which hands
             // back the descriptor (as libfuse falls back to it).

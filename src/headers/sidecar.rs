@@ -56,11 +56,16 @@ fn envi_georeference(geo: &Georeference, bands: u64) -> String {
     let t = geo.transform;
     let wkt = geo.crs.as_ref().and_then(|c| c.wkt.clone().or_else(|| (c.epsg == Some(4326)).then(|| WGS84_WKT.to_string())));
     if geo.is_north_up() {
-        let system = match &geo.crs {
-            Some(crs) if crs.is_geographic() => "Geographic Lat/Lon",
-            _ => "Arbitrary",
+        // The datum, and a UTM zone with its hemisphere, as ENVI names them (GDAL reads a bare
+        // system as a local one).
+        let (system, rest) = match geo.crs.as_ref().map(|c| (c.epsg, c.is_geographic())) {
+            Some((Some(4326), _)) => ("Geographic Lat/Lon", ", WGS-84, units=Degrees".to_string()),
+            Some((_, true)) => ("Geographic Lat/Lon", ", units=Degrees".to_string()),
+            Some((Some(code @ 32601..=32660), _)) => ("UTM", format!(", {}, North, WGS-84, units=Meters", code - 32600)),
+            Some((Some(code @ 32701..=32760), _)) => ("UTM", format!(", {}, South, WGS-84, units=Meters", code - 32700)),
+            _ => ("Arbitrary", String::new()),
         };
-        out += &format!("map info = {{{system}, 1, 1, {}, {}, {}, {}}}\n", t[0], t[3], t[1], -t[5]);
+        out += &format!("map info = {{{system}, 1, 1, {}, {}, {}, {}{rest}}}\n", t[0], t[3], t[1], -t[5]);
     }
     if let Some(wkt) = wkt {
         out += &format!("coordinate system string = {{{wkt}}}\n");
@@ -283,8 +288,17 @@ mod tests {
             bands: vec!["2013-01-01T00:00:00".into(), "2013-01-01T06:00:00".into()],
         };
         let hdr = String::from_utf8(envi(&DataType::Float32, &[2, 73, 144], Some(&geo)).unwrap()).unwrap();
-        assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, -1.25, 91.25, 2.5, 2.5}\n"), "{hdr}");
+        assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, -1.25, 91.25, 2.5, 2.5, WGS-84, units=Degrees}\n"), "{hdr}");
         assert!(hdr.contains("coordinate system string = {GEOGCS[\"WGS 84\""), "{hdr}");
+        // A UTM zone by its EPSG code alone: named with its hemisphere and datum.
+        let utm = Georeference {
+            transform: [500000.0, 10.0, 0.0, 6000200.0, 0.0, -10.0],
+            crs: Some(crate::zarr::geo::Crs { epsg: Some(32733), wkt: None }),
+            nodata: None,
+            bands: vec![],
+        };
+        let utm_hdr = String::from_utf8(envi(&DataType::UInt8, &[5, 7], Some(&utm)).unwrap()).unwrap();
+        assert!(utm_hdr.contains("map info = {UTM, 1, 1, 500000, 6000200, 10, 10, 33, South, WGS-84, units=Meters}\n"), "{utm_hdr}");
         assert!(hdr.contains("data ignore value = nan\n") && hdr.contains("band names = {2013-01-01T00:00:00, 2013-01-01T06:00:00}\n"));
         let vrt = String::from_utf8(vrt(&DataType::Float32, &[2, 73, 144], Some(&geo)).unwrap()).unwrap();
         assert!(

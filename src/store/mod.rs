@@ -565,6 +565,22 @@ impl Default for Location {
     }
 }
 
+impl Location {
+    /// The same location with its local paths absolute (what `findmnt` shows as the source).
+    pub fn absolute(&self) -> Location {
+        match self {
+            Location::Local(p) => Location::Local(std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+            Location::Remote(r) => Location::Remote(r.clone()),
+            Location::Zip { container, archive, root } => {
+                Location::Zip { container: Box::new(container.absolute()), archive: archive.clone(), root: root.clone() }
+            }
+            Location::Icechunk { repo, reference, root } => {
+                Location::Icechunk { repo: Box::new(repo.absolute()), reference: reference.clone(), root: root.clone() }
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -102,13 +102,20 @@ fn epsg_code(value: &Value) -> Option<u32> {
     }
 }
 
-/// The CRS attributes say (GeoZarr `proj:*`, or a CF grid mapping's), if any.
+/// The CRS attributes say (GeoZarr `proj:*`, a CF grid mapping's, or the `_CRS` GDAL's Zarr
+/// driver writes: `wkt`, and `url` ending in `/EPSG/0/n`), if any.
 pub fn crs_of(attributes: &Value) -> Option<Crs> {
-    let text = |k: &str| attributes.get(k).and_then(Value::as_str).map(str::to_string);
-    let wkt = text("proj:wkt2").or_else(|| text("crs_wkt")).or_else(|| text("spatial_ref"));
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    let gdal = attributes.get("_CRS");
+    let wkt = text(attributes.get("proj:wkt2"))
+        .or_else(|| text(attributes.get("crs_wkt")))
+        .or_else(|| text(attributes.get("spatial_ref")))
+        .or_else(|| text(gdal.and_then(|c| c.get("wkt"))));
+    let url_code = || text(gdal.and_then(|c| c.get("url")))?.rsplit_once("/EPSG/0/")?.1.parse().ok();
     let epsg = ["proj:code", "proj:epsg", "epsg_code"]
         .iter()
         .find_map(|k| attributes.get(*k).and_then(epsg_code))
+        .or_else(url_code)
         .or_else(|| wkt.as_deref().and_then(epsg_of_wkt));
     (wkt.is_some() || epsg.is_some()).then_some(Crs { epsg, wkt })
 }
@@ -338,6 +345,11 @@ mod tests {
         assert_eq!((cf.epsg, cf.is_geographic()), (Some(4326), true));
         // A WKT whose last code is a component's, not its own: no code.
         assert_eq!(epsg_of_wkt("PROJCS[\"x\",GEOGCS[\"y\",AUTHORITY[\"EPSG\",\"4326\"]],UNIT[\"metre\",1]]"), None);
+        // GDAL's Zarr driver: `_CRS` with its WKT and the EPSG URL.
+        let gdal =
+            crs_of(&json!({"_CRS": {"wkt": "PROJCRS[\"WGS 84 / UTM zone 33N\"]", "url": "http://www.opengis.net/def/crs/EPSG/0/32633"}}))
+                .unwrap();
+        assert_eq!((gdal.epsg, gdal.is_geographic()), (Some(32633), false));
         assert!(crs_of(&json!({"units": "K"})).is_none());
     }
 
