@@ -104,6 +104,17 @@ try:
                 check(r.crs is not None and r.crs.to_epsg() == 4326 and np.allclose(r.transform.to_gdal(), want_transform),
                       f"{store}: GeoTIFF keys of data.tif: {r.crs} {r.transform.to_gdal()}")
                 check(np.array_equal(r.read(1), air[0], equal_nan=True), f"{store}: GDAL data.tif values")
+            # CF packing in the GIS views: GDAL reads t2m's scale, offset and units, and its
+            # physical values (count x scale + offset) are xarray's.
+            t2m = ds["t2m"].values
+            for view in ("data.vrt", "data", "data.tif"):
+                with rasterio.open(os.path.join(mnt, "t2m", view)) as r:
+                    check(r.scales[0] == 0.01 and r.offsets[0] == 0.0, f"{store}: GDAL {view}: scale {r.scales} offset {r.offsets}")
+                    if view != "data":  # ENVI has no band units
+                        check(r.units[0] == "degC", f"{store}: GDAL {view}: units {r.units}")
+                    counts = r.read(1, masked=True).astype("float64")
+                    physical = (counts * r.scales[0] + r.offsets[0]).filled(np.nan)
+                    check(np.allclose(physical, t2m[0], equal_nan=True, atol=1e-6), f"{store}: GDAL {view}: physical values")
             # Packed data keeps its scale: netCDF4 unpacks as xarray does.
             check(abs(float(ds["t2m"].values[1, 1, 1]) - float(group["t2m"][1, 1, 1]) * 0.01) < 1e-6, f"{store}: t2m unpacked")
         finally:

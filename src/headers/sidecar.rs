@@ -73,6 +73,12 @@ fn envi_georeference(geo: &Georeference, bands: u64) -> String {
     if let Some(nodata) = geo.nodata {
         out += &format!("data ignore value = {}\n", nodata.to_string().to_lowercase());
     }
+    // CF packing as ENVI's per-band gain and offset (GDAL reads them as each band's scale and offset).
+    if geo.packing.is_packed() && bands > 0 {
+        let each = |v: f64| vec![v.to_string(); bands as usize].join(", ");
+        out += &format!("data gain values = {{{}}}\n", each(geo.packing.scale.unwrap_or(1.0)));
+        out += &format!("data offset values = {{{}}}\n", each(geo.packing.offset.unwrap_or(0.0)));
+    }
     if geo.bands.len() as u64 == bands && bands > 0 {
         out += &format!("band names = {{{}}}\n", geo.bands.iter().map(|b| b.replace([',', '{', '}'], " ")).collect::<Vec<_>>().join(", "));
     }
@@ -103,7 +109,7 @@ fn gdal_type(dtype: &DataType) -> Option<&'static str> {
     })
 }
 
-fn xml_escape(text: &str) -> String {
+pub(crate) fn xml_escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
@@ -142,6 +148,16 @@ pub fn vrt(dtype: &DataType, shape: &[u64], geo: Option<&Georeference>) -> Resul
         }
         if let Some(nodata) = geo.nodata {
             out += &format!("    <NoDataValue>{}</NoDataValue>\n", nodata.to_string().to_lowercase());
+        }
+        if let Some(units) = &geo.packing.units {
+            out += &format!("    <UnitType>{}</UnitType>\n", xml_escape(units));
+        }
+        if geo.packing.is_packed() {
+            out += &format!(
+                "    <Offset>{}</Offset>\n    <Scale>{}</Scale>\n",
+                geo.packing.offset.unwrap_or(0.0),
+                geo.packing.scale.unwrap_or(1.0)
+            );
         }
         out += &format!(
             "    <SourceFilename relativeToVRT=\"1\">data</SourceFilename>\n    <ImageOffset>{}</ImageOffset>\n    \
@@ -286,6 +302,7 @@ mod tests {
             crs: Some(WGS84),
             nodata: Some(f64::NAN),
             bands: vec!["2013-01-01T00:00:00".into(), "2013-01-01T06:00:00".into()],
+            packing: crate::zarr::geo::Packing { scale: Some(0.01), offset: Some(273.15), units: Some("K".into()) },
         };
         let hdr = String::from_utf8(envi(&DataType::Float32, &[2, 73, 144], Some(&geo)).unwrap()).unwrap();
         assert!(hdr.contains("map info = {Geographic Lat/Lon, 1, 1, -1.25, 91.25, 2.5, 2.5, WGS-84, units=Degrees}\n"), "{hdr}");
@@ -296,6 +313,7 @@ mod tests {
             crs: Some(crate::zarr::geo::Crs { epsg: Some(32733), wkt: None }),
             nodata: None,
             bands: vec![],
+            packing: Default::default(),
         };
         let utm_hdr = String::from_utf8(envi(&DataType::UInt8, &[5, 7], Some(&utm)).unwrap()).unwrap();
         assert!(utm_hdr.contains("map info = {UTM, 1, 1, 500000, 6000200, 10, 10, 33, South, WGS-84, units=Meters}\n"), "{utm_hdr}");
@@ -307,6 +325,10 @@ mod tests {
         );
         assert!(vrt.contains("<GeoTransform>-1.25, 2.5, 0, 91.25, 0, -2.5</GeoTransform>"));
         assert!(vrt.contains("band=\"2\"") && vrt.contains(&format!("<ImageOffset>{}</ImageOffset>", 73 * 144 * 4)));
+        // CF packing: each band's scale, offset and units, as GDAL reads them.
+        assert!(vrt.contains("    <UnitType>K</UnitType>\n    <Offset>273.15</Offset>\n    <Scale>0.01</Scale>\n"), "{vrt}");
+        assert!(hdr.contains("data gain values = {0.01, 0.01}\ndata offset values = {273.15, 273.15}\n"), "{hdr}");
+        assert!(!utm_hdr.contains("gain"), "{utm_hdr}");
         assert!(super::vrt(&DataType::Float32, &[2, 73, 144], None).is_err());
     }
 }

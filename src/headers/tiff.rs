@@ -141,6 +141,18 @@ fn geotiff(geo: &Georeference) -> Vec<Entry> {
         let (model, key) = if crs.is_geographic() { (2, 2048) } else { (1, 3072) };
         entries.push(Entry::shorts(34735, &[1, 1, 0, 3, 1024, 0, 1, model, 1025, 0, 1, 1, key, 0, 1, code]));
     }
+    // GDAL's metadata: CF packing and units of the first band, the one GDAL sees.
+    let mut items = Vec::new();
+    if geo.packing.is_packed() {
+        items.push(format!("<Item name=\"OFFSET\" sample=\"0\" role=\"offset\">{}</Item>", geo.packing.offset.unwrap_or(0.0)));
+        items.push(format!("<Item name=\"SCALE\" sample=\"0\" role=\"scale\">{}</Item>", geo.packing.scale.unwrap_or(1.0)));
+    }
+    if let Some(units) = &geo.packing.units {
+        items.push(format!("<Item name=\"UNITTYPE\" sample=\"0\" role=\"unittype\">{}</Item>", super::sidecar::xml_escape(units)));
+    }
+    if !items.is_empty() {
+        entries.push(Entry::ascii(42112, &format!("<GDALMetadata>{}</GDALMetadata>", items.concat())));
+    }
     if let Some(nodata) = geo.nodata {
         entries.push(Entry::ascii(42113, &nodata.to_string().to_lowercase()));
     }

@@ -47,6 +47,33 @@ pub struct Georeference {
     pub nodata: Option<f64>,
     /// A name per band (each plane of the leading axes, in order); empty when unknown.
     pub bands: Vec<String>,
+    /// CF packing: what a stored value stands for is value × scale + offset, in `units`.
+    pub packing: Packing,
+}
+
+/// CF's `scale_factor`, `add_offset` and `units`, as the GIS views carry them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Packing {
+    pub scale: Option<f64>,
+    pub offset: Option<f64>,
+    pub units: Option<String>,
+}
+
+impl Packing {
+    /// What `attributes` say (a number, or CF's list of one).
+    pub fn of(attributes: &Value) -> Packing {
+        let number = |k: &str| match attributes.get(k) {
+            Some(Value::Array(a)) if a.len() == 1 => a[0].as_f64(),
+            v => v.and_then(Value::as_f64),
+        };
+        let units = attributes.get("units").and_then(Value::as_str).filter(|u| !u.is_empty()).map(str::to_string);
+        Packing { scale: number("scale_factor"), offset: number("add_offset"), units }
+    }
+
+    /// Whether values are packed (a scale or an offset that changes them).
+    pub fn is_packed(&self) -> bool {
+        self.scale.is_some_and(|s| s != 1.0) || self.offset.is_some_and(|o| o != 0.0)
+    }
 }
 
 impl Georeference {
@@ -256,9 +283,14 @@ pub fn nodata(attributes: &Value, v2_fill: Option<&Value>) -> Option<f64> {
         },
         v => v.as_f64(),
     };
+    // CF's `missing_value` (a number, or a list whose first is) when there is no `_FillValue`.
+    let missing = || match attributes.get("missing_value")? {
+        Value::Array(a) => a.first().and_then(number),
+        v => number(v),
+    };
     match attributes.get("_FillValue") {
         Some(v) => number(v),
-        None => v2_fill.and_then(number),
+        None => missing().or_else(|| v2_fill.and_then(number)),
     }
 }
 
@@ -314,7 +346,7 @@ pub fn georeference(
         },
         _ => Vec::new(),
     };
-    Some(Georeference { transform, crs, nodata, bands })
+    Some(Georeference { transform, crs, nodata, bands, packing: Packing::of(attributes) })
 }
 
 #[cfg(test)]
