@@ -13,6 +13,10 @@ use serde_json::{Value, json};
 use super::{BytesToBytesCodec, CodecTraits, corrupt, read_bounded};
 use crate::{Error, Result};
 
+/// The most memory a decoder may take: a stream names its own dictionary size (up to 4 GiB in an
+/// lzma-alone header), and a hostile store would have it allocated. Preset 9 takes 64 MiB.
+const DECODER_MEMORY: u64 = 256 << 20;
+
 /// Python's `lzma` format constants.
 const FORMAT_AUTO: i64 = 0;
 const FORMAT_XZ: i64 = 1;
@@ -86,7 +90,7 @@ impl CodecTraits for LzmaCodec {
 
 impl BytesToBytesCodec for LzmaCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
-        let stream = Stream::new_auto_decoder(u64::MAX, liblzma::stream::CONCATENATED).map_err(|e| corrupt(format!("lzma: {e}")))?;
+        let stream = Stream::new_auto_decoder(DECODER_MEMORY, liblzma::stream::CONCATENATED).map_err(|e| corrupt(format!("lzma: {e}")))?;
         read_bounded("lzma", liblzma::read::XzDecoder::new_stream(&bytes[..], stream), max)
     }
 
@@ -122,6 +126,13 @@ mod tests {
             assert!(c.decode(enc[..enc.len() - 3].to_vec(), data.len()).is_err(), "{config}: cut short");
             assert!(c.decode(enc, 100).unwrap_err().to_string().contains("more than the 100 bytes"), "{config}");
         }
+        // A header that names a 4 GiB dictionary is refused before anything that large is had.
+        let c = LzmaCodec::parse(&json!({"id": "lzma", "format": 2})).unwrap();
+        let mut hostile = vec![0x5d, 0xff, 0xff, 0xff, 0xff];
+        hostile.extend([0xff; 8]);
+        hostile.extend([0; 64]);
+        let err = c.decode(hostile, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("lzma") && err.to_lowercase().contains("memory"), "{err}");
         assert!(LzmaCodec::parse(&json!({"id": "lzma", "format": 3, "filters": [{"id": 33}]})).is_err());
         assert!(LzmaCodec::parse(&json!({"id": "lzma", "check": 7})).is_err());
     }
