@@ -238,7 +238,7 @@ fn describe(store: &Arc<dyn Store>, path: &str, node: &Result<Option<NodeMetadat
             if let Some(image) = ome::find(attributes) {
                 group["image"] = describe_image(store.as_ref(), path, image);
             }
-            group["dataset"] = describe_dataset(store.as_ref(), path, attributes);
+            group["dataset"] = describe_dataset(store, path, attributes);
             group
         }
         Ok(Some(NodeMetadata::Array(a))) => {
@@ -313,24 +313,41 @@ fn describe_image(store: &dyn Store, path: &str, image: std::result::Result<Imag
 
 /// What the mount shows of a group as a dataset: its `dataset.nc` (the variables, what is left
 /// out of it), or why there is none.
-fn describe_dataset(store: &dyn Store, path: &str, attributes: &Value) -> Value {
+fn describe_dataset(store: &Arc<dyn Store>, path: &str, attributes: &Value) -> Value {
     let mut arrays = Vec::new();
     for e in store.list_dir(path).unwrap_or_default().into_iter().filter(|e| e.is_dir && !is_hidden(&e.name)) {
         let child = store::join(path, &e.name);
-        if let Ok(Some((NodeMetadata::Array(a), _))) = read_node(store, &child) {
-            let attributes = attributes_of(store, &child, &a);
-            arrays.push((e.name, a, attributes));
+        if let Ok(Some((NodeMetadata::Array(a), _))) = read_node(store.as_ref(), &child) {
+            let attributes = attributes_of(store.as_ref(), &child, &a);
+            arrays.push((e.name, Array::new(store.clone(), &child, *a), attributes));
         }
     }
+    // An int64 array's values, read from the store.
+    let values: Vec<_> = arrays
+        .iter()
+        .map(|(_, array, _)| {
+            move |missing: Option<i64>| {
+                let mut range = None;
+                let absent = array.visit_stored_elements(&mut |bytes| netcdf::widen(&mut range, bytes, missing)).ok()?;
+                if absent {
+                    netcdf::widen(&mut range, &array.meta.fill, missing);
+                }
+                Some(range)
+            }
+        })
+        .collect();
     let sources: Vec<netcdf::Source> = arrays
         .iter()
-        .map(|(name, a, attributes)| netcdf::Source {
+        .zip(&values)
+        .map(|((name, array, attributes), values)| netcdf::Source {
             name,
-            dtype: &a.dtype,
-            shape: &a.shape,
-            dimension_names: a.dimension_names.as_deref(),
+            dtype: &array.meta.dtype,
+            shape: &array.meta.shape,
+            dimension_names: array.meta.dimension_names.as_deref(),
             attributes,
-            fill: (a.format == ZarrFormat::V2).then(|| a.document.get("fill_value")).flatten(),
+            fill: (array.meta.format == ZarrFormat::V2).then(|| array.meta.document.get("fill_value")).flatten(),
+            chunks: array.meta.chunk_count(),
+            values: Some(values as &dyn Fn(Option<i64>) -> Option<netcdf::Int64Range>),
         })
         .collect();
     match netcdf::plan(attributes, &sources) {
@@ -340,6 +357,7 @@ fn describe_dataset(store: &dyn Store, path: &str, attributes: &Value) -> Value 
             "variables": plan.sources.iter().map(|&i| sources[i].name).collect::<Vec<_>>(),
             "left_out": plan.left_out,
             "renamed": plan.renamed,
+            "narrowed": plan.narrowed,
         }),
         Err(why) => json!({"dataset.nc": why}),
     }
@@ -602,6 +620,9 @@ fn render_dataset(dataset: &Value) -> String {
     }
     for name in dataset["renamed"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         s.push_str(&format!("  {:<12}named in dataset.nc: {name}\n", ""));
+    }
+    for held in dataset["narrowed"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        s.push_str(&format!("  {:<12}held in dataset.nc: {held}\n", ""));
     }
     s
 }

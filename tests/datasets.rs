@@ -6,6 +6,7 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Mount, fixtures, netcdf, tiff};
@@ -27,15 +28,20 @@ fn a_dataset_group_shows_a_netcdf_file_whose_variables_are_its_arrays_big_endian
         let file = std::fs::read(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), file.len() as u64);
         let nc = netcdf::read(&file);
-        // int64 times need CDF-5.
-        assert_eq!(nc.version, 5, "{store}");
+        // int64 times whose values fit an int are held as one (as xarray's netCDF3 writer does):
+        // CDF-2, which GDAL 3.6 and scipy read.
+        assert_eq!(nc.version, 2, "{store}");
         assert_eq!(nc.dims, vec![("time".to_string(), 4), ("lat".to_string(), 9), ("lon".to_string(), 14)], "{store}");
         let names: Vec<&str> = nc.vars.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["lat", "lon", "time", "air", "crs", "flags", "t2m"], "{store}: coordinates first");
         for v in &nc.vars {
             let size = netcdf::type_size(v.kind);
             let len = v.dims.iter().map(|&d| nc.dims[d].1 as usize).product::<usize>() * size;
-            let data = std::fs::read(m.path(&v.name).join("data")).unwrap();
+            let mut data = std::fs::read(m.path(&v.name).join("data")).unwrap();
+            if v.name == "time" {
+                assert_eq!(v.kind, 4, "{store}: time as an int");
+                data = data.chunks(8).flat_map(|c| (i64::from_le_bytes(c.try_into().unwrap()) as i32).to_le_bytes()).collect();
+            }
             assert!(file[v.begin as usize..v.begin as usize + len] == swapped(&data, size)[..], "{store}: {}", v.name);
             assert_eq!(v.begin % 4, 0, "aligned");
         }
@@ -113,4 +119,47 @@ fn dataset_nc_follows_its_arrays_and_a_clash_of_dimension_lengths_shows_none() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(std::fs::read(&nc_path).unwrap().len() as u64, std::fs::metadata(&nc_path).unwrap().len());
+}
+
+#[test]
+fn int64_values_are_held_as_the_narrowest_classic_type_that_holds_them_all() {
+    let (_dir, store) = common::copy_store(&climate("v2.zarr"));
+    let m = Mount::new(&store, &[]);
+    let nc_path = m.path("dataset.nc");
+    // (version, time's type, time's bytes) once they satisfy `want`; a read that meets a value
+    // the open layout cannot hold fails with ESTALE, and the next open lays the file out again.
+    let read_until = |want: &dyn Fn(u8, u32) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match std::fs::read(&nc_path) {
+                Ok(file) => {
+                    let nc = netcdf::read(&file);
+                    let time = nc.vars.iter().find(|v| v.name == "time").unwrap();
+                    if want(nc.version, time.kind) {
+                        return (nc.version, time.kind, file[time.begin as usize..][..4 * netcdf::type_size(time.kind)].to_vec());
+                    }
+                }
+                Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+            }
+            assert!(Instant::now() < deadline, "dataset.nc never laid out again");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (_, _, values) = read_until(&|version, kind| (version, kind) == (2, 4));
+    let hours: Vec<i64> = values.chunks(4).map(|c| i64::from(i32::from_be_bytes(c.try_into().unwrap()))).collect();
+    // A value past an int's range, written through the mount: doubles hold it, still CDF-2.
+    let time = std::fs::OpenOptions::new().write(true).open(m.path("time/data")).unwrap();
+    let far = 1i64 << 40;
+    time.write_all_at(&far.to_le_bytes(), 8).unwrap();
+    time.sync_all().unwrap();
+    let (_, _, values) = read_until(&|version, kind| (version, kind) == (2, 6));
+    let doubles: Vec<f64> = values.chunks(8).map(|c| f64::from_be_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(doubles, [hours[0] as f64, far as f64, hours[2] as f64, hours[3] as f64]);
+    // Past 2^53 only int64 holds it exactly: CDF-5.
+    time.write_all_at(&((1i64 << 53) + 1).to_le_bytes(), 8).unwrap();
+    time.sync_all().unwrap();
+    read_until(&|version, kind| (version, kind) == (5, 10));
+    let info = Command::new(env!("CARGO_BIN_EXE_zarrfs")).arg("info").arg(&store).output().unwrap();
+    let said = String::from_utf8_lossy(&info.stdout);
+    assert!(said.contains("held in dataset.nc: time: int64 (its values pass 2^53"), "{said}");
 }

@@ -635,7 +635,7 @@ impl Nodes {
             Some((NodeMetadata::Group(attributes), _)) => attributes.for_views(),
             _ => return Ok(Err("not a group".into())),
         };
-        Ok(super::view::dataset::build(&attributes, members).map(|(file, _)| file))
+        Ok(super::view::dataset::build(cx, &attributes, members))
     }
 
     /// Drop the group files made for `path` and beneath (it changed, moved or went).

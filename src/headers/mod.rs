@@ -21,6 +21,78 @@ use crate::zarr::geo::Georeference;
 /// line up with those of `data`, and growth leaves the header's length alone.
 pub const CARRIED_DATA_OFFSET: u64 = 4096;
 
+/// How an array's elements (little-endian, as `data` holds them) become a group view's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    /// Copied as they are.
+    Copied,
+    /// Each element of this many bytes reversed (big-endian).
+    Swapped(usize),
+    /// An int64 as a big-endian 32-bit int (netCDF classic has no int64); `missing` (the fill
+    /// that marks missing values) becomes `fill`.
+    Int64AsInt { missing: Option<i64>, fill: i32 },
+    /// An int64 as a big-endian double.
+    Int64AsDouble,
+}
+
+impl Element {
+    /// Bytes of one element in `data`.
+    pub fn source_size(self) -> usize {
+        match self {
+            Element::Copied => 1,
+            Element::Swapped(size) => size.max(1),
+            Element::Int64AsInt { .. } | Element::Int64AsDouble => 8,
+        }
+    }
+
+    /// Bytes of one element in the view.
+    pub fn view_size(self) -> usize {
+        match self {
+            Element::Int64AsInt { .. } => 4,
+            e => e.source_size(),
+        }
+    }
+
+    /// Whole elements of `data` as the view has them; `Err(value)` for an int64 that no longer
+    /// fits the view's int (written since the view was laid out).
+    pub fn encode(self, mut data: Vec<u8>) -> std::result::Result<Vec<u8>, i64> {
+        let int64s = |data: &[u8]| data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect::<Vec<_>>();
+        match self {
+            Element::Copied | Element::Swapped(1) => {}
+            Element::Swapped(size) => swap_elements(&mut data, size),
+            Element::Int64AsInt { missing, fill } => {
+                let mut out = Vec::with_capacity(data.len() / 2);
+                for v in int64s(&data) {
+                    let v = if Some(v) == missing { fill } else { i32::try_from(v).map_err(|_| v)? };
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+                return Ok(out);
+            }
+            Element::Int64AsDouble => return Ok(int64s(&data).into_iter().flat_map(|v| (v as f64).to_be_bytes()).collect()),
+        }
+        Ok(data)
+    }
+}
+
+/// Reverse the bytes of each element of `size` bytes (as whole words, which compile to
+/// vector byte swaps).
+fn swap_elements(bytes: &mut [u8], size: usize) {
+    macro_rules! words {
+        ($t:ty) => {
+            for c in bytes.chunks_exact_mut(size) {
+                let v = <$t>::from_ne_bytes(c.try_into().unwrap_or_default()).swap_bytes();
+                c.copy_from_slice(&v.to_ne_bytes());
+            }
+        };
+    }
+    match size {
+        2 => words!(u16),
+        4 => words!(u32),
+        8 => words!(u64),
+        _ => bytes.chunks_exact_mut(size).for_each(<[u8]>::reverse),
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HeaderFormat {
     Npy,

@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::Element;
 use crate::zarr::dtype::DataType;
 
 const NC_DIMENSION: u32 = 0x0A;
@@ -193,6 +194,12 @@ pub struct Source<'a> {
     /// The Zarr fill value where it marks missing values (v2, as xarray reads it); `None` for v3,
     /// whose arrays always have one and keep a `_FillValue` attribute where they mean one.
     pub fill: Option<&'a Value>,
+    /// How many chunks it is stored in (as its grid has them).
+    pub chunks: u64,
+    /// An int64 array's values read whole, skipping the missing one: their range, or `None`
+    /// when they cannot be read. Asked only of arrays of up to `MOST_CHECKED_INT64_VALUES` in
+    /// `MOST_CHECKED_INT64_CHUNKS`.
+    pub values: Option<&'a dyn Fn(Option<i64>) -> Option<Int64Range>>,
 }
 
 /// A `dataset.nc` planned: the file, which source each variable is (in file order), and what
@@ -201,9 +208,13 @@ pub struct Source<'a> {
 pub struct Plan {
     pub file: NetCdf,
     pub sources: Vec<usize>,
+    /// How each variable's elements become the file's (in file order).
+    pub elements: Vec<Element>,
     pub left_out: Vec<String>,
     /// Names netCDF classic does not take, and what they are in the file.
     pub renamed: Vec<String>,
+    /// int64 variables not held as an int, and why.
+    pub narrowed: Vec<String>,
 }
 
 /// The `units` of a datetime64 unit, as CF writes them.
@@ -245,6 +256,7 @@ pub const NO_DATASET: &str = "no numeric array with named axes";
 pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
     let mut left_out = Vec::new();
     let mut renamed = Vec::new();
+    let mut narrowed = Vec::new();
     // Which arrays are variables, with their type and their dimension names.
     let mut candidates = Vec::new();
     for (i, s) in sources.iter().enumerate() {
@@ -257,26 +269,28 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
             (_, None) if !s.shape.is_empty() => Some("its axes are not named".to_string()),
             _ => None,
         };
-        if let Some(why) = why {
-            left_out.push(format!("{}: {why}", s.name));
+        let Some(kind) = kind.filter(|_| why.is_none()) else {
+            left_out.push(format!("{}: {}", s.name, why.unwrap_or_default()));
             continue;
-        }
+        };
         let names: Vec<String> = (0..s.shape.len())
             .map(|a| s.dimension_names.and_then(|n| n.get(a).cloned().flatten()).unwrap_or_else(|| format!("{}_dim{a}", s.name)))
             .map(|n| nc_name_noted(&n, &mut renamed))
             .collect();
-        candidates.push((i, kind.unwrap_or(NcType::Byte), names));
+        let (kind, element) =
+            if kind == NcType::Int64 { held_int64(s, &mut narrowed) } else { (kind, Element::Swapped(kind.size() as usize)) };
+        candidates.push(Candidate { source: i, kind, element, names });
     }
-    if !candidates.iter().any(|(i, _, _)| !sources[*i].shape.is_empty()) {
+    if !candidates.iter().any(|c| !sources[c.source].shape.is_empty()) {
         return Err(NO_DATASET.into());
     }
     // Dimensions: one per name, one length each.
     let mut dims: Vec<(String, u64)> = Vec::new();
-    for (i, _, names) in &candidates {
-        for (name, &len) in names.iter().zip(sources[*i].shape) {
+    for c in &candidates {
+        for (name, &len) in c.names.iter().zip(sources[c.source].shape) {
             match dims.iter().find(|(n, _)| n == name) {
                 Some((_, other)) if *other != len => {
-                    return Err(format!("dimension {name} is {other} long in one array and {len} in {}", sources[*i].name));
+                    return Err(format!("dimension {name} is {other} long in one array and {len} in {}", sources[c.source].name));
                 }
                 Some(_) => {}
                 None => dims.push((name.clone(), len)),
@@ -284,19 +298,25 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         }
     }
     // Coordinates (1-D, named as their dimension) first, then the others; by name in each.
-    let is_coordinate = |(i, _, names): &(usize, NcType, Vec<String>)| names.len() == 1 && names[0] == nc_name(sources[*i].name);
-    candidates.sort_by_key(|c| (!is_coordinate(c), sources[c.0].name.to_string()));
-    let cdf5 = candidates.iter().any(|(_, kind, _)| kind.needs_cdf5());
+    let is_coordinate = |c: &Candidate| c.names.len() == 1 && c.names[0] == nc_name(sources[c.source].name);
+    candidates.sort_by_key(|c| (!is_coordinate(c), sources[c.source].name.to_string()));
+    let cdf5 = candidates.iter().any(|c| c.kind.needs_cdf5());
     let mut vars = Vec::new();
-    for (i, kind, names) in &candidates {
-        let s = &sources[*i];
+    for c in &candidates {
+        let (s, kind) = (&sources[c.source], c.kind);
+        // The fill an int64 held as int has instead of its own.
+        let held = |v: &Value| match c.element {
+            Element::Int64AsInt { missing: Some(m), fill } if v.as_i64() == Some(m) => Value::from(fill),
+            _ => v.clone(),
+        };
         let mut attrs = Vec::new();
         for (k, v) in s.attributes.as_object().into_iter().flatten() {
             if k == "_ARRAY_DIMENSIONS" {
                 continue;
             }
-            let v = if k == "_FillValue" { decoded_fill(v, *kind) } else { v.clone() };
-            match Attribute::from_json(k, &v, Some(*kind), cdf5) {
+            let v = if k == "_FillValue" { decoded_fill(v, kind) } else { v.clone() };
+            let v = if TYPED_LIKE_THE_VARIABLE.contains(&k.as_str()) { held(&v) } else { v };
+            match Attribute::from_json(k, &v, Some(kind), cdf5) {
                 Ok(a) => attrs.push(a),
                 Err(why) => left_out.push(format!("{}.{k}: {why}", s.name)),
             }
@@ -304,7 +324,7 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         let has = |attrs: &[Attribute], name: &str| attrs.iter().any(|a| a.name == name);
         if !has(&attrs, "_FillValue")
             && let Some(fill) = s.fill.filter(|f| !f.is_null())
-            && let Ok(a) = Attribute::from_json("_FillValue", fill, Some(*kind), cdf5)
+            && let Ok(a) = Attribute::from_json("_FillValue", &held(fill), Some(kind), cdf5)
         {
             attrs.push(a);
         }
@@ -318,11 +338,11 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
             };
             attrs.extend(Attribute::from_json("units", &Value::from(text), None, cdf5));
             if !has(&attrs, "_FillValue") {
-                attrs.extend(Attribute::from_json("_FillValue", &Value::from(i64::MIN), Some(NcType::Int64), cdf5));
+                attrs.extend(Attribute::from_json("_FillValue", &held(&Value::from(NOT_A_TIME)), Some(kind), cdf5));
             }
         }
-        let dim_ids = names.iter().map(|n| dims.iter().position(|(d, _)| d == n).unwrap_or(0)).collect();
-        vars.push(Variable { name: nc_name_noted(s.name, &mut renamed), dims: dim_ids, kind: *kind, attributes: attrs });
+        let dim_ids = c.names.iter().map(|n| dims.iter().position(|(d, _)| d == n).unwrap_or(0)).collect();
+        vars.push(Variable { name: nc_name_noted(s.name, &mut renamed), dims: dim_ids, kind, attributes: attrs });
     }
     let mut globals = Vec::new();
     for (k, v) in attributes.as_object().into_iter().flatten() {
@@ -332,7 +352,88 @@ pub fn plan(attributes: &Value, sources: &[Source]) -> Result<Plan, String> {
         }
     }
     let file = NetCdf::new(&dims, &globals, &vars)?;
-    Ok(Plan { file, sources: candidates.iter().map(|c| c.0).collect(), left_out, renamed })
+    let elements = candidates.iter().map(|c| c.element).collect();
+    Ok(Plan { file, sources: candidates.iter().map(|c| c.source).collect(), elements, left_out, renamed, narrowed })
+}
+
+/// An array that is to be a variable.
+struct Candidate {
+    source: usize,
+    /// Its type in the file, and how its elements become the file's.
+    kind: NcType,
+    element: Element,
+    /// Its dimensions' names.
+    names: Vec<String>,
+}
+
+/// numpy's NaT: a datetime's missing value when it names no other.
+const NOT_A_TIME: i64 = i64::MIN;
+
+/// netCDF-C's default fill of an int (`NC_FILL_INT`).
+const NC_FILL_INT: i32 = -2_147_483_647;
+
+/// An int64 array holds at most this many values for them to be read when the file is laid
+/// out (8 MiB)...
+pub const MOST_CHECKED_INT64_VALUES: u64 = 1 << 20;
+/// ...and in at most this many chunks (each a request to the store).
+pub const MOST_CHECKED_INT64_CHUNKS: u64 = 1 << 10;
+
+/// How an int64 variable is held, as its values allow: as an int when they fit one (xarray's
+/// netCDF3 writer narrows so; times counted in hours or days always do), as a double when they
+/// fit its 53-bit mantissa, and as int64 — which only CDF-5 has, and GDAL 3.6 and scipy cannot
+/// read — only when they fit neither or were not read. Each choice but the first is noted.
+fn held_int64(s: &Source, narrowed: &mut Vec<String>) -> (NcType, Element) {
+    let missing = s.attributes.get("_FillValue").or(s.fill.filter(|f| !f.is_null())).and_then(Value::as_i64).or(matches!(
+        s.dtype,
+        DataType::DateTime64(_)
+    )
+    .then_some(NOT_A_TIME));
+    let count = s.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).unwrap_or(u64::MAX);
+    let too_many = if count > MOST_CHECKED_INT64_VALUES {
+        Some(format!("more than {MOST_CHECKED_INT64_VALUES} values"))
+    } else if s.chunks > MOST_CHECKED_INT64_CHUNKS {
+        Some(format!("stored in more than {MOST_CHECKED_INT64_CHUNKS} chunks"))
+    } else {
+        None
+    };
+    if let Some(why) = too_many {
+        narrowed.push(format!("{}: int64 ({why}: its values are not read to check them; CDF-5)", s.name));
+        return (NcType::Int64, Element::Swapped(8));
+    }
+    let range = s.values.and_then(|read| read(missing));
+    const EXACT_DOUBLE: i64 = 1 << 53;
+    match range {
+        Some(r) if r.is_none_or(|(lo, hi)| i32::try_from(lo).is_ok() && i32::try_from(hi).is_ok()) => {
+            let fill = missing.map_or(NC_FILL_INT, |m| i32::try_from(m).unwrap_or(NC_FILL_INT));
+            (NcType::Int, Element::Int64AsInt { missing, fill })
+        }
+        Some(Some((lo, hi))) if -EXACT_DOUBLE <= lo && hi <= EXACT_DOUBLE => {
+            narrowed.push(format!("{}: int64 as double (its values pass an int's range)", s.name));
+            (NcType::Double, Element::Int64AsDouble)
+        }
+        Some(_) => {
+            narrowed.push(format!("{}: int64 (its values pass 2^53, which a double holds exactly; CDF-5)", s.name));
+            (NcType::Int64, Element::Swapped(8))
+        }
+        None => {
+            narrowed.push(format!("{}: int64 (its values could not be read to check them; CDF-5)", s.name));
+            (NcType::Int64, Element::Swapped(8))
+        }
+    }
+}
+
+/// The least and greatest of an int64 array's values other than its missing one (`None`: all
+/// are missing).
+pub type Int64Range = Option<(i64, i64)>;
+
+/// Widen `range` to the little-endian int64s in `bytes` other than `missing`.
+pub fn widen(range: &mut Int64Range, bytes: &[u8], missing: Option<i64>) {
+    for c in bytes.chunks_exact(8) {
+        let v = i64::from_le_bytes(c.try_into().unwrap_or_default());
+        if Some(v) != missing {
+            *range = Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))));
+        }
+    }
 }
 
 /// The layout of a `dataset.nc`.
@@ -584,8 +685,19 @@ mod tests {
                 dimension_names: Some(&air_dims),
                 attributes: &attrs,
                 fill: Some(&nan),
+                chunks: 1,
+                values: None,
             },
-            Source { name: "lat", dtype: &DataType::Float64, shape: &[3], dimension_names: Some(&lat_dims), attributes: &none, fill: None },
+            Source {
+                name: "lat",
+                dtype: &DataType::Float64,
+                shape: &[3],
+                dimension_names: Some(&lat_dims),
+                attributes: &none,
+                fill: None,
+                chunks: 1,
+                values: None,
+            },
             Source {
                 name: "label",
                 dtype: &DataType::String,
@@ -593,8 +705,19 @@ mod tests {
                 dimension_names: Some(&bad_dims),
                 attributes: &none,
                 fill: None,
+                chunks: 1,
+                values: None,
             },
-            Source { name: "raw", dtype: &DataType::UInt8, shape: &[4], dimension_names: None, attributes: &none, fill: None },
+            Source {
+                name: "raw",
+                dtype: &DataType::UInt8,
+                shape: &[4],
+                dimension_names: None,
+                attributes: &none,
+                fill: None,
+                chunks: 1,
+                values: None,
+            },
         ];
         let plan = plan(&json!({"title": "t"}), &sources).unwrap();
         assert_eq!(plan.sources, vec![1, 0], "lat is a coordinate: first");
@@ -606,6 +729,67 @@ mod tests {
         let short = [3u64];
         let clash = [Source { shape: &short[..], ..sources[1] }, Source { shape: &[2, 4], ..sources[0] }];
         assert!(plan_of(&clash).unwrap_err().contains("dimension lat"));
+    }
+
+    #[test]
+    fn int64_variables_are_ints_doubles_or_int64_as_their_values_allow() {
+        let dims = [Some("time".to_string())];
+        let none = json!({});
+        let held = |dtype: &DataType, range: Option<Int64Range>, len: u64| {
+            let read = move |_: Option<i64>| range;
+            let shape = [len];
+            let s = Source {
+                name: "time",
+                dtype,
+                shape: &shape,
+                dimension_names: Some(&dims),
+                attributes: &none,
+                fill: None,
+                chunks: 1,
+                values: Some(&read),
+            };
+            let plan = plan_of(&[s]).unwrap();
+            let time = &plan.file.header;
+            (plan.elements[0], plan.file.cdf5, plan.narrowed.len(), time.clone())
+        };
+        let when = DataType::DateTime64("h".into());
+        // NaT is the missing value of a datetime: the others fit an int, and NaT becomes
+        // netCDF's int fill, in the attribute too.
+        let (element, cdf5, notes, header) = held(&when, Some(Some((-5, 70_000))), 4);
+        assert_eq!(element, Element::Int64AsInt { missing: Some(i64::MIN), fill: NC_FILL_INT });
+        assert!(!cdf5 && notes == 0);
+        let fill_attr = [b"_FillValue\0\0".as_slice(), &[0, 0, 0, 4, 0, 0, 0, 1], &NC_FILL_INT.to_be_bytes()].concat();
+        assert!(header.windows(fill_attr.len()).any(|w| w == fill_attr), "_FillValue is an int");
+        assert_eq!(
+            element.encode([7i64, i64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            Ok([7i32, NC_FILL_INT].iter().flat_map(|v| v.to_be_bytes()).collect())
+        );
+        assert_eq!(element.encode((1i64 << 31).to_le_bytes().to_vec()), Err(1 << 31));
+        // All missing: an int.
+        assert!(matches!(held(&DataType::Int64, Some(None), 4).0, Element::Int64AsInt { missing: None, .. }));
+        // Past an int, within 2^53: a double, noted.
+        let (element, cdf5, notes, _) = held(&DataType::Int64, Some(Some((0, 1 << 40))), 4);
+        assert_eq!((element, cdf5, notes), (Element::Int64AsDouble, false, 1));
+        // In too many chunks: not read at all.
+        let shape = [4];
+        let unread = |_: Option<i64>| -> Option<Int64Range> { panic!("read") };
+        let s = Source {
+            name: "t",
+            dtype: &DataType::Int64,
+            shape: &shape,
+            dimension_names: Some(&dims),
+            attributes: &none,
+            fill: None,
+            chunks: MOST_CHECKED_INT64_CHUNKS + 1,
+            values: Some(&unread),
+        };
+        let plan = plan_of(&[s]).unwrap();
+        assert!(plan.file.cdf5 && plan.narrowed[0].contains("chunks"), "{:?}", plan.narrowed);
+        // Past 2^53, unreadable, or too many to read: int64 and CDF-5, noted.
+        for (range, len) in [(Some(Some((0, (1 << 53) + 1))), 4), (None, 4), (Some(Some((0, 1))), MOST_CHECKED_INT64_VALUES + 1)] {
+            let (element, cdf5, notes, _) = held(&DataType::Int64, range, len);
+            assert_eq!((element, cdf5, notes), (Element::Swapped(8), true, 1), "{range:?} {len}");
+        }
     }
 
     fn plan_of(sources: &[Source]) -> Result<Plan, String> {

@@ -223,6 +223,50 @@ impl Array {
         Ok(Some((decoded, value.version)))
     }
 
+    /// Calls `f` with the elements of each stored chunk that lie inside the array, a run along
+    /// the last axis at a time, and says whether any chunk is absent (its elements the fill).
+    /// Every chunk is read: for small arrays only.
+    pub fn visit_stored_elements(&self, f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        let meta = &self.meta;
+        let (grid, item) = (meta.grid.grid_shape(&meta.shape), meta.item_size());
+        let mut result = Ok(false);
+        IndexBox::whole(&grid).for_each(|coords| {
+            let Ok(absent) = result else { return };
+            let chunk = match self.retrieve_chunk(coords) {
+                Ok(Some((chunk, _))) => chunk,
+                Ok(None) => {
+                    result = Ok(true);
+                    return;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    return;
+                }
+            };
+            // The part of the chunk inside the array, and the chunk's strides in elements.
+            let declared = meta.grid.chunk_shape(coords);
+            let inside: Vec<u64> =
+                meta.grid.cell_region(coords).iter().zip(&meta.shape).map(|(&(from, to), &n)| to.min(n).saturating_sub(from)).collect();
+            let Some((&run, outer)) = inside.split_last() else {
+                f(chunk.get(..item).unwrap_or_default());
+                result = Ok(absent);
+                return;
+            };
+            let mut strides = vec![1u64; declared.len()];
+            for a in (0..declared.len().saturating_sub(1)).rev() {
+                strides[a] = strides[a + 1] * declared[a + 1];
+            }
+            if run > 0 {
+                IndexBox::whole(outer).for_each(|row| {
+                    let at = row.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>() as usize * item;
+                    f(chunk.get(at..at + run as usize * item).unwrap_or_default());
+                });
+            }
+            result = Ok(absent);
+        });
+        result
+    }
+
     /// The version of the stored chunk at `coords`, or `None` when its key is absent.
     pub fn chunk_version(&self, coords: &[u64]) -> Result<Option<Version>> {
         let key = self.chunk_key(coords);

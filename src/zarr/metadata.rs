@@ -249,6 +249,11 @@ impl ArrayMetadata {
         self.dtype.size().unwrap_or(0)
     }
 
+    /// How many chunks its grid has (saturating: a rectilinear grid may have trillions).
+    pub fn chunk_count(&self) -> u64 {
+        self.grid.grid_shape(&self.shape).iter().fold(1, |n: u64, &c| n.saturating_mul(c))
+    }
+
     /// Bytes in the flat file (parsing checked that they fit).
     pub fn byte_len(&self) -> u64 {
         self.shape.iter().product::<u64>() * self.item_size() as u64

@@ -4,11 +4,13 @@
 //! read through each array's `data`, with its cache and read-ahead, only where a read touches.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{DataFile, ReadPattern};
-use crate::Result;
 use crate::fs::context::Context;
+use crate::headers::Element;
 use crate::zarr::array::Array;
+use crate::{Error, Result};
 
 /// Where an array's bytes lie in a group's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,10 +19,10 @@ pub struct Span {
     pub array: usize,
     /// File offset of its first byte.
     pub start: u64,
-    /// Its length: the array's bytes.
+    /// Its length in the file.
     pub len: u64,
-    /// Elements of this many bytes are reversed (little- to big-endian); 1: copied as they are.
-    pub swap: usize,
+    /// How the array's elements become the file's.
+    pub element: Element,
 }
 
 /// A group's file format: its length and its own bytes (headers, directories).
@@ -58,12 +60,14 @@ pub struct GroupFile {
     layout: Box<dyn GroupLayout>,
     /// Where the arrays' bytes lie, in file order.
     spans: Vec<Span>,
+    /// A value was met that the layout's types cannot hold: it is made again.
+    outgrown: AtomicBool,
 }
 
 impl GroupFile {
     pub fn new(arrays: Vec<DataFile>, layout: Box<dyn GroupLayout>, spans: Vec<Span>) -> GroupFile {
         let made_from = arrays.iter().map(|f| f.array.array()).collect();
-        GroupFile { arrays, made_from, layout, spans }
+        GroupFile { arrays, made_from, layout, spans, outgrown: AtomicBool::new(false) }
     }
 
     /// The paths of the arrays it is made from.
@@ -73,7 +77,7 @@ impl GroupFile {
 
     /// Whether its arrays' metadata is what the layout was made from.
     pub fn is_current(&self) -> bool {
-        self.arrays.iter().zip(&self.made_from).all(|(f, a)| Arc::ptr_eq(&f.array.array(), a))
+        !self.outgrown.load(Ordering::Relaxed) && self.arrays.iter().zip(&self.made_from).all(|(f, a)| Arc::ptr_eq(&f.array.array(), a))
     }
 
     pub fn arrays(&self) -> &[DataFile] {
@@ -120,38 +124,22 @@ impl GroupFile {
         Ok(out)
     }
 
-    /// Bytes `from..to` of a span (offsets within it), whole elements read and swapped.
+    /// Bytes `from..to` of a span (offsets within it), whole elements read and encoded.
     fn read_span(&self, cx: &Context, reads: Option<&[ReadPattern]>, span: &Span, from: u64, to: u64) -> Result<Vec<u8>> {
-        let k = span.swap.max(1) as u64;
-        let (first, last) = (from / k * k, to.div_ceil(k) * k);
+        let (k, source_k) = (span.element.view_size() as u64, span.element.source_size() as u64);
+        let (first, last) = (from / k, to.div_ceil(k));
         let file = &self.arrays[span.array];
-        let want = (last - first) as usize;
-        let mut bytes = file.view.read(cx, &file.array, reads.and_then(|r| r.get(span.array)), first, want as u32)?;
+        let want = ((last - first) * source_k) as usize;
+        let mut bytes = file.view.read(cx, &file.array, reads.and_then(|r| r.get(span.array)), first * source_k, want as u32)?;
         // An array that shrank since the layout was made: its end reads as zeros.
         bytes.resize(want, 0);
-        swap_elements(&mut bytes, k as usize);
-        bytes.truncate((to - first) as usize);
-        bytes.drain(..(from - first) as usize);
+        let mut bytes = span.element.encode(bytes).map_err(|value| {
+            // Laid out again at the next open, from the values as they are then.
+            self.outgrown.store(true, Ordering::Relaxed);
+            Error::Stale(format!("{} holds {value} now, which the view's int cannot: open it again", file.array.array().path))
+        })?;
+        bytes.truncate((to - first * k) as usize);
+        bytes.drain(..(from - first * k) as usize);
         Ok(bytes)
-    }
-}
-
-/// Reverse the bytes of each element of `size` bytes (as whole words, which compile to
-/// vector byte swaps).
-fn swap_elements(bytes: &mut [u8], size: usize) {
-    macro_rules! words {
-        ($t:ty) => {
-            for c in bytes.chunks_exact_mut(size) {
-                let v = <$t>::from_ne_bytes(c.try_into().unwrap_or_default()).swap_bytes();
-                c.copy_from_slice(&v.to_ne_bytes());
-            }
-        };
-    }
-    match size {
-        2 => words!(u16),
-        4 => words!(u32),
-        8 => words!(u64),
-        1 => {}
-        _ => bytes.chunks_exact_mut(size).for_each(<[u8]>::reverse),
     }
 }

@@ -3,6 +3,7 @@
 
 use super::DataFile;
 use super::group::{GroupFile, Span};
+use crate::headers::Element;
 use crate::headers::ometiff::{OmeTiff, Pyramid};
 use crate::zarr::ome::Image;
 use crate::{Error, Result};
@@ -39,7 +40,7 @@ pub fn build(name: &str, image: &Image, level: impl Fn(&str) -> Result<DataFile>
     let axes = image.level_axes(0);
     let pyramid = Pyramid { dtype, name, axes: &axes, channels: &image.channels, shapes };
     Ok(OmeTiff::new(&pyramid).map(|tiff| {
-        let spans = tiff.spans().into_iter().map(|(array, start, len)| Span { array, start, len, swap: 1 }).collect();
+        let spans = tiff.spans().into_iter().map(|(array, start, len)| Span { array, start, len, element: Element::Copied }).collect();
         let levels = selection.levels.iter().filter_map(|&i| files[i].clone()).collect();
         GroupFile::new(levels, Box::new(tiff), spans)
     }))
