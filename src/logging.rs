@@ -42,7 +42,7 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
     let registry = tracing_subscriber::registry().with(filter).with(Recent);
     let fmt = tracing_subscriber::fmt::layer().with_target(false);
     let result = match target {
-        LogTarget::File(p) => registry.with(fmt.with_ansi(false).with_writer(LogFile(open_log_file(p)?))).try_init(),
+        LogTarget::File(p) => registry.with(fmt.with_ansi(false).with_writer(LogFile::open(p)?)).try_init(),
         LogTarget::Syslog if let Some(syslog) = syslog => {
             registry.with(fmt.with_ansi(false).without_time().with_level(false).with_writer(syslog)).try_init()
         }
@@ -109,14 +109,75 @@ impl<W: Write> Write for Printable<W> {
     }
 }
 
-/// The log file: each line one append (atomic, so no lock between threads).
-struct LogFile(std::fs::File);
+/// A log file grows to this many bytes; then it becomes `<name>.1` (the one before goes) and
+/// a new one begins, as logrotate's `size` rule would: a daemon that runs for months with `-v`
+/// keeps at most twice this.
+const MOST_LOG_BYTES: u64 = 16 << 20;
+
+/// The log file: each line one append, under a lock so that the file is turned over between
+/// lines.
+struct LogFile {
+    path: std::path::PathBuf,
+    /// The open file and its length.
+    file: std::sync::Mutex<(std::fs::File, u64)>,
+}
+
+impl LogFile {
+    fn open(path: &Path) -> Result<LogFile, String> {
+        let file = open_log_file(path)?;
+        let len = file.metadata().map_or(0, |m| m.len());
+        Ok(LogFile { path: path.to_path_buf(), file: std::sync::Mutex::new((file, len)) })
+    }
+}
+
+/// One line to the log file.
+struct LogLine<'a>(&'a LogFile);
+
+impl Write for LogLine<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut held = crate::error::lock(&self.0.file);
+        let (file, len) = &mut *held;
+        let mut counted = Counted(&*file, 0);
+        Printable(&mut counted).write(buf)?;
+        *len += counted.1;
+        if *len >= MOST_LOG_BYTES {
+            let mut old = self.0.path.clone().into_os_string();
+            old.push(".1");
+            // Where the file cannot be turned over, it goes on growing rather than losing lines.
+            if std::fs::rename(&self.0.path, &old).is_ok()
+                && let Ok(new) = open_log_file(&self.0.path)
+            {
+                *held = (new, 0);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that counts the bytes written through it.
+struct Counted<W: Write>(W, u64);
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.0.write(buf)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
 
 impl<'a> MakeWriter<'a> for LogFile {
-    type Writer = Printable<&'a std::fs::File>;
+    type Writer = LogLine<'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        Printable(&self.0)
+        LogLine(self)
     }
 }
 
@@ -270,5 +331,22 @@ mod tests {
         let t = super::utc_now();
         assert_eq!((t.len(), &t[4..5], &t[10..11], &t[19..]), (20, "-", "T", "Z"), "{t}");
         assert!(t.as_str() > "2024-01-01");
+    }
+
+    #[test]
+    fn a_log_file_is_turned_over_past_its_size_and_no_line_is_lost() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.log");
+        let log = super::LogFile::open(&path).unwrap();
+        let line = format!("{}\n", "x".repeat(1023));
+        let lines = (super::MOST_LOG_BYTES / 1024 + 10) as usize;
+        for _ in 0..lines {
+            super::LogLine(&log).write_all(line.as_bytes()).unwrap();
+        }
+        let (old, new) = (std::fs::read(dir.path().join("m.log.1")).unwrap(), std::fs::read(&path).unwrap());
+        assert_eq!(old.len() as u64, super::MOST_LOG_BYTES);
+        assert_eq!(old.len() + new.len(), lines * 1024);
+        assert!(new.ends_with(line.as_bytes()));
     }
 }
