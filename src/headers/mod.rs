@@ -21,6 +21,9 @@ use crate::zarr::geo::Georeference;
 /// line up with those of `data`, and growth leaves the header's length alone.
 pub const CARRIED_DATA_OFFSET: u64 = 4096;
 
+/// The largest integer a double holds exactly, with every one below it: 2^53.
+pub const MOST_EXACT_DOUBLE: i64 = 1 << 53;
+
 /// How an array's elements (little-endian, as `data` holds them) become a group view's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Element {
@@ -53,24 +56,35 @@ impl Element {
         }
     }
 
-    /// Whole elements of `data` as the view has them; `Err(value)` for an int64 that no longer
-    /// fits the view's int (written since the view was laid out).
+    /// Whole elements of `data` as the view has them; `Err(value)` for an int64 the view's type
+    /// cannot hold exactly (written since the view was laid out).
     pub fn encode(self, mut data: Vec<u8>) -> std::result::Result<Vec<u8>, i64> {
-        let int64s = |data: &[u8]| data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect::<Vec<_>>();
+        fn int64s(data: &[u8]) -> impl Iterator<Item = i64> + '_ {
+            data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+        }
+        let mut out = Vec::with_capacity(data.len());
         match self {
-            Element::Copied | Element::Swapped(1) => {}
-            Element::Swapped(size) => swap_elements(&mut data, size),
+            Element::Copied | Element::Swapped(1) => return Ok(data),
+            Element::Swapped(size) => {
+                swap_elements(&mut data, size);
+                return Ok(data);
+            }
             Element::Int64AsInt { missing, fill } => {
-                let mut out = Vec::with_capacity(data.len() / 2);
                 for v in int64s(&data) {
                     let v = if Some(v) == missing { fill } else { i32::try_from(v).map_err(|_| v)? };
                     out.extend_from_slice(&v.to_be_bytes());
                 }
-                return Ok(out);
             }
-            Element::Int64AsDouble => return Ok(int64s(&data).into_iter().flat_map(|v| (v as f64).to_be_bytes()).collect()),
+            Element::Int64AsDouble => {
+                for v in int64s(&data) {
+                    if !(-MOST_EXACT_DOUBLE..=MOST_EXACT_DOUBLE).contains(&v) {
+                        return Err(v);
+                    }
+                    out.extend_from_slice(&(v as f64).to_be_bytes());
+                }
+            }
         }
-        Ok(data)
+        Ok(out)
     }
 }
 

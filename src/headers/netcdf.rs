@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::Element;
+use super::{Element, MOST_EXACT_DOUBLE};
 use crate::zarr::dtype::DataType;
 
 const NC_DIMENSION: u32 = 0x0A;
@@ -401,13 +401,12 @@ fn held_int64(s: &Source, narrowed: &mut Vec<String>) -> (NcType, Element) {
         return (NcType::Int64, Element::Swapped(8));
     }
     let range = s.values.and_then(|read| read(missing));
-    const EXACT_DOUBLE: i64 = 1 << 53;
     match range {
         Some(r) if r.is_none_or(|(lo, hi)| i32::try_from(lo).is_ok() && i32::try_from(hi).is_ok()) => {
             let fill = missing.map_or(NC_FILL_INT, |m| i32::try_from(m).unwrap_or(NC_FILL_INT));
             (NcType::Int, Element::Int64AsInt { missing, fill })
         }
-        Some(Some((lo, hi))) if -EXACT_DOUBLE <= lo && hi <= EXACT_DOUBLE => {
+        Some(Some((lo, hi))) if -MOST_EXACT_DOUBLE <= lo && hi <= MOST_EXACT_DOUBLE => {
             narrowed.push(format!("{}: int64 as double (its values pass an int's range)", s.name));
             (NcType::Double, Element::Int64AsDouble)
         }
@@ -765,6 +764,8 @@ mod tests {
             Ok([7i32, NC_FILL_INT].iter().flat_map(|v| v.to_be_bytes()).collect())
         );
         assert_eq!(element.encode((1i64 << 31).to_le_bytes().to_vec()), Err(1 << 31));
+        let far = (1i64 << 53) + 1;
+        assert_eq!(Element::Int64AsDouble.encode([-(1i64 << 53), far].iter().flat_map(|v| v.to_le_bytes()).collect()), Err(far));
         // All missing: an int.
         assert!(matches!(held(&DataType::Int64, Some(None), 4).0, Element::Int64AsInt { missing: None, .. }));
         // Past an int, within 2^53: a double, noted.

@@ -136,7 +136,7 @@ impl GroupFile {
         let mut bytes = span.element.encode(bytes).map_err(|value| {
             // Laid out again at the next open, from the values as they are then.
             self.outgrown.store(true, Ordering::Relaxed);
-            Error::Stale(format!("{} holds {value} now, which the view's int cannot: open it again", file.array.array().path))
+            Error::Stale(format!("{} holds {value} now, which the view's type cannot hold exactly: open it again", file.array.array().path))
         })?;
         bytes.truncate((to - first * k) as usize);
         bytes.drain(..(from - first * k) as usize);
