@@ -73,6 +73,8 @@ pub struct CacheStats {
     pub misses: AtomicU64,
     pub decoded_bytes: AtomicU64,
     pub errors: AtomicU64,
+    /// Entries dropped to make room.
+    pub evictions: AtomicU64,
 }
 
 /// A load in progress that others wait for. `None` after completion means it failed: the
@@ -225,7 +227,10 @@ impl ChunkCache {
     fn evict(&self, s: &mut State) {
         while s.bytes > self.capacity && s.lru.len() > 1 {
             match s.lru.pop_lru() {
-                Some((_, old)) => s.bytes -= old.cost(),
+                Some((_, old)) => {
+                    s.bytes -= old.cost();
+                    self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                }
                 None => break,
             }
         }

@@ -256,13 +256,17 @@ struct MountArgs {
     exclusive: bool,
     #[command(flatten)]
     remote: RemoteArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics: HOST:PORT, or a port alone on the
+    /// loopback address [default: none].
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
     /// Log to this file [default: syslog for a background daemon (a file under
     /// ~/.local/state/zarrfs where none listens), stderr with -f].
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
     /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
-    /// metadata_ttl=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
+    /// metadata_ttl=, metrics_addr=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
     /// virtual_hosted, virtual_chunks; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
@@ -344,6 +348,7 @@ fn plan(args: MountArgs) -> Result<MountPlan, String> {
         mountpoint: args.mountpoint.clone(),
         foreground: args.foreground,
         log_file: args.log_file.clone(),
+        metrics_addr: args.metrics_addr.clone(),
         verbose: args.verbose,
         cache_size: args.cache_size,
         dirty_limit: args.dirty_limit,
@@ -419,6 +424,7 @@ fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>) -> Result<
         ("adopt_offset", None) => plan.adopt_offset = true,
         ("exclusive", None) => plan.exclusive = true,
         ("spool_dir", Some(v)) => plan.spool_dir = Some(PathBuf::from(v)),
+        ("metrics_addr", Some(v)) => plan.metrics_addr = Some(v.to_string()),
         ("threads", Some(v)) => plan.threads = Some(parse_threads(v)?),
         ("max_chunk_size", Some(v)) => plan.max_chunk_size = Some(parse_size(v)?),
         ("views", Some(v)) => plan.views = Some(Views::parse(v)?),
@@ -461,6 +467,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "cache_size",
     "dirty_limit",
     "spool_dir",
+    "metrics_addr",
     "threads",
     "max_chunk_size",
     "views",

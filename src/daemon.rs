@@ -30,6 +30,8 @@ pub struct MountPlan {
     pub mountpoint: PathBuf,
     pub foreground: bool,
     pub log_file: Option<PathBuf>,
+    /// Where the Prometheus endpoint listens (`crate::metrics::serve`), if anywhere.
+    pub metrics_addr: Option<String>,
     /// 0 info, 1 debug, 2 trace.
     pub verbose: u8,
     pub read_only: bool,
@@ -84,6 +86,19 @@ fn preflight(plan: &MountPlan) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a read-write mount of a local store could not store anything: the user may not write
+/// its directory (or its file system is read-only). Said at mount time, rather than as a
+/// failure at the first close.
+fn unwritable(plan: &MountPlan) -> Option<String> {
+    let Location::Local(path) = &plan.store else { return None };
+    if plan.read_only {
+        return None;
+    }
+    rustix::fs::access(path, rustix::fs::Access::WRITE_OK)
+        .err()
+        .map(|e| format!("{} is not writable by this user ({})", path.display(), std::io::Error::from(e)))
+}
+
 /// Refuse `path` (`what`) inside `outer` (or at it, unless `at_ok`). A mount point inside its
 /// store would show the mount within itself, and every walk through it would ask the daemon
 /// for its own directory until all its threads wait on each other. Compared as canonical
@@ -123,10 +138,14 @@ fn not_a_store(location: &Location) -> String {
 }
 
 /// `zarrfs mount`: returns once the mount is live, in the background unless `foreground`.
-pub fn run(plan: MountPlan) -> ExitCode {
+pub fn run(mut plan: MountPlan) -> ExitCode {
     if let Err(e) = preflight(&plan) {
         eprintln!("zarrfs: {e}");
         return ExitCode::FAILURE;
+    }
+    if let Some(why) = unwritable(&plan) {
+        eprintln!("zarrfs: {why}: mounted read-only");
+        plan.read_only = true;
     }
     // In the background: fork now, before any thread exists; the parent waits for the child's
     // word that the mount is live.
@@ -151,12 +170,15 @@ pub fn run(plan: MountPlan) -> ExitCode {
     };
     // A background daemon logs to syslog; where none listens, to a file of the user's, named to
     // them at mount time: errors must be somewhere someone can read them.
-    let mut plan = plan;
     let mut note = String::new();
     if background && plan.log_file.is_none() && !crate::logging::syslog_listens() {
         match default_log_file(&plan.mountpoint) {
             Ok(path) => {
-                note = format!("no syslog listens here: the daemon logs to {} (--log-file names another)", path.display());
+                // Said when the file is new: later mounts there log to the same file, which
+                // `zarrfs status` names.
+                if !path.exists() {
+                    note = format!("no syslog listens here: the daemon logs to {} (--log-file names another)", path.display());
+                }
                 plan.log_file = Some(path);
             }
             Err(e) => note = format!("no syslog listens here and no log file could be made ({e}): give one with --log-file"),
@@ -187,18 +209,18 @@ pub fn run(plan: MountPlan) -> ExitCode {
     }
 }
 
-/// The log file of a background daemon where no syslog listens: `$XDG_STATE_HOME/zarrfs/`
-/// (else `~/.local/state/zarrfs/`; for root with neither, as mount(8) runs helpers with a
-/// clean environment, `/var/log/zarrfs/`), named after the mount point.
+/// The log file of a background daemon where no syslog listens: `$XDG_STATE_HOME/zarrfs/`,
+/// else `~/.local/state/zarrfs/`, or for root `/var/log/zarrfs/` (whatever `HOME` says: sudo,
+/// su and mount(8) each leave another), named after the mount point.
 fn default_log_file(mountpoint: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt;
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
+    let home = || std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local/state/zarrfs"));
     let dir = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())
         .map(|d| PathBuf::from(d).join("zarrfs"))
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".local/state/zarrfs")))
-        .or_else(|| root.then(|| PathBuf::from("/var/log/zarrfs")))
+        .or_else(|| if root { Some(PathBuf::from("/var/log/zarrfs")) } else { home() })
         .ok_or("neither XDG_STATE_HOME nor HOME is set")?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let absolute = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
@@ -334,6 +356,13 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
         Ok(()) => {}
         Err(crate::Error::NotFound) => return Err(not_a_store(&plan.store)),
         Err(e) => return Err(format!("{}: {e}", plan.store)),
+    }
+
+    // Bound before the mount, so that an address in use fails it with nothing mounted.
+    if let Some(addr) = &plan.metrics_addr {
+        let mounted = fs.clone();
+        let endpoint = crate::metrics::serve(addr, Arc::new(move || mounted.metrics()))?;
+        tracing::info!("metrics at http://{}/metrics", endpoint.addr);
     }
 
     let options = SessionOptions {
@@ -486,7 +515,14 @@ fn is_mount_point(path: &Path) -> bool {
 /// The file system type of the mount at `path` (`fuse.zarrfs` for ours), when `path` is
 /// itself mounted on.
 fn mount_type(path: &Path) -> Option<String> {
-    mount_at(&path.canonicalize().ok()?).map(|m| m.fstype)
+    mount_entry(path).map(|m| m.fstype)
+}
+
+/// The mount on `path`, found by its canonical path, or its parent's where the mount point
+/// itself cannot be resolved (a dead mount, another user's).
+fn mount_entry(path: &Path) -> Option<MountEntry> {
+    let canonical = path.canonicalize().ok().or_else(|| Some(path.parent()?.canonicalize().ok()?.join(path.file_name()?)))?;
+    mount_at(&canonical)
 }
 
 /// What /proc/self/mountinfo says of a mount.
@@ -494,6 +530,23 @@ struct MountEntry {
     /// `major:minor`: a FUSE mount's is its connection's own.
     dev: String,
     fstype: String,
+    /// The user who mounted it, as a FUSE mount's `user_id=` says.
+    owner: Option<u32>,
+}
+
+/// The name of user `uid`, as the password database has it.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: getpwuid_r writes into `pwd` and `buf`, both ours and sized as given; the name
+    // it points to lies in `buf`, read before `buf` goes.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        if libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut found) != 0 || found.is_null() {
+            return None;
+        }
+        Some(std::ffi::CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned())
+    }
 }
 
 /// The mount on `path` (canonical: a dead mount point cannot be resolved any more), the last
@@ -506,8 +559,10 @@ fn mount_at(path: &Path) -> Option<MountEntry> {
             let mut fields = line.split(' ');
             let dev = fields.nth(2)?;
             (unescape_octal(fields.nth(1)?) == path.as_os_str().as_bytes()).then_some(())?;
-            let fstype = line.split(" - ").nth(1)?.split(' ').next()?;
-            Some(MountEntry { dev: dev.to_string(), fstype: fstype.to_string() })
+            let mut tail = line.split(" - ").nth(1)?.split(' ');
+            let fstype = tail.next()?;
+            let owner = tail.nth(1).and_then(|options| options.split(',').find_map(|o| o.strip_prefix("user_id=")?.parse().ok()));
+            Some(MountEntry { dev: dev.to_string(), fstype: fstype.to_string(), owner })
         })
         .next_back()
 }
@@ -626,9 +681,15 @@ impl std::fmt::Display for Refusal {
 pub fn stop(mountpoint: &Path, lazy: bool) -> Result<(), Refusal> {
     use Refusal::Failed;
     // Mounted as root without fusermount3 the type is plain `fuse`; through it, `fuse.zarrfs`.
-    let fstype = mount_type(mountpoint).ok_or_else(|| Failed("nothing is mounted there".into()))?;
+    let MountEntry { fstype, owner, .. } = mount_entry(mountpoint).ok_or_else(|| Failed("nothing is mounted there".into()))?;
     if fstype != "fuse" && fstype != "fuse.zarrfs" {
         return Err(Failed(format!("it is a {fstype} mount, not a zarrfs one")));
+    }
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    if let Some(uid) = owner.filter(|&uid| uid != me && me != 0) {
+        let who = user_name(uid).map_or_else(|| format!("uid {uid}"), |name| format!("{name} (uid {uid})"));
+        return Err(Failed(format!("it is {who}'s mount: only they or root can unmount it")));
     }
     let stats = match read_control_file(mountpoint, crate::fs::STATS) {
         Ok(stats) => Some(stats),

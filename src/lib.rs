@@ -15,6 +15,7 @@ pub mod fuse;
 pub mod headers;
 pub mod heap;
 pub mod logging;
+pub mod metrics;
 pub mod pool;
 pub mod progress;
 pub mod store;

@@ -344,12 +344,22 @@ fn a_background_daemon_without_syslog_logs_to_a_file_it_names() {
     let home = tempfile::tempdir().unwrap();
     let (_s, store) = copy_store(&fixtures().join("damaged.zarr"));
     let (_d, mnt) = mountpoint();
-    let out =
-        Command::new(bin()).arg("mount").arg(&store).arg(&mnt).env("HOME", home.path()).env_remove("XDG_STATE_HOME").output().unwrap();
+    let mount =
+        || Command::new(bin()).arg("mount").arg(&store).arg(&mnt).env("HOME", home.path()).env_remove("XDG_STATE_HOME").output().unwrap();
+    // Root's logs are in one place, whichever HOME sudo or su left.
+    // SAFETY: geteuid cannot fail.
+    let dir = if unsafe { libc::geteuid() } == 0 { PathBuf::from("/var/log/zarrfs") } else { home.path().join(".local/state/zarrfs") };
+    let log = dir.join(format!("{}.log", mnt.to_string_lossy().trim_matches('/').replace('/', "-")));
+    let _remove = common::probe::OnDrop({
+        let log = log.clone();
+        move || {
+            let _ = std::fs::remove_file(&log);
+        }
+    });
+    let out = mount();
     let _unmount = UnmountOnDrop(mnt.clone());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    let log = home.path().join(".local/state/zarrfs").join(format!("{}.log", mnt.to_string_lossy().trim_matches('/').replace('/', "-")));
     assert!(said.contains(&log.display().to_string()), "the mount did not say where the log is: {said}");
     // A corrupt chunk's error reaches the file, .zarrfs/errors and zarrfs status.
     let _ = std::fs::read(mnt.join("corrupt/data"));
@@ -360,6 +370,13 @@ fn a_background_daemon_without_syslog_logs_to_a_file_it_names() {
     let status = Command::new(bin()).arg("status").arg(&mnt).output().unwrap();
     let shown = String::from_utf8_lossy(&status.stdout);
     assert!(shown.contains("corrupt") && shown.contains(&log.display().to_string()), "{shown}");
+    let out = unmount_cmd(&[], &mnt);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Mounted there again: the same file, not named again at every mount; status names it.
+    let out = mount();
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = Command::new(bin()).arg("status").arg(&mnt).output().unwrap();
+    assert!(String::from_utf8_lossy(&status.stdout).contains(&log.display().to_string()));
     let out = unmount_cmd(&[], &mnt);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -3,6 +3,9 @@
 //! it since, it is read again, the elements written here are put into it, and that is stored
 //! on the same condition, a few times at most (tensorstore's read-modify-write does the same).
 
+use std::sync::atomic::Ordering;
+
+use crate::metrics::COUNTERS;
 use crate::store::{Expect, Version};
 use crate::zarr::array::{Array, StoredChunk};
 use crate::zarr::region::{Strided, box_runs};
@@ -172,7 +175,9 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
     for _ in 0..MERGES {
         if let Some(expect) = expect {
             match array.store_chunk_if(coords, merged.as_deref().unwrap_or(decoded), expect) {
-                Err(Error::Conflict { .. }) => {}
+                Err(Error::Conflict { .. }) => {
+                    COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
+                }
                 other => return other.map(|stored| (stored, merged.is_some())),
             }
         }
@@ -195,6 +200,15 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
 /// Store the change of the chunk at `coords`: `decoded` (`None`: to be deleted, all fill) as
 /// `base` allows (`store_chunk`).
 pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
+    let counted = match store_edit_uncounted(array, coords, decoded, base) {
+        Ok(stored) => (&COUNTERS.written_back, Ok(stored)),
+        Err(e) => (&COUNTERS.write_back_failures, Err(e)),
+    };
+    counted.0.fetch_add(1, Ordering::Relaxed);
+    counted.1
+}
+
+fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
     // Fill written into another writer's version of the chunk.
     let into_theirs = |written: &ElementMask| {
         let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
@@ -207,7 +221,10 @@ pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, 
         // buffer of fill made for it.
         (None, Base::Read { version, written }) if version.is_none() || array.store.deletes_conditionally() => {
             match array.delete_chunk_if(coords, Expect::seen(*version)) {
-                Err(Error::Conflict { .. }) => into_theirs(written),
+                Err(Error::Conflict { .. }) => {
+                    COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
+                    into_theirs(written)
+                }
                 other => other.map(|stored| (stored, false)),
             }
         }

@@ -19,6 +19,9 @@ pub struct Stats {
     /// the mount itself, apart from the kernel's share (the copies through FUSE).
     busy_ns: [AtomicU64; REQUESTS.len()],
     errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// Bytes answered to reads and taken from writes (of any file).
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
 }
 
 fn errno_name(errno: i32) -> &'static str {
@@ -66,6 +69,19 @@ impl Stats {
 
     pub fn errors(&self) -> Value {
         json!(*self.errors.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// `(kind, count)` of every request kind, and `(kind, seconds)` spent on them in the core.
+    pub fn by_kind(&self) -> impl Iterator<Item = (&'static str, u64, f64)> + '_ {
+        REQUESTS
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, self.requests[i].load(Ordering::Relaxed), self.busy_ns[i].load(Ordering::Relaxed) as f64 / 1e9))
+    }
+
+    /// `(errno name, count)` of the errors answered.
+    pub fn errors_by_name(&self) -> Vec<(&'static str, u64)> {
+        self.errors.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (*k, *v)).collect()
     }
 }
 

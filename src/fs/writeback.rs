@@ -2,11 +2,13 @@
 //! fill), then the metadata; `sync` makes what was written durable.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::merge::{self, Base, Stored};
 use super::open::{ChunkEdit, OpenArray, Touch, dirty_cost};
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
+use crate::metrics::COUNTERS;
 use crate::pool::WorkerPool;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::node::display_path;
@@ -37,9 +39,11 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     // Nothing is stored over another writer's change of the array: this mount lost the race,
     // and its changes go (their writers are told), so that a retry starts from what is stored.
     if let Err(e) = array.check_metadata_current() {
-        open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        open.failed_stores.fetch_add(1, Ordering::Relaxed);
+        COUNTERS.write_back_failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(array = %display_path(&array.path), "write-back refused: {e}");
         if matches!(e, Error::Conflict { .. }) {
+            COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
             open.drop_lost(&e);
         }
         return Err(e);
@@ -80,7 +84,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
-                open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                open.failed_stores.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "write-back failed: {e}");
                 let mut edits = lock(&open.edits);
                 let edit = match edit {
@@ -108,7 +112,8 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
                 edits.metadata_dirty = false;
             }
             Some(Err(e)) => {
-                open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                open.failed_stores.fetch_add(1, Ordering::Relaxed);
+                COUNTERS.write_back_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(array = %display_path(&array.path), "metadata write failed: {e}");
                 first_error = Some(e);
             }
@@ -189,7 +194,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                     }
                 }
                 Err(e) => {
-                    open.failed_stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    open.failed_stores.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(array = %display_path(&array.path), key = %array.chunk_key(&coords), "background write-back failed (close will retry): {e}");
                     if current && let Some(buf) = &buf {
                         edits.set(coords, ChunkEdit::Dirty(buf.to_vec(), base));

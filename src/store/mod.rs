@@ -519,7 +519,11 @@ impl Location {
             #[cfg(not(feature = "icechunk"))]
             Location::Icechunk { .. } => Err(format!("{self}: this build has no Icechunk support (cargo feature icechunk)")),
             #[cfg(feature = "object-store")]
-            Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| e.to_string())?)),
+            // What `open` refuses says so itself, naming the store.
+            Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| match e {
+                crate::Error::Invalid(why) => why,
+                e => e.to_string(),
+            })?)),
             #[cfg(not(feature = "object-store"))]
             Location::Remote(remote) => {
                 let _ = options;

@@ -24,6 +24,9 @@ use object_store::{
 
 mod listed;
 mod listing;
+mod metered;
+
+use metered::MeteredConnector;
 
 use listed::{Consolidation, Listed, ListedKeys};
 
@@ -169,7 +172,10 @@ impl ObjectStore {
         let invalid = |e: object_store::Error| Error::Invalid(format!("{location}: {e}"));
         let (remote, listing, raw): (Arc<dyn Remote>, _, _) = match location {
             RemoteLocation::S3 { bucket, prefix } => {
-                let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client.clone()).with_retry(retry);
+                let mut b = object_store::aws::AmazonS3Builder::new()
+                    .with_client_options(client.clone())
+                    .with_http_connector(MeteredConnector)
+                    .with_retry(retry);
                 for (key, value) in env_config("AWS_") {
                     b = b.with_config(key, value);
                 }
@@ -204,13 +210,31 @@ impl ObjectStore {
                     (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
                     (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
                 };
+                let endpoint = b.get_config_value(&Key::Endpoint);
+                if let Some(e) = endpoint.as_deref().filter(|e| e.starts_with("http://"))
+                    && b.get_config_value(&Key::Client(object_store::ClientConfigKey::AllowHttp)).is_none_or(|v| v != "true")
+                {
+                    return Err(Error::Invalid(format!(
+                        "{location}: the endpoint {e} is plain HTTP, which sends every request unencrypted: set AWS_ALLOW_HTTP=true to use it"
+                    )));
+                }
+                // Elsewhere than AWS there is no instance metadata to ask: saying so now beats a
+                // wait on the metadata address and a vaguer error after it.
+                if let Some(e) = endpoint.filter(|_| sign && b.get_config_value(&Key::AccessKeyId).is_none() && !credential_source_set()) {
+                    return Err(Error::Invalid(format!(
+                        "{location}: no credentials for the endpoint {e}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, from ~/.aws/credentials), or mount a public bucket with --no-sign-request"
+                    )));
+                }
                 let s3 = Arc::new(b.build().map_err(invalid)?);
                 let raw_client = client.with_allow_http(base.starts_with("http://"));
                 let raw = listing::RawListing::new(s3.clone(), &raw_client, base, region, prefix.clone(), sign).map_err(invalid)?;
                 (prefixed(s3, prefix)?, Listing::Bucket, Some(raw))
             }
             RemoteLocation::Gcs { bucket, prefix } => {
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new().with_client_options(client.clone()).with_retry(retry);
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new()
+                    .with_client_options(client.clone())
+                    .with_http_connector(MeteredConnector)
+                    .with_retry(retry);
                 // GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT, ...
                 for (key, value) in env_config("GOOGLE_") {
                     b = b.with_config(key, value);
@@ -225,7 +249,10 @@ impl ObjectStore {
                 (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
             }
             RemoteLocation::Azure { container, account, prefix } => {
-                let mut b = object_store::azure::MicrosoftAzureBuilder::new().with_client_options(client.clone()).with_retry(retry);
+                let mut b = object_store::azure::MicrosoftAzureBuilder::new()
+                    .with_client_options(client.clone())
+                    .with_http_connector(MeteredConnector)
+                    .with_retry(retry);
                 // AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_USE_EMULATOR
                 // (Azurite), ...
                 for (key, value) in env_config("AZURE_") {
@@ -247,6 +274,7 @@ impl ObjectStore {
                 let allow_http = url.starts_with("http://");
                 let http = object_store::http::HttpBuilder::new()
                     .with_url(url)
+                    .with_http_connector(MeteredConnector)
                     .with_client_options(client.with_allow_http(allow_http))
                     .with_retry(retry)
                     .build()
@@ -610,6 +638,14 @@ fn first_line(s: &str) -> String {
 
 fn region_from_env() -> Option<String> {
     std::env::var("AWS_REGION").ok().or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()).filter(|r| !r.is_empty())
+}
+
+/// Whether the environment names a source of credentials other than keys: web identity, a
+/// container's credential service, or an instance metadata address of its own.
+fn credential_source_set() -> bool {
+    ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_METADATA_ENDPOINT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
 }
 
 /// The access key, secret and session token of `AWS_PROFILE` (default `default`) in the shared

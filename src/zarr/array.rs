@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::consolidated;
@@ -11,6 +12,7 @@ use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata};
 use super::region::IndexBox;
 use crate::error::lock;
+use crate::metrics::COUNTERS;
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
 
@@ -216,10 +218,21 @@ impl Array {
     pub fn retrieve_chunk(&self, coords: &[u64]) -> Result<Option<(Vec<u8>, Version)>> {
         let key = self.chunk_key(coords);
         let repr = self.chunk_repr(coords);
+        let started = Instant::now();
         let Some(value) = self.store.get_value(&key, self.meta.codecs.encoded_bound(&repr))? else {
+            tracing::debug!(key, took_us = started.elapsed().as_micros() as u64, "chunk absent: fill");
             return Ok(None);
         };
-        let decoded = self.meta.codecs.decode(value.bytes, &repr).map_err(|e| e.in_key(&key))?;
+        let (fetched, bytes) = (started.elapsed(), value.bytes.len());
+        let decoded = COUNTERS.decode.time(|| self.meta.codecs.decode(value.bytes, &repr)).map_err(|e| e.in_key(&key))?;
+        tracing::debug!(
+            key,
+            bytes,
+            decoded = decoded.len(),
+            fetch_us = fetched.as_micros() as u64,
+            decode_us = (started.elapsed() - fetched).as_micros() as u64,
+            "chunk read and decoded"
+        );
         Ok(Some((decoded, value.version)))
     }
 
@@ -279,7 +292,7 @@ impl Array {
         let key = self.chunk_key(coords);
         let Some(bytes) = self.store.get(&key, self.meta.codecs.elements_bound(max))? else { return Ok(None) };
         let n = self.meta.grid.chunk_shape(coords).iter().product::<u64>() as usize;
-        self.meta.codecs.decode_elements(bytes, n, max).map(Some).map_err(|e| e.in_key(&key))
+        COUNTERS.decode.time(|| self.meta.codecs.decode_elements(bytes, n, max)).map(Some).map_err(|e| e.in_key(&key))
     }
 
     /// Store a chunk of variable-length elements, or delete it when every element is the fill.
@@ -288,7 +301,7 @@ impl Array {
         if elements.iter().all(|e| *e == self.meta.fill) {
             self.store.delete(&key)?;
         } else {
-            self.store.set(&key, &self.meta.codecs.encode_elements(elements)?)?;
+            self.store.set(&key, &COUNTERS.encode.time(|| self.meta.codecs.encode_elements(elements))?)?;
         }
         Ok(key)
     }
@@ -333,7 +346,8 @@ impl Array {
         };
         match read {
             Some((bytes, now)) if now == version => {
-                sharding.decode_inner(bytes, &self.chunk_repr(shard)).map(Some).map_err(|e| e.in_key(&what()))
+                tracing::debug!(key, start, len, "inner chunk read");
+                COUNTERS.decode.time(|| sharding.decode_inner(bytes, &self.chunk_repr(shard))).map(Some).map_err(|e| e.in_key(&what()))
             }
             _ => Err(changed()),
         }
@@ -409,7 +423,7 @@ impl Array {
             self.store.delete_if(&key, expect)?;
             return Ok(StoredChunk { key, version: None });
         }
-        let bytes = self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))?;
+        let bytes = COUNTERS.encode.time(|| self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords)))?;
         let version = self.store.set_if(&key, &bytes, expect)?;
         Ok(StoredChunk { key, version: Some(version) })
     }

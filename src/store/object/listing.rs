@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use object_store::aws::{AmazonS3, AwsAuthorizer};
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
+
+use super::metered::MeteredConnector;
 
 /// How to make the listing requests of one bucket.
 pub struct RawListing {
@@ -39,7 +41,7 @@ impl RawListing {
         prefix: String,
         sign: bool,
     ) -> object_store::Result<RawListing> {
-        let client = ReqwestConnector::default().connect(options)?;
+        let client = MeteredConnector.connect(options)?;
         Ok(RawListing { s3, client, base, region, prefix, sign, said: Mutex::new(HashSet::new()) })
     }
 
