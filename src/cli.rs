@@ -52,6 +52,7 @@ enum Command {
         after_help = "Examples:\n  zarrfs unmount /mnt/w\n  zarrfs unmount --lazy /mnt/w   detach it even while files on it are open"
     )]
     Unmount {
+        /// The zarrfs mount point to unmount.
         mountpoint: PathBuf,
         /// Detach the mount even while files on it are open (their later changes are refused).
         #[arg(short, long)]
@@ -75,6 +76,8 @@ enum Command {
         after_help = "Examples:\n  zarrfs info weather.zarr\n  zarrfs info weather.zarr temp --attributes\n  zarrfs info s3://bucket/weather.zarr --json"
     )]
     Info {
+        /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
+        /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
         store: OsString,
         /// A node inside the store (default: the root).
         path: Option<String>,
@@ -89,8 +92,12 @@ enum Command {
     },
     /// Switch an array to the offset chunk key encoding with zero offsets (metadata only), so
     /// that it can be prepended to.
+    #[command(mut_arg("virtual_chunks", |a| a.hide(true)))]
     Adopt {
+        /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
+        /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
         store: OsString,
+        /// The array's path inside the store, e.g. temp or surface/pressure.
         array: String,
         #[command(flatten)]
         remote: RemoteArgs,
@@ -101,8 +108,12 @@ enum Command {
         after_help = "Examples:\n  zarrfs adopt weather.zarr temp                    once, for a default-encoded array\n  zarrfs prepend weather.zarr temp new-hours.raw"
     )]
     Prepend {
+        /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
+        /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
         store: OsString,
+        /// The array's path inside the store.
         array: String,
+        /// The new elements: raw, C order, little-endian, whole chunks along AXIS.
         file: PathBuf,
         /// The axis to grow at its front.
         #[arg(long, default_value_t = 0)]
@@ -113,7 +124,10 @@ enum Command {
     /// Rewrite an offset-encoded (prepended) array to the default chunk key encoding, so that
     /// any Zarr reader opens it. Safe to interrupt: run it again to finish.
     Normalize {
+        /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
+        /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
         store: OsString,
+        /// The array's path inside the store.
         array: String,
         #[command(flatten)]
         remote: RemoteArgs,
@@ -125,7 +139,10 @@ enum Command {
         after_help = "Examples:\n  zarrfs pack image.zarr image.ozx\n  zarrfs pack weather.zarr weather.zip --deflate\n  zarrfs mount weather.zip /mnt/w"
     )]
     Pack {
+        /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
+        /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
         store: OsString,
+        /// The archive to write: NAME.ozx (zipped OME-Zarr) or any other name (a zip).
         out: PathBuf,
         /// Compress the entries with deflate (not for .ozx).
         #[arg(long)]
@@ -140,6 +157,7 @@ enum Command {
         after_help = "Examples:\n  zarrfs log icechunk:/data/repo\n  zarrfs log 's3://bucket/repo|icechunk:@branch.dev'\n  zarrfs mount '/data/repo|icechunk:@R67A35M91PE2DEW4QAF0' /mnt/then"
     )]
     Log {
+        /// An Icechunk repository (icechunk:PATH_OR_URL, or SOURCE|icechunk:@REF).
         store: OsString,
         #[command(flatten)]
         remote: RemoteArgs,
@@ -148,9 +166,15 @@ enum Command {
     #[command(
         after_help = "Examples:\n  zarrfs completions bash > /etc/bash_completion.d/zarrfs\n  zarrfs completions zsh > \"${fpath[1]}/_zarrfs\""
     )]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
     /// Print the manual page (zarrfs.1), or write every page (zarrfs.1, zarrfs-mount.1, …) into DIR.
-    Man { dir: Option<PathBuf> },
+    Man {
+        /// Write every page here instead of printing zarrfs.1.
+        dir: Option<PathBuf>,
+    },
 }
 
 const MOUNT_EXAMPLES: &str = "\
@@ -208,6 +232,7 @@ struct MountArgs {
     /// (read-only); icechunk:PATH_OR_S3_URL (an Icechunk repository's main branch); or a URL
     /// pipeline (SOURCE|zip:PATH, SOURCE|icechunk:@tag.T, ...|zarr3:PATH). See docs/stores.md.
     store: OsString,
+    /// An empty directory to mount on (it must exist).
     mountpoint: PathBuf,
     /// Stay in the foreground.
     #[arg(short, long)]
@@ -657,11 +682,72 @@ const EXIT_BUSY: u8 = 3;
 fn man_pages(dir: Option<&Path>) -> std::io::Result<()> {
     let command = <Cli as clap::CommandFactory>::command().after_help(MAN_NOTES);
     let Some(dir) = dir else {
-        return clap_mangen::Man::new(command).render(&mut std::io::stdout());
+        return main_page(command, &mut std::io::stdout());
     };
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(command, dir)
+    clap_mangen::generate_to(command.clone(), dir)?;
+    // zarrfs.1 again, with the sections clap has no place for.
+    main_page(command, &mut std::fs::File::create(dir.join("zarrfs.1"))?)
 }
+
+/// zarrfs.1: what clap_mangen renders of the command, then ENVIRONMENT, FILES and EXAMPLES.
+fn main_page(command: clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(command).render(out)?;
+    for (title, entries) in MAN_SECTIONS {
+        writeln!(out, ".SH {title}")?;
+        for (tag, text) in *entries {
+            writeln!(out, ".TP\n{}\n{}", roff_text(tag), roff_text(text))?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` as a roff text line: backslashes escaped, and no leading `.` or `'` (a request).
+fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) { format!("\\&{escaped}") } else { escaped }
+}
+
+/// The manual's own sections: (title, [(tag, text)]).
+const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "ENVIRONMENT",
+        &[
+            ("AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3", "The S3 endpoint (--endpoint overrides them)."),
+            ("AWS_ALLOW_HTTP=true", "Allow an http:// endpoint (requests unencrypted); without it such a mount is refused."),
+            ("AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN", "S3 credentials; else AWS_PROFILE in ~/.aws/credentials (AWS_SHARED_CREDENTIALS_FILE), web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the container credential service, or EC2 instance metadata (AWS only, or where AWS_METADATA_ENDPOINT names it)."),
+            ("AWS_REGION, AWS_DEFAULT_REGION", "The bucket's region (--region overrides them)."),
+            ("AWS_SKIP_SIGNATURE=true", "Anonymous requests, as --no-sign-request."),
+            ("GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT", "gs:// credentials."),
+            ("AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_USE_EMULATOR", "az:// credentials and account (Azurite with the emulator)."),
+            ("SSL_CERT_FILE, SSL_CERT_DIR", "A private CA for object stores over TLS."),
+            ("XDG_STATE_HOME", "Where a background daemon with no syslog logs (zarrfs/MOUNTPOINT.log)."),
+            ("XDG_RUNTIME_DIR", "Where prepends and text rewrites are staged (--spool-dir overrides it)."),
+            ("RUST_LOG", "The log level and filter, over -v."),
+        ],
+    ),
+    (
+        "FILES",
+        &[
+            ("MOUNTPOINT/.zarrfs/stats, MOUNTPOINT/.zarrfs/errors", "The daemon's counters (JSON) and its last 200 warnings and errors; the owner's alone."),
+            ("~/.local/state/zarrfs/MOUNTPOINT.log", "A background daemon's log where no syslog listens (root: /var/log/zarrfs/); turned over at 16 MiB to MOUNTPOINT.log.1."),
+            ("/run/user/UID/zarrfs/ (else /tmp/zarrfs-UID/), /run/zarrfs/ for root", "The daemons' control sockets, through which zarrfs unmount asks a daemon to stop."),
+            ("/etc/fstab", "Mounts at boot or on demand (type zarrfs or fuse.zarrfs), through /sbin/mount.zarrfs."),
+            ("/etc/zarrfs/INSTANCE.conf", "STORE= and OPTIONS= of the systemd unit zarrfs@INSTANCE.service."),
+            ("~/.aws/credentials", "S3 credentials by profile."),
+        ],
+    ),
+    (
+        "EXAMPLES",
+        &[
+            ("zarrfs mount weather.zarr /mnt/w", "Mount a store; returns once the mount is live."),
+            ("zarrfs mount --metrics-addr 9100 s3://bucket/weather.zarr /mnt/w", "Mount a bucket, with Prometheus metrics at http://127.0.0.1:9100/metrics."),
+            ("/data/weather.zarr  /mnt/weather  zarrfs  ro,allow_other,nodev,nosuid,nofail  0 0", "An /etc/fstab line: mounted at boot, read-only, for every user."),
+            ("s3://bucket/weather.zarr  /mnt/s3  zarrfs  region=eu-west-1,_netdev,nofail,x-systemd.automount  0 0", "An /etc/fstab line for a bucket, mounted at first use."),
+            ("zarrfs unmount /mnt/w", "Store every change, then unmount; exit 1 naming what could not be stored."),
+        ],
+    ),
+];
 
 /// What the manual adds to `--help`: the files a mount shows, where to read more.
 const MAN_NOTES: &str = "\

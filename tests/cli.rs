@@ -198,9 +198,23 @@ fn the_command_line_behaves_like_the_tools_users_know() {
     let (code, out, _) = run(&[&os("man")]);
     assert_eq!(code, Some(0));
     assert!(out.starts_with(".ie") || out.contains(".TH zarrfs"), "{}", &out[..out.len().min(300)]);
+    // The sections clap has no place for: the environment, the files, fstab examples.
+    for want in [".SH ENVIRONMENT", "AWS_ALLOW_HTTP=true", ".SH FILES", "/var/log/zarrfs/", ".SH EXAMPLES", "/etc/fstab line"] {
+        assert!(out.contains(want), "the manual lacks {want:?}");
+    }
+    assert!(out.contains("zarrfs mount \\-\\-metrics\\-addr 9100"), "options are escaped for roff");
+    // Every positional argument is described; options a command ignores are not offered.
+    for (command, want) in [("info", "The store: a directory"), ("adopt", "The array's path inside the store"), ("pack", "NAME.ozx"), ("unmount", "The zarrfs mount point")] {
+        let (code, out, _) = run(&[&os(command), &os("--help")]);
+        assert_eq!(code, Some(0));
+        assert!(out.contains(want), "{command} --help lacks {want:?}:\n{out}");
+    }
+    let (_, out, _) = run(&[&os("adopt"), &os("--help")]);
+    assert!(!out.contains("--virtual-chunks"), "adopt reads no chunk, yet offers --virtual-chunks:\n{out}");
     let pages = dir.path().join("man");
     let (code, _, err) = run(&[&os("man"), pages.as_os_str()]);
     assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read_to_string(pages.join("zarrfs.1")).unwrap().contains(".SH ENVIRONMENT"), "the written zarrfs.1 lacks its sections");
     for page in ["zarrfs.1", "zarrfs-mount.1", "zarrfs-unmount.1", "zarrfs-normalize.1"] {
         assert!(pages.join(page).exists(), "no {page}");
     }
