@@ -715,11 +715,17 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
         &[
             ("AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3", "The S3 endpoint (--endpoint overrides them)."),
             ("AWS_ALLOW_HTTP=true", "Allow an http:// endpoint (requests unencrypted); without it such a mount is refused."),
-            ("AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN", "S3 credentials; else AWS_PROFILE in ~/.aws/credentials (AWS_SHARED_CREDENTIALS_FILE), web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the container credential service, or EC2 instance metadata (AWS only, or where AWS_METADATA_ENDPOINT names it)."),
+            (
+                "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
+                "S3 credentials; else AWS_PROFILE in ~/.aws/credentials (AWS_SHARED_CREDENTIALS_FILE), web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the container credential service, or EC2 instance metadata (AWS only, or where AWS_METADATA_ENDPOINT names it).",
+            ),
             ("AWS_REGION, AWS_DEFAULT_REGION", "The bucket's region (--region overrides them)."),
             ("AWS_SKIP_SIGNATURE=true", "Anonymous requests, as --no-sign-request."),
             ("GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT", "gs:// credentials."),
-            ("AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_USE_EMULATOR", "az:// credentials and account (Azurite with the emulator)."),
+            (
+                "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_USE_EMULATOR",
+                "az:// credentials and account (Azurite with the emulator).",
+            ),
             ("SSL_CERT_FILE, SSL_CERT_DIR", "A private CA for object stores over TLS."),
             ("XDG_STATE_HOME", "Where a background daemon with no syslog logs (zarrfs/MOUNTPOINT.log)."),
             ("XDG_RUNTIME_DIR", "Where prepends and text rewrites are staged (--spool-dir overrides it)."),
@@ -729,9 +735,18 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
     (
         "FILES",
         &[
-            ("MOUNTPOINT/.zarrfs/stats, MOUNTPOINT/.zarrfs/errors", "The daemon's counters (JSON) and its last 200 warnings and errors; the owner's alone."),
-            ("~/.local/state/zarrfs/MOUNTPOINT.log", "A background daemon's log where no syslog listens (root: /var/log/zarrfs/); turned over at 16 MiB to MOUNTPOINT.log.1."),
-            ("/run/user/UID/zarrfs/ (else /tmp/zarrfs-UID/), /run/zarrfs/ for root", "The daemons' control sockets, through which zarrfs unmount asks a daemon to stop."),
+            (
+                "MOUNTPOINT/.zarrfs/stats, MOUNTPOINT/.zarrfs/errors",
+                "The daemon's counters (JSON) and its last 200 warnings and errors; the owner's alone.",
+            ),
+            (
+                "~/.local/state/zarrfs/MOUNTPOINT.log",
+                "A background daemon's log where no syslog listens (root: /var/log/zarrfs/); turned over at 16 MiB to MOUNTPOINT.log.1.",
+            ),
+            (
+                "/run/user/UID/zarrfs/ (else /tmp/zarrfs-UID/), /run/zarrfs/ for root",
+                "The daemons' control sockets, through which zarrfs unmount asks a daemon to stop.",
+            ),
             ("/etc/fstab", "Mounts at boot or on demand (type zarrfs or fuse.zarrfs), through /sbin/mount.zarrfs."),
             ("/etc/zarrfs/INSTANCE.conf", "STORE= and OPTIONS= of the systemd unit zarrfs@INSTANCE.service."),
             ("~/.aws/credentials", "S3 credentials by profile."),
@@ -741,9 +756,18 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
         "EXAMPLES",
         &[
             ("zarrfs mount weather.zarr /mnt/w", "Mount a store; returns once the mount is live."),
-            ("zarrfs mount --metrics-addr 9100 s3://bucket/weather.zarr /mnt/w", "Mount a bucket, with Prometheus metrics at http://127.0.0.1:9100/metrics."),
-            ("/data/weather.zarr  /mnt/weather  zarrfs  ro,allow_other,nodev,nosuid,nofail  0 0", "An /etc/fstab line: mounted at boot, read-only, for every user."),
-            ("s3://bucket/weather.zarr  /mnt/s3  zarrfs  region=eu-west-1,_netdev,nofail,x-systemd.automount  0 0", "An /etc/fstab line for a bucket, mounted at first use."),
+            (
+                "zarrfs mount --metrics-addr 9100 s3://bucket/weather.zarr /mnt/w",
+                "Mount a bucket, with Prometheus metrics at http://127.0.0.1:9100/metrics.",
+            ),
+            (
+                "/data/weather.zarr  /mnt/weather  zarrfs  ro,allow_other,nodev,nosuid,nofail  0 0",
+                "An /etc/fstab line: mounted at boot, read-only, for every user.",
+            ),
+            (
+                "s3://bucket/weather.zarr  /mnt/s3  zarrfs  region=eu-west-1,_netdev,nofail,x-systemd.automount  0 0",
+                "An /etc/fstab line for a bucket, mounted at first use.",
+            ),
             ("zarrfs unmount /mnt/w", "Store every change, then unmount; exit 1 naming what could not be stored."),
         ],
     ),

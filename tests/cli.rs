@@ -204,7 +204,12 @@ fn the_command_line_behaves_like_the_tools_users_know() {
     }
     assert!(out.contains("zarrfs mount \\-\\-metrics\\-addr 9100"), "options are escaped for roff");
     // Every positional argument is described; options a command ignores are not offered.
-    for (command, want) in [("info", "The store: a directory"), ("adopt", "The array's path inside the store"), ("pack", "NAME.ozx"), ("unmount", "The zarrfs mount point")] {
+    for (command, want) in [
+        ("info", "The store: a directory"),
+        ("adopt", "The array's path inside the store"),
+        ("pack", "NAME.ozx"),
+        ("unmount", "The zarrfs mount point"),
+    ] {
         let (code, out, _) = run(&[&os(command), &os("--help")]);
         assert_eq!(code, Some(0));
         assert!(out.contains(want), "{command} --help lacks {want:?}:\n{out}");
@@ -214,7 +219,10 @@ fn the_command_line_behaves_like_the_tools_users_know() {
     let pages = dir.path().join("man");
     let (code, _, err) = run(&[&os("man"), pages.as_os_str()]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(std::fs::read_to_string(pages.join("zarrfs.1")).unwrap().contains(".SH ENVIRONMENT"), "the written zarrfs.1 lacks its sections");
+    assert!(
+        std::fs::read_to_string(pages.join("zarrfs.1")).unwrap().contains(".SH ENVIRONMENT"),
+        "the written zarrfs.1 lacks its sections"
+    );
     for page in ["zarrfs.1", "zarrfs-mount.1", "zarrfs-unmount.1", "zarrfs-normalize.1"] {
         assert!(pages.join(page).exists(), "no {page}");
     }
