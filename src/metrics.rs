@@ -215,7 +215,7 @@ pub fn serve(addr: &str, render: Arc<dyn Fn() -> Vec<u8> + Send + Sync>) -> Resu
             let clients = Arc::new(AtomicU64::new(0));
             for conn in listener.incoming().flatten() {
                 // Past the bound the connection is closed unanswered: stalled clients hold a
-                // thread each, never the mount's memory or the next scrape.
+                // thread each (5 s at most), never the mount's memory or its requests.
                 if clients.fetch_add(1, Ordering::Relaxed) >= MOST_CLIENTS {
                     clients.fetch_sub(1, Ordering::Relaxed);
                     continue;

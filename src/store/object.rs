@@ -220,7 +220,10 @@ impl ObjectStore {
                 }
                 // Elsewhere than AWS there is no instance metadata to ask: saying so now beats a
                 // wait on the metadata address and a vaguer error after it.
-                if let Some(e) = endpoint.filter(|_| sign && b.get_config_value(&Key::AccessKeyId).is_none() && !credential_source_set()) {
+                // An AWS endpoint of its own (a VPC endpoint) still has the instance's metadata.
+                if let Some(e) = endpoint
+                    .filter(|e| sign && !is_aws_endpoint(e) && b.get_config_value(&Key::AccessKeyId).is_none() && !credential_source_set())
+                {
                     return Err(Error::Invalid(format!(
                         "{location}: no credentials for the endpoint {e}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, from ~/.aws/credentials), or mount a public bucket with --no-sign-request"
                     )));
@@ -638,6 +641,16 @@ fn first_line(s: &str) -> String {
 
 fn region_from_env() -> Option<String> {
     std::env::var("AWS_REGION").ok().or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()).filter(|r| !r.is_empty())
+}
+
+/// Whether `endpoint` is one of AWS's own (`*.amazonaws.com`, `*.amazonaws.com.cn`): a VPC
+/// or FIPS endpoint, where EC2's instance metadata answers as it does for the default one.
+fn is_aws_endpoint(endpoint: &str) -> bool {
+    let host = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
+    let host = host.split(['/', '?']).next().unwrap_or(host);
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let host = host.split(':').next().unwrap_or(host).trim_end_matches('.').to_ascii_lowercase();
+    ["amazonaws.com", "amazonaws.com.cn"].iter().any(|aws| host == *aws || host.ends_with(&format!(".{aws}")))
 }
 
 /// Whether the environment names a source of credentials other than keys: web identity, a
@@ -1193,6 +1206,21 @@ impl std::fmt::Debug for ObjectStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aws_endpoints_are_told_from_others_by_their_host() {
+        for aws in [
+            "https://s3.eu-west-1.amazonaws.com",
+            "https://bucket.vpce-1a2b.s3.us-east-1.vpce.amazonaws.com/",
+            "https://s3.cn-north-1.amazonaws.com.cn:443",
+        ] {
+            assert!(is_aws_endpoint(aws), "{aws}");
+        }
+        for other in ["http://127.0.0.1:9000", "https://minio.example.org", "https://amazonaws.com.evil.org", "https://x@notamazonaws.com/"]
+        {
+            assert!(!is_aws_endpoint(other), "{other}");
+        }
+    }
 
     #[test]
     fn profile_credentials_are_read_from_their_section() {
