@@ -222,6 +222,7 @@ impl RemoteArgs {
             virtual_hosted: self.virtual_hosted,
             metadata_ttl: std::time::Duration::ZERO,
             virtual_chunks: self.virtual_chunks,
+            consolidated: Some(crate::zarr::consolidated::documents_of),
         }
     }
 }

@@ -302,7 +302,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     let remote = crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() };
     // Before the store opens: an archive's directory is read (and bounded) as it opens.
     if let Some(n) = plan.max_chunk_size {
-        crate::zarr::limits::set_max_chunk_bytes(n);
+        crate::limits::set_max_chunk_bytes(n);
     }
     let store = plan.store.open(&remote)?;
     if !plan.read_only {

@@ -14,6 +14,7 @@ pub mod fs;
 pub mod fuse;
 pub mod headers;
 pub mod heap;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod pool;

@@ -20,7 +20,7 @@ pub(crate) struct ElementMask {
 impl ElementMask {
     pub fn new(elements: usize) -> Result<ElementMask> {
         let mut bits = Vec::new();
-        bits.try_reserve_exact(elements.div_ceil(64)).map_err(|_| crate::zarr::limits::out_of_memory())?;
+        bits.try_reserve_exact(elements.div_ceil(64)).map_err(|_| crate::limits::out_of_memory())?;
         bits.resize(elements.div_ceil(64), 0);
         Ok(ElementMask { bits })
     }

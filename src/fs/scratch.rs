@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::lock;
-use crate::zarr::limits::MAX_DOCUMENT_BYTES;
+use crate::limits::MAX_DOCUMENT_BYTES;
 use crate::{Error, Result};
 
 /// All files held in memory together hold at most this many bytes.

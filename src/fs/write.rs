@@ -164,7 +164,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     }
     // Partly written elements at either end: their other bytes come from the file.
     let base = range.start * item;
-    let mut whole = crate::zarr::limits::zeroed(((range.end - range.start) * item) as usize)?;
+    let mut whole = crate::limits::zeroed(((range.end - range.start) * item) as usize)?;
     let head = read_shared(open, &array, cache, pool, base, item)?;
     let n = whole.len();
     let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;

@@ -289,7 +289,7 @@ impl Store for LocalStore {
             return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
         }
         let mut out = Vec::new();
-        out.try_reserve_exact(len as usize).map_err(|_| crate::zarr::limits::out_of_memory())?;
+        out.try_reserve_exact(len as usize).map_err(|_| crate::limits::out_of_memory())?;
         // The file may grow while it is read: never past the bound.
         file.take(max.saturating_add(1)).read_to_end(&mut out)?;
         if out.len() as u64 > max {
@@ -312,7 +312,7 @@ impl Store for LocalStore {
     fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
         let Some((file, head)) = self.open_object(key)? else { return Ok(None) };
         let (start, end) = resolve_range(key, range, head.len)?;
-        let mut buf = crate::zarr::limits::zeroed((end - start) as usize)?;
+        let mut buf = crate::limits::zeroed((end - start) as usize)?;
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
         // Rewritten in place while it was read (replacing writes rename a new file, which the
         // open descriptor does not see): the bytes may be of neither version.

@@ -616,6 +616,16 @@ pub fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") }
 }
 
+/// The node documents a directory's consolidated metadata holds, by key below that directory
+/// (`a/b/zarr.json`, `a/b/.zarray`), each as its entry renders it.
+pub type ConsolidatedDocuments = std::collections::BTreeMap<String, bytes::Bytes>;
+
+/// Reads a directory's own document `name` (`zarr.json`, `.zmetadata`) as consolidated
+/// metadata, if it is. Storage knows keys, bytes and versions, not Zarr documents: the format
+/// layer supplies this (`zarr::consolidated::documents_of`) and whoever opens a store passes it
+/// in `RemoteOptions`, so that walks on object storage take documents from it.
+pub type ReadConsolidated = fn(name: &str, bytes: &[u8]) -> Option<ConsolidatedDocuments>;
+
 /// Resolve a byte range against a value's length into `start..end`.
 pub(crate) fn resolve_range(key: &str, range: ByteRange, len: u64) -> Result<(u64, u64)> {
     let (start, end) = match range {

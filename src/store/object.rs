@@ -30,10 +30,9 @@ use metered::MeteredConnector;
 
 use listed::{Consolidation, Listed, ListedKeys};
 
-use super::{ByteRange, Entry, Expect, Head, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
+use super::{ByteRange, Entry, Expect, Head, ReadConsolidated, RemoteLocation, RemoteOptions, Store, Usage, Value, Version};
 use crate::error::lock;
-use crate::zarr::limits::MAX_DOCUMENT_BYTES;
-use crate::zarr::metadata::ZarrFormat;
+use crate::limits::MAX_DOCUMENT_BYTES;
 use crate::{Error, Result};
 
 /// Requests made, by kind: `.zarrfs/stats` shows them, and tests count them.
@@ -91,6 +90,8 @@ pub struct ObjectStore {
     chunk_etags: Mutex<lru::LruCache<String, UpdateVersion>>,
     /// What recent listings of the bucket showed (for the metadata TTL).
     listed: ListedKeys,
+    /// How a directory's consolidated metadata is read (the format layer's).
+    consolidated: Option<ReadConsolidated>,
     pub requests: Arc<RequestCounts>,
     /// The server answered a range with the whole value (`python -m http.server`): values are
     /// read whole, and the last one kept for the ranges asked of it.
@@ -301,6 +302,7 @@ impl ObjectStore {
             etags: Mutex::default(),
             chunk_etags: Mutex::new(lru::LruCache::new(CHUNK_ETAGS)),
             listed,
+            consolidated: options.consolidated,
             requests: Arc::default(),
             ignores_ranges: Default::default(),
             whole: Mutex::default(),
@@ -319,7 +321,7 @@ impl ObjectStore {
         let (version, bytes) = match kept {
             Some(kept) => kept,
             None => {
-                let most = MOST_READ_WHOLE.min(crate::zarr::limits::max_chunk_bytes());
+                let most = MOST_READ_WHOLE.min(crate::limits::max_chunk_bytes());
                 if head.len > most {
                     return Err(Error::Unsupported(format!(
                         "{}: the server ignores Range requests, and the value is {} bytes, more than the {most} a mount reads whole (--max-chunk-size, 256 MiB at most)",
@@ -431,7 +433,9 @@ impl ObjectStore {
                         if let Some(own) = own.take() {
                             let got = own.await.unwrap_or_else(|e| (Err(join_failed(e)), own_v3.clone()));
                             if let Ok((bytes, meta)) = &got.0 {
-                                consolidation = Consolidation::of(bytes, ZarrFormat::V3, meta.last_modified.timestamp_millis())
+                                consolidation = self
+                                    .consolidated
+                                    .and_then(|read| Consolidation::of(read, "zarr.json", bytes, meta.last_modified.timestamp_millis()))
                                     .map(|c| (prefix.clone(), Arc::new(c)));
                             }
                             early.push(got);
@@ -440,7 +444,9 @@ impl ObjectStore {
                         if key == own_v2 && consolidation.is_none() && meta.size <= MAX_DOCUMENT_BYTES {
                             let got = fetch_document(self.remote.clone(), key.clone(), MAX_DOCUMENT_BYTES, None).await;
                             if let Ok((bytes, meta)) = &got.0 {
-                                consolidation = Consolidation::of(bytes, ZarrFormat::V2, meta.last_modified.timestamp_millis())
+                                consolidation = self
+                                    .consolidated
+                                    .and_then(|read| Consolidation::of(read, ".zmetadata", bytes, meta.last_modified.timestamp_millis()))
                                     .map(|c| (prefix.clone(), Arc::new(c)));
                             }
                             early.push(got);
@@ -524,18 +530,12 @@ impl ObjectStore {
     fn consolidated_nodes(&self) -> &[String] {
         let Listing::Consolidated(nodes) = &self.listing else { return &[] };
         nodes.get_or_init(|| {
-            let read =
-                |key: &str| self.get(key, 64 << 20).ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let Some(read) = self.consolidated else { return Vec::new() };
             let mut out = Vec::new();
-            if let Some(doc) = read("zarr.json")
-                && let Some(meta) = doc.pointer("/consolidated_metadata/metadata").and_then(|m| m.as_object())
-            {
-                out.extend(meta.keys().cloned());
-            }
-            if let Some(doc) = read(".zmetadata")
-                && let Some(meta) = doc.get("metadata").and_then(|m| m.as_object())
-            {
-                out.extend(meta.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
+            for name in ["zarr.json", ".zmetadata"] {
+                if let Some(documents) = self.get(name, MAX_DOCUMENT_BYTES).ok().flatten().and_then(|b| read(name, &b)) {
+                    out.extend(documents.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
+                }
             }
             // A name no node can have (empty, `.`, `..` or an empty part: `""`, `/x`) is passed over.
             out.retain(|name| {

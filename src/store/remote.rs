@@ -128,6 +128,9 @@ pub struct RemoteOptions {
     /// Icechunk: follow virtual chunk references into the containers the repository names
     /// (files and objects outside it), which are otherwise refused.
     pub virtual_chunks: bool,
+    /// How a walk reads a directory's consolidated metadata (`ReadConsolidated`); without it,
+    /// walks fetch every node document, and an HTTP store lists no children.
+    pub consolidated: Option<super::ReadConsolidated>,
 }
 
 #[cfg(test)]

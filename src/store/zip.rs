@@ -309,7 +309,7 @@ impl ZipStore {
             Method::Stored => return Err(bad(format!("a stored entry of {} bytes that says it holds {}", stored.len(), e.size))),
             Method::Deflated => {
                 let mut out = Vec::new();
-                out.try_reserve_exact(e.size as usize).map_err(|_| crate::zarr::limits::out_of_memory())?;
+                out.try_reserve_exact(e.size as usize).map_err(|_| crate::limits::out_of_memory())?;
                 // Never more than the entry says it holds: a bomb stops at its declared size.
                 flate2::read::DeflateDecoder::new(stored.as_slice())
                     .take(e.size + 1)

@@ -8,10 +8,10 @@ use std::time::Instant;
 use super::codec::{ChunkRepr, ShardIndex, ShardingCodec};
 use super::consolidated;
 use super::grid::ChunkGrid;
-use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, ArrayMetadata, NodeMetadata};
 use super::region::IndexBox;
 use crate::error::lock;
+use crate::limits::MAX_DOCUMENT_BYTES;
 use crate::metrics::COUNTERS;
 use crate::store::{self, ByteRange, Store, Version};
 use crate::{Error, Result};
@@ -621,7 +621,7 @@ impl Array {
         if source.is_hole(first * item as u64, (last + 1 - first) * item as u64) && self.meta.fill.iter().all(|&b| b == 0) {
             return super::region::filled(chunk_len, &self.meta.fill);
         }
-        let mut boxed = super::limits::zeroed(extent.iter().product::<u64>() as usize * item)?;
+        let mut boxed = crate::limits::zeroed(extent.iter().product::<u64>() as usize * item)?;
         let mut runs = boxed.chunks_exact_mut(run.max(1));
         let mut failed = None;
         IndexBox::whole(&extent[..inner]).for_each(|outer| {

@@ -18,9 +18,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 
-use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, Document, ZarrFormat};
 use super::node::{display_path, is_hidden, is_node};
+use crate::limits::MAX_DOCUMENT_BYTES;
 use crate::store::{self, Expect, Store};
 use crate::{Error, Result};
 
@@ -71,19 +71,30 @@ fn entries_of(doc: &mut Value, format: ZarrFormat) -> Option<&mut serde_json::Ma
     entries.and_then(Value::as_object_mut)
 }
 
-/// What the consolidating document `doc` (of a group, in `format`) holds for the document
-/// `rel` below that group (`a/b/zarr.json`, `a/b/.zarray`): that document as it was
-/// consolidated. Whether it still is, the caller knows (a listing's times).
-pub fn entry_for<'a>(doc: &'a Value, format: ZarrFormat, rel: &str) -> Option<&'a Value> {
+/// The node documents the directory document `name` (`zarr.json`, `.zmetadata`) consolidates,
+/// if it consolidates any: each by its key below the directory (`a/b/zarr.json`, `a/b/.zarray`),
+/// rendered as its entry holds it. Whether each still is what the store holds, the caller
+/// knows (a listing's times). This is what storage is given to answer walks with
+/// (`store::ReadConsolidated`): it reads keys and bytes, not Zarr documents.
+pub fn documents_of(name: &str, bytes: &[u8]) -> Option<store::ConsolidatedDocuments> {
+    let format = match name {
+        "zarr.json" => ZarrFormat::V3,
+        ".zmetadata" => ZarrFormat::V2,
+        _ => return None,
+    };
+    let doc: Value = serde_json::from_slice(bytes).ok()?;
     let entries = match format {
         ZarrFormat::V3 => doc.get("consolidated_metadata")?.get("metadata")?,
         ZarrFormat::V2 => doc.get("metadata")?,
     };
-    let entry = match format {
-        ZarrFormat::V3 => entries.get(rel.strip_suffix("/zarr.json")?)?,
-        ZarrFormat::V2 => entries.get(rel)?,
-    };
-    entry.is_object().then_some(entry)
+    let documents = entries.as_object()?.iter().filter(|(_, entry)| entry.is_object()).filter_map(|(rel, entry)| {
+        let key = match format {
+            ZarrFormat::V3 => store::join(rel, "zarr.json"),
+            ZarrFormat::V2 => rel.clone(),
+        };
+        Some((key, bytes::Bytes::from(serde_json::to_vec(entry).ok()?)))
+    });
+    Some(documents.collect())
 }
 
 /// The rewrites `changes` of nodes (each `(path, format, change)`) need in every group above

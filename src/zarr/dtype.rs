@@ -3,7 +3,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-use super::limits;
+use crate::limits;
 use crate::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq)]

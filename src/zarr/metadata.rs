@@ -214,12 +214,12 @@ pub fn parse_v2_array(doc: &Document) -> Result<ArrayMetadata> {
 /// (`limits::max_chunk_bytes`), before anything is allocated by them. Shards are chunks too,
 /// so their inner chunks and index are bounded with them.
 fn check_sizes(shape: &[u64], dtype: &DataType, grid: &ChunkGrid) -> Result<()> {
-    use super::limits::{MAX_AXIS, max_chunk_bytes};
+    use crate::limits::{MAX_AXIS, max_chunk_bytes};
     if let Some((axis, n)) = shape.iter().enumerate().find(|&(_, &n)| n > MAX_AXIS) {
         return Err(Error::metadata(format!("shape {shape:?}: axis {axis} has {n} elements, more than 2^62")));
     }
     // Variable-length elements take some memory each once decoded, whatever their length.
-    let item = dtype.size().map_or(u128::from(super::limits::TEXT_ELEMENT_COST), |s| s.max(1) as u128);
+    let item = dtype.size().map_or(u128::from(crate::limits::TEXT_ELEMENT_COST), |s| s.max(1) as u128);
     let product = |dims: &[u64]| dims.iter().try_fold(item, |acc, &n| acc.checked_mul(u128::from(n)));
     match product(shape) {
         Some(bytes) if bytes <= i64::MAX as u128 => {}

@@ -10,7 +10,6 @@ pub mod dtype;
 pub mod geo;
 pub mod grid;
 pub mod key;
-pub mod limits;
 pub mod metadata;
 pub mod node;
 pub mod normalize;

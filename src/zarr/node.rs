@@ -2,8 +2,8 @@
 //! documents shown beside it, the names a group hides, and reading a node's metadata. It knows
 //! nothing of files or caching.
 
-use super::limits::MAX_DOCUMENT_BYTES;
 use super::metadata::{self, Attributes, Document, NodeMetadata};
+use crate::limits::MAX_DOCUMENT_BYTES;
 use crate::store::{self, Store, Version};
 use crate::{Error, Result};
 

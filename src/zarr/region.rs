@@ -254,8 +254,8 @@ pub fn is_filled(bytes: &[u8], fill: &[u8]) -> bool {
 
 /// A buffer of `n` elements of fill; ENOMEM when the memory cannot be had.
 pub fn filled(n: usize, fill: &[u8]) -> crate::Result<Vec<u8>> {
-    let len = n.checked_mul(fill.len()).ok_or_else(super::limits::out_of_memory)?;
-    let mut v = super::limits::zeroed(len)?;
+    let len = n.checked_mul(fill.len()).ok_or_else(crate::limits::out_of_memory)?;
+    let mut v = crate::limits::zeroed(len)?;
     // Zeroed memory comes from the allocator as is: no second pass.
     if fill.iter().any(|&b| b != 0) {
         fill_pattern(&mut v, fill);

@@ -22,7 +22,7 @@ use object_store::UpdateVersion;
 
 use crate::error::lock;
 use crate::store::Entry;
-use crate::zarr::metadata::ZarrFormat;
+use crate::store::ReadConsolidated;
 
 /// The keys one listing request shows (S3's, GCS's and Azure's most).
 pub const PAGE: usize = 1_000;
@@ -91,27 +91,22 @@ const CONSOLIDATIONS_KEPT: usize = 2;
 /// writer that did not consolidate) is fetched. Both times are the store's, so no two clocks
 /// are compared; a GET's time has whole seconds, so a document of the same second is fetched.
 pub struct Consolidation {
-    doc: serde_json::Value,
-    format: ZarrFormat,
+    documents: crate::store::ConsolidatedDocuments,
     stored: i64,
 }
 
 impl Consolidation {
-    pub fn of(bytes: &[u8], format: ZarrFormat, stored: i64) -> Option<Consolidation> {
-        let doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-        let consolidates = match format {
-            ZarrFormat::V3 => doc.get("consolidated_metadata").and_then(|c| c.get("metadata")).is_some_and(|m| m.is_object()),
-            ZarrFormat::V2 => doc.get("metadata").is_some_and(|m| m.is_object()),
-        };
-        consolidates.then_some(Consolidation { doc, format, stored })
+    /// The directory document `name` holding `bytes`, stored at `stored`, read by `read`: a
+    /// consolidation if it consolidates.
+    pub fn of(read: ReadConsolidated, name: &str, bytes: &[u8], stored: i64) -> Option<Consolidation> {
+        read(name, bytes).map(|documents| Consolidation { documents, stored })
     }
 
     /// What stands for the document `key` below the directory `prefix`, stored at `modified`:
     /// its entry rendered, if the consolidation is newer and has one. Not the directory's own.
     pub fn vouches(&self, prefix: &str, key: &str, modified: i64) -> Option<Bytes> {
         let rel = key.strip_prefix(prefix).filter(|rel| rel.contains('/') && modified < self.stored)?;
-        let entry = crate::zarr::consolidated::entry_for(&self.doc, self.format, rel)?;
-        serde_json::to_vec(entry).ok().map(Bytes::from)
+        self.documents.get(rel).cloned()
     }
 }
 
@@ -279,7 +274,7 @@ mod tests {
     fn consolidated_metadata_vouches_only_for_older_documents_below_it() {
         let v3 = br#"{"zarr_format":3,"node_type":"group","consolidated_metadata":{"kind":"inline","must_understand":false,
             "metadata":{"a":{"node_type":"group"},"a/b":{"node_type":"array","shape":[2]}}}}"#;
-        let c = Consolidation::of(v3, ZarrFormat::V3, 10_000).unwrap();
+        let c = Consolidation::of(crate::zarr::consolidated::documents_of, "zarr.json", v3, 10_000).unwrap();
         let entry = |key: &str, at: i64| c.vouches("p/", key, at).map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap());
         assert_eq!(entry("p/a/b/zarr.json", 9_000).unwrap()["shape"], serde_json::json!([2]));
         assert_eq!(entry("p/a/zarr.json", 9_999).unwrap()["node_type"], "group");
@@ -292,14 +287,17 @@ mod tests {
         assert_eq!(entry("p/zarr.json", 1), None);
         assert_eq!(entry("q/a/b/zarr.json", 1), None);
         let v2 = br#"{"zarr_consolidated_format":1,"metadata":{"a/.zgroup":{"zarr_format":2},"a/b/.zattrs":{"k":1},"a/b/.zarray":7}}"#;
-        let c = Consolidation::of(v2, ZarrFormat::V2, 10_000).unwrap();
+        let c = Consolidation::of(crate::zarr::consolidated::documents_of, ".zmetadata", v2, 10_000).unwrap();
         assert_eq!(c.vouches("", "a/b/.zattrs", 0).as_deref(), Some(&br#"{"k":1}"#[..]));
         assert_eq!(c.vouches("", "a/.zgroup", 0).as_deref(), Some(&br#"{"zarr_format":2}"#[..]));
         // An entry that is no document.
         assert_eq!(c.vouches("", "a/b/.zarray", 0), None);
         // A document that does not consolidate vouches for nothing.
-        assert!(Consolidation::of(br#"{"zarr_format":3,"node_type":"group"}"#, ZarrFormat::V3, 1).is_none());
-        assert!(Consolidation::of(b"not json", ZarrFormat::V2, 1).is_none());
+        assert!(
+            Consolidation::of(crate::zarr::consolidated::documents_of, "zarr.json", br#"{"zarr_format":3,"node_type":"group"}"#, 1)
+                .is_none()
+        );
+        assert!(Consolidation::of(crate::zarr::consolidated::documents_of, ".zmetadata", b"not json", 1).is_none());
     }
 
     fn listed(size: u64) -> Listed {
@@ -381,7 +379,9 @@ mod tests {
     #[test]
     fn the_nearest_consolidation_above_a_directory_answers_for_it_within_the_ttl() {
         let known = ListedKeys::new(Duration::from_millis(100));
-        let c = |stored| Arc::new(Consolidation::of(br#"{"metadata":{}}"#, ZarrFormat::V2, stored).unwrap());
+        let c = |stored| {
+            Arc::new(Consolidation::of(crate::zarr::consolidated::documents_of, ".zmetadata", br#"{"metadata":{}}"#, stored).unwrap())
+        };
         known.keep_consolidation(String::new(), c(1));
         known.keep_consolidation("a/".into(), c(2));
         assert_eq!(known.consolidation_above("a/b/").map(|(p, c)| (p, c.stored)), Some(("a/".into(), 2)));

@@ -35,7 +35,7 @@ impl BytesToBytesCodec for Lz4Codec {
         if n > max {
             return Err(too_large("lz4", max));
         }
-        let mut out = crate::zarr::limits::zeroed(n)?;
+        let mut out = crate::limits::zeroed(n)?;
         match lz4_flex::block::decompress_into(&bytes[4..], &mut out) {
             Ok(got) if got == n => Ok(out),
             Ok(got) => Err(corrupt(format!("lz4: {got} bytes where the size prefix says {n}"))),

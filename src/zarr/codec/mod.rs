@@ -77,7 +77,7 @@ pub trait ArrayToBytesCodec: CodecTraits {
     /// The most bytes an encoding of a chunk of `repr` can take (variable-length elements: the
     /// chunk size bound).
     fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
-        self.encoded_size(repr).unwrap_or_else(super::limits::max_chunk_bytes)
+        self.encoded_size(repr).unwrap_or_else(crate::limits::max_chunk_bytes)
     }
     /// Sharding exposes its index so that a read can fetch single inner chunks.
     fn as_sharding(&self) -> Option<&ShardingCodec> {
@@ -107,7 +107,7 @@ pub trait BytesToBytesCodec: CodecTraits {
     }
     /// The most bytes an encoding of `decoded` bytes can take.
     fn encoded_bound(&self, decoded: u64) -> u64 {
-        self.encoded_size(decoded).unwrap_or_else(|| super::limits::compressed_bound(decoded))
+        self.encoded_size(decoded).unwrap_or_else(|| crate::limits::compressed_bound(decoded))
     }
     /// Why an encoding would not give back what was written, if it would not.
     fn lossy(&self) -> Option<String> {
@@ -127,7 +127,7 @@ pub(crate) fn read_bounded(codec: &str, mut reader: impl std::io::Read, max: usi
         if out.len() == out.capacity() {
             // Doubling, as read_to_end grows, but fallibly; one byte past `max` tells a bomb.
             let more = out.len().max(64 << 10).min(max + 1 - out.len().min(max));
-            out.try_reserve(more.max(1)).map_err(|_| super::limits::out_of_memory())?;
+            out.try_reserve(more.max(1)).map_err(|_| crate::limits::out_of_memory())?;
         }
         let start = out.len();
         let room = (out.capacity() - start).min(max + 1 - start);
@@ -150,7 +150,7 @@ pub(crate) fn read_bounded(codec: &str, mut reader: impl std::io::Read, max: usi
 /// An empty buffer with room for `n` bytes, or ENOMEM.
 pub(crate) fn with_room(n: usize) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    out.try_reserve_exact(n).map_err(|_| super::limits::out_of_memory())?;
+    out.try_reserve_exact(n).map_err(|_| crate::limits::out_of_memory())?;
     Ok(out)
 }
 

@@ -58,7 +58,7 @@ impl ShardingCodec {
         )?;
         let per_shard: Vec<u64> = shard_shape.iter().zip(&inner_shape).map(|(s, i)| s / i).collect();
         // The index is read and held whole: 16 bytes per inner chunk, within the chunk bound.
-        let bound = crate::zarr::limits::max_chunk_bytes();
+        let bound = crate::limits::max_chunk_bytes();
         if per_shard.iter().try_fold(16u64, |acc, &n| acc.checked_mul(n)).is_none_or(|n| n > bound) {
             return Err(Error::metadata(format!(
                 "sharding chunk_shape {inner_shape:?} makes a shard index of more than {bound} bytes (the --max-chunk-size bound)"

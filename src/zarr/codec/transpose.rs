@@ -42,7 +42,7 @@ impl TransposeCodec {
         for (i, &a) in self.order.iter().enumerate() {
             dec_axis_stride[a] = enc_strides[i];
         }
-        let mut out = crate::zarr::limits::zeroed(data.len())?;
+        let mut out = crate::limits::zeroed(data.len())?;
         // Walk the decoded shape in C order; one side is the C-order decoded buffer, the other
         // the encoded buffer seen through permuted strides. Runs are one element long unless the
         // last decoded axis is also last in the encoding.
