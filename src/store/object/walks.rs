@@ -1,0 +1,272 @@
+//! Walks on object storage: a node document no listing reached has its directory's siblings
+//! listed in one go (`list_beneath`), the documents the listing shows fetched many at a time or
+//! taken from the consolidated metadata that vouches for them, and kept (`listed`) for the
+//! metadata TTL; an HTTP store, which cannot list, shows the nodes its consolidated metadata names.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, ObjectStore as Remote, UpdateVersion};
+
+use super::listed::{self, Consolidation, Listed};
+use super::versions::{version_from, version_of};
+use super::{DOCUMENTS_IN_FLIGHT, Listing, ObjectStore, guarded, within};
+use crate::limits::MAX_DOCUMENT_BYTES;
+use crate::store::{Store, Value};
+use crate::{Error, Result};
+
+/// The document `key`, fetched whole if it holds no more than `max` bytes (one grown past what
+/// a listing showed, a hostile server's endless body included, is not read: it waits to be
+/// asked for, bounded then), once `turn` gives a place among the requests in flight.
+pub(super) async fn fetch_document(
+    remote: Arc<dyn Remote>,
+    key: String,
+    max: u64,
+    turn: Option<Arc<tokio::sync::Semaphore>>,
+) -> (object_store::Result<(bytes::Bytes, object_store::ObjectMeta)>, String) {
+    let _turn = match turn {
+        Some(t) => t.acquire_owned().await.ok(),
+        None => None,
+    };
+    let got = async {
+        let r = remote.get_opts(&ObjectPath::parse(&key)?, GetOptions::default()).await?;
+        if r.meta.size > max {
+            return Err(object_store::Error::Generic { store: "listing", source: "larger than the listing's bound".into() });
+        }
+        let meta = r.meta.clone();
+        Ok((r.bytes().await?, meta))
+    };
+    (got.await, key)
+}
+
+pub(super) fn join_failed(e: tokio::task::JoinError) -> object_store::Error {
+    object_store::Error::Generic { store: "listing", source: Box::new(e) }
+}
+
+impl ObjectStore {
+    /// List every key under the directory `dir`, up to `budget` keys, and keep what the
+    /// listing showed, with the node documents among them: each is fetched as soon as the
+    /// listing shows it, `DOCUMENTS_IN_FLIGHT` at a time, while the listing goes on — unless
+    /// the directory's own consolidated metadata, stored after it, vouches for it. A key
+    /// object_store cannot parse, or keys out of order, leave nothing kept.
+    pub(super) fn list_beneath(&self, dir: &str, budget: usize) -> Result<()> {
+        let prefix = listed::dir_prefix(dir);
+        let path = if dir.is_empty() { None } else { Some(Self::path(dir)?) };
+        self.count(&self.requests.list);
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(DOCUMENTS_IN_FLIGHT));
+        // Documents too large to keep, or beyond the room left, wait to be asked for.
+        let mut room = self.listed.room();
+        let mut fetches = Vec::new();
+        let (own_v3, own_v2) = (format!("{prefix}zarr.json"), format!("{prefix}.zmetadata"));
+        // Consolidated metadata a listing above this one found; else the directory's own v3
+        // document, asked for with the listing's first page: whether it consolidates is known
+        // before the first document the listing shows is fetched.
+        let mut consolidation = self.listed.consolidation_above(&prefix);
+        let above = consolidation.is_some();
+        let own = consolidation
+            .is_none()
+            .then(|| self.runtime.spawn(fetch_document(self.remote.clone(), own_v3.clone(), MAX_DOCUMENT_BYTES, None)));
+        let (listing, fetched, consolidation) = self.runtime.block_on(async {
+            let mut own = own;
+            let mut early = Vec::new();
+            let listing = async {
+                let mut stream = self.remote.list(path.as_ref());
+                let mut keys = std::collections::BTreeMap::new();
+                let mut last = String::new();
+                while let Some(meta) = stream.next().await {
+                    let meta = meta?;
+                    let key = meta.location.as_ref().to_string();
+                    // A key object_store encoded reads differently from the key asked for.
+                    if key.contains('%') || key <= last || !key.starts_with(&prefix) {
+                        return Ok(None);
+                    }
+                    last.clone_from(&key);
+                    let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
+                    let mut listed = Listed { size: meta.size, version, bytes: None, consolidated: false };
+                    if guarded(&key) {
+                        if let Some(own) = own.take() {
+                            let got = own.await.unwrap_or_else(|e| (Err(join_failed(e)), own_v3.clone()));
+                            if let Ok((bytes, meta)) = &got.0 {
+                                consolidation = self
+                                    .consolidated
+                                    .and_then(|read| Consolidation::of(read, "zarr.json", bytes, meta.last_modified.timestamp_millis()))
+                                    .map(|c| (prefix.clone(), Arc::new(c)));
+                            }
+                            early.push(got);
+                        }
+                        // A v2 directory's consolidated metadata lists before its children.
+                        if key == own_v2 && consolidation.is_none() && meta.size <= MAX_DOCUMENT_BYTES {
+                            let got = fetch_document(self.remote.clone(), key.clone(), MAX_DOCUMENT_BYTES, None).await;
+                            if let Ok((bytes, meta)) = &got.0 {
+                                consolidation = self
+                                    .consolidated
+                                    .and_then(|read| Consolidation::of(read, ".zmetadata", bytes, meta.last_modified.timestamp_millis()))
+                                    .map(|c| (prefix.clone(), Arc::new(c)));
+                            }
+                            early.push(got);
+                        } else if key == own_v3 && early.iter().any(|(got, k)| *k == key && got.is_ok()) {
+                            // Fetched with the first page.
+                        } else if let Some(entry) =
+                            consolidation.as_ref().and_then(|(at, c)| c.vouches(at, &key, meta.last_modified.timestamp_millis()))
+                            && entry.len() as u64 <= room
+                        {
+                            room -= entry.len() as u64;
+                            listed.bytes = Some(entry);
+                            listed.consolidated = true;
+                        } else if meta.size <= listed::DOCUMENT_KEPT_MAX
+                            && meta.size <= room
+                            && !self.listed.has_document(&key, &listed.version)
+                        {
+                            room -= meta.size;
+                            let turn = in_flight.clone();
+                            let fetch = fetch_document(self.remote.clone(), key.clone(), listed::DOCUMENT_KEPT_MAX, Some(turn));
+                            fetches.push(self.runtime.spawn(fetch));
+                        }
+                    }
+                    keys.insert(key, listed);
+                    if keys.len() >= budget {
+                        return Ok(Some((keys, false)));
+                    }
+                }
+                Ok::<_, object_store::Error>(Some((keys, true)))
+            }
+            .await;
+            if !matches!(listing, Ok(Some(_))) {
+                fetches.iter().for_each(|f| f.abort());
+            }
+            let mut fetched = early;
+            // An empty listing: the directory's document was still asked for.
+            if let Some(own) = own {
+                fetched.extend(own.await.ok());
+            }
+            for f in fetches {
+                fetched.extend(f.await.ok());
+            }
+            (listing, fetched, consolidation)
+        });
+        let (keys, complete) = match listing {
+            Ok(Some(listing)) => listing,
+            Ok(None) | Err(object_store::Error::InvalidPath { .. }) => {
+                self.listed.insert_failed(prefix);
+                return Ok(());
+            }
+            Err(e) => {
+                self.listed.insert_failed(prefix);
+                return Err(self.failed("LIST", dir, e));
+            }
+        };
+        if let Some((at, c)) = consolidation.filter(|_| !above) {
+            self.listed.keep_consolidation(at, c);
+        }
+        self.listed.insert(prefix, keys, complete);
+        for (got, key) in fetched {
+            self.count(&self.requests.get);
+            match got {
+                Ok((bytes, meta)) => {
+                    self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
+                    self.listed.changed(&key, Some(Listed { size: meta.size, version, bytes: Some(bytes), consolidated: false }));
+                }
+                Err(object_store::Error::NotFound { .. }) => self.listed.changed(&key, None),
+                // Asked for again when it is wanted, and its error said then.
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the nodes the root's consolidated metadata lists (HTTP stores), as keys of
+    /// their directories: `a`, `a/b`, ...
+    pub(super) fn consolidated_nodes(&self) -> &[String] {
+        let Listing::Consolidated(nodes) = &self.listing else { return &[] };
+        nodes.get_or_init(|| {
+            let Some(read) = self.consolidated else { return Vec::new() };
+            let mut out = Vec::new();
+            for name in ["zarr.json", ".zmetadata"] {
+                if let Some(documents) = self.get(name, MAX_DOCUMENT_BYTES).ok().flatten().and_then(|b| read(name, &b)) {
+                    out.extend(documents.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
+                }
+            }
+            // A name no node can have (empty, `.`, `..` or an empty part: `""`, `/x`) is passed over.
+            out.retain(|name| {
+                let shown = !name.is_empty() && name.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+                if !shown {
+                    tracing::warn!(node = name, "consolidated metadata names a node no path can have: passed over");
+                }
+                shown
+            });
+            out.sort();
+            out.dedup();
+            out
+        })
+    }
+
+    /// `get_value`, answered from a listing where it can: with `consolidated`, by a document's
+    /// consolidated entry too (`get_document`).
+    pub(super) fn get_listed(&self, key: &str, max: u64, consolidated: bool) -> Result<Option<Value>> {
+        if guarded(key) {
+            // A node document no listing reached: its node's siblings are likely wanted next (a
+            // `stat` of every array, a tool opening each), so their directory is listed first.
+            // Not the root's own: a mount reads it alone.
+            if self.listed.enabled()
+                && self.listed.get(key).is_none()
+                && let Some((dir, _)) = key.rsplit_once('/')
+            {
+                let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+                if !self.listed.tried(&listed::dir_prefix(parent)) {
+                    // One page: a large array's chunks cost one request more, not five. A
+                    // listing that fails leaves the document to be asked for alone.
+                    let _ = self.list_beneath(parent, listed::PAGE);
+                }
+            }
+            match self.listed.get(key) {
+                Some(None) => {
+                    self.remember_etag(key, Some(None));
+                    return Ok(None);
+                }
+                Some(Some(Listed { bytes: Some(bytes), version, size, consolidated: by_entry }))
+                    if bytes.len() as u64 <= max && (consolidated || !by_entry) =>
+                {
+                    let value = Value { bytes: bytes.to_vec(), version: version_from(&version.e_tag, &version.version, size) };
+                    self.remember_etag(key, Some(Some(version)));
+                    return Ok(Some(value));
+                }
+                _ => {}
+            }
+        }
+        let path = Self::path(key)?;
+        self.count(&self.requests.get);
+        let remote = self.remote.clone();
+        let got = self.run_get(async move {
+            let r = within(0, remote.get_opts(&path, GetOptions::default())).await?;
+            // A value larger than its bound is refused before its body is read.
+            if r.meta.size > max {
+                return Ok(Err(r.meta.size));
+            }
+            let meta = r.meta.clone();
+            Ok(Ok((within(meta.size, r.bytes()).await?, meta)))
+        });
+        match got {
+            Ok(Ok((bytes, meta))) => {
+                self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if bytes.len() as u64 > max {
+                    return Err(Error::refused(key, format!("more than the {max} bytes it can hold")));
+                }
+                let version = UpdateVersion { e_tag: meta.e_tag.clone(), version: meta.version.clone() };
+                self.remember_etag(key, Some(Some(version.clone())));
+                if guarded(key) {
+                    self.listed.changed(key, Some(Listed { size: meta.size, version, bytes: Some(bytes.clone()), consolidated: false }));
+                }
+                Ok(Some(Value { bytes: bytes.into(), version: version_of(&meta) }))
+            }
+            Ok(Err(size)) => Err(Error::refused(key, format!("{size} bytes, more than the {max} it can hold (not read)"))),
+            Err(object_store::Error::NotFound { .. }) => {
+                self.remember_etag(key, Some(None));
+                Ok(None)
+            }
+            Err(e) => Err(self.failed("GET", key, e)),
+        }
+    }
+}
