@@ -10,6 +10,10 @@
 //! documents are written with conditional PUTs (If-Match on the ETag they were read at, or
 //! If-None-Match when they were absent), so a change another writer made since is detected and
 //! the write fails instead of silently replacing it.
+//!
+//! This file is the `Store` over a client: reads, writes, deletes, listings. How the client is
+//! built is `client`; what a failure says, `errors`; versions and conditional PUTs, `versions`;
+//! walks answered from listings, `walks` (and what they showed, `listed`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -213,7 +213,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[test]
     fn aws_endpoints_are_told_from_others_by_their_host() {
         for aws in [
             "https://s3.eu-west-1.amazonaws.com",
@@ -228,7 +227,6 @@ mod tests {
         }
     }
 
-    #[test]
     #[test]
     fn profile_credentials_are_read_from_their_section() {
         let text = "[default]\naws_access_key_id = A\naws_secret_access_key=B\n\n[other]\naws_access_key_id=C\naws_secret_access_key = D\naws_session_token = T\n";

@@ -95,7 +95,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[test]
     fn a_request_that_was_not_sent_is_explained_by_its_innermost_cause() {
         /// An outer error that only says a request to a URL failed, over the cause.
         #[derive(Debug)]
