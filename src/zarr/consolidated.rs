@@ -92,7 +92,7 @@ pub fn documents_of(name: &str, bytes: &[u8]) -> Option<store::ConsolidatedDocum
             ZarrFormat::V3 => store::join(rel, "zarr.json"),
             ZarrFormat::V2 => rel.clone(),
         };
-        Some((key, bytes::Bytes::from(serde_json::to_vec(entry).ok()?)))
+        Some((key, serde_json::to_vec(entry).ok()?))
     });
     Some(documents.collect())
 }

@@ -106,7 +106,7 @@ impl Consolidation {
     /// its entry rendered, if the consolidation is newer and has one. Not the directory's own.
     pub fn vouches(&self, prefix: &str, key: &str, modified: i64) -> Option<Bytes> {
         let rel = key.strip_prefix(prefix).filter(|rel| rel.contains('/') && modified < self.stored)?;
-        self.documents.get(rel).cloned()
+        self.documents.get(rel).map(|document| Bytes::from(document.clone()))
     }
 }
 
