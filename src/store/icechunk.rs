@@ -23,7 +23,7 @@ use icechunk::storage::{S3Credentials, S3Options, Storage};
 use icechunk::store::{ListDirItem, StoreError, StoreErrorKind};
 use tokio::sync::RwLock;
 
-use super::pipeline::Reference;
+use super::location::Reference;
 use super::{ByteRange, Entry, Expect, Head, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join};
 use crate::error::lock;
 use crate::{Error, Result};

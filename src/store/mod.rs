@@ -10,19 +10,17 @@ mod memory;
 #[cfg(feature = "object-store")]
 mod object;
 mod pack;
-mod pipeline;
 mod remote;
 mod zip;
 
 #[cfg(feature = "icechunk")]
 pub use icechunk::IcechunkStore;
 pub use local::LocalStore;
-pub use location::{Location, check_dir};
+pub use location::{Location, Reference, check_dir};
 pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 pub use object::{ObjectStore, RequestCounts};
 pub use pack::{PackOptions, Packed, ZipWriter, pack};
-pub use pipeline::Reference;
 pub use remote::{RemoteLocation, RemoteOptions};
 pub use zip::ZipStore;
 
@@ -339,6 +337,41 @@ pub trait Store: Send + Sync {
     /// refused credentials, a wrong region or an unreachable endpoint. A local store is there.
     fn reach(&self) -> std::result::Result<(), String> {
         Ok(())
+    }
+}
+
+impl Location {
+    /// Open the store. Nothing is asked of an object store yet: its first request (the root's
+    /// metadata, or `Store::reach`) tells whether it can be used.
+    pub fn open(&self, options: &RemoteOptions) -> std::result::Result<Arc<dyn Store>, String> {
+        match self {
+            Location::Local(path) => {
+                check_dir("store", path)?;
+                Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?))
+            }
+            Location::Zip { container, archive, root } => {
+                let container = container.open(options)?;
+                let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
+                Ok(Arc::new(zip))
+            }
+            #[cfg(feature = "icechunk")]
+            Location::Icechunk { repo, reference, root } => {
+                Ok(Arc::new(IcechunkStore::open(repo, reference, root, options).map_err(|e| format!("{self}: {e}"))?))
+            }
+            #[cfg(not(feature = "icechunk"))]
+            Location::Icechunk { .. } => Err(format!("{self}: this build has no Icechunk support (cargo feature icechunk)")),
+            #[cfg(feature = "object-store")]
+            // What `open` refuses says so itself, naming the store.
+            Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| match e {
+                crate::Error::Invalid(why) => why,
+                e => e.to_string(),
+            })?)),
+            #[cfg(not(feature = "object-store"))]
+            Location::Remote(remote) => {
+                let _ = options;
+                Err(format!("{remote}: this build has no object-store support (cargo feature object-store)"))
+            }
+        }
     }
 }
 
