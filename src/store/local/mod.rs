@@ -7,9 +7,11 @@
 //! path. Objects are opened without blocking (a FIFO cannot hang a request) and must be regular
 //! files no larger than the caller's bound.
 
+mod key_lock;
+mod tree;
+
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +20,8 @@ use rustix::io::Errno;
 
 use super::{ByteRange, Claim, Entry, Expect, Head, Permissions, Space, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
+use key_lock::{HeldKey, KEY_LOCK_WAIT, KeyLock};
+use tree::{count_within, remove_empty_within, remove_tree};
 
 pub struct LocalStore {
     root: PathBuf,
@@ -143,101 +147,6 @@ fn start_write_back(file: &std::fs::File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a descriptor `file` owns, open for the call; the call reads no memory of ours.
     unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-}
-
-/// How long a conditional write waits for another writer's lock of the same key before it
-/// fails with EBUSY: a lock is held only to compare a version, write a value and rename it.
-const KEY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The lock of one key, held: its lock file `.NAME.zarrfs-lock.tmp` beside it, open and locked
-/// with an open file description lock (threads of one process contend for it as processes do,
-/// and NFS takes it to the server, so that mounts on other hosts contend too). The lock file is
-/// also the new value, renamed over the key (tensorstore's file store does the same): a waiter
-/// that then takes the lock finds the name no longer its file and starts again.
-struct KeyLock {
-    dir: OwnedFd,
-    fd: OwnedFd,
-    name: String,
-}
-
-impl KeyLock {
-    fn take(dir: &OwnedFd, name: &str, key: &str, wait: std::time::Duration) -> Result<KeyLock> {
-        let lock_name = format!(".{name}.zarrfs-lock.tmp");
-        debug_assert!(super::is_temporary(&lock_name));
-        let deadline = std::time::Instant::now() + wait;
-        let mut pause = std::time::Duration::from_micros(100);
-        let dir = dir.try_clone()?;
-        loop {
-            // Never through a link planted under the lock's name.
-            let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            let fd = rustix::fs::openat(&dir, lock_name.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| match e {
-                Errno::LOOP => Error::refused(key, "a link stands where its lock file goes"),
-                e => Error::Io(io(e)),
-            })?;
-            let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
-            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-                return Err(Error::refused(key, "its lock file is not a regular file"));
-            }
-            if try_lock(&fd)? {
-                match rustix::fs::statat(&dir, lock_name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
-                        return Ok(KeyLock { dir, fd, name: lock_name });
-                    }
-                    // Renamed over its key (or removed) by the holder before: another file now.
-                    _ => continue,
-                }
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Busy(format!("{key}: another writer has held its lock ({lock_name}) for {} s", wait.as_secs_f32())));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(20));
-        }
-    }
-
-    /// Give the lock up without storing its file: the file is removed (a waiter then makes a
-    /// new one), and the lock goes with the descriptor.
-    fn abandon(self) {
-        let _ = rustix::fs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
-    }
-}
-
-/// A key's lock held until dropped (`Store::hold_lock`).
-struct HeldKey(Option<KeyLock>);
-
-impl Drop for HeldKey {
-    fn drop(&mut self) {
-        if let Some(lock) = self.0.take() {
-            lock.abandon();
-        }
-    }
-}
-
-/// Lock `fd` exclusively without waiting; `false` when another holds it. A file system without
-/// such locks (some FUSE ones) is taken as locked, with a warning once: the version check still
-/// stands, as one step no longer.
-fn try_lock(fd: &OwnedFd) -> Result<bool> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain C struct, all zeros a valid value.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as _;
-    lock.l_whence = libc::SEEK_SET as _;
-    // SAFETY: a descriptor `fd` owns, and a struct that lives through the call.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
-        Some(libc::ENOLCK | libc::EINVAL | libc::EOPNOTSUPP) => {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                tracing::warn!("the store's file system has no file locks: writes of one chunk by two mounts are checked, not locked ({e})")
-            });
-            Ok(true)
-        }
-        _ => Err(Error::Io(e)),
-    }
 }
 
 /// Whether what `key` names is a value: a regular file; a directory is none; anything else is
@@ -654,116 +563,6 @@ impl Store for LocalStore {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
-    }
-}
-
-/// Remove `name` in `dir` and, when it is a directory, everything beneath it. Links are
-/// removed, not followed. Returns how many non-directories were removed.
-fn remove_tree(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<u64> {
-    remove_tree_within(dir, name, 0)
-}
-
-/// How deep `remove_tree` goes: far past any chunk key (an axis per level), and short of what
-/// a hostile store's nesting would do to the stack and the open descriptors.
-const MAX_REMOVE_DEPTH: usize = 256;
-
-fn remove_tree_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Result<u64> {
-    if depth > MAX_REMOVE_DEPTH {
-        return Err(Error::Invalid(format!("directories nested deeper than {MAX_REMOVE_DEPTH} levels are not removed")));
-    }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let child = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(0),
-        // Not a directory (or a link): one value.
-        Err(Errno::NOTDIR | Errno::LOOP) => {
-            return match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
-                Ok(()) => Ok(1),
-                Err(Errno::NOENT) => Ok(0),
-                Err(e) => Err(Error::Io(io(e))),
-            };
-        }
-        Err(e) => return Err(Error::Io(io(e))),
-    };
-    let mut names = Vec::new();
-    for entry in Dir::read_from(&child).map_err(|e| Error::Io(io(e)))? {
-        let entry = entry.map_err(|e| Error::Io(io(e)))?;
-        let n = entry.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            names.push(std::ffi::OsStr::from_bytes(n).to_os_string());
-        }
-    }
-    let mut removed = 0;
-    for n in names {
-        removed += remove_tree_within(&child, &n, depth + 1)?;
-    }
-    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(Errno::NOENT) => Ok(removed),
-        Err(e) => Err(Error::Io(io(e))),
-    }
-}
-
-/// Remove `name` in `dir` if it is a directory holding only empty directories. Links are not
-/// followed; files are left.
-/// Count the regular files beneath `dir` and their bytes into `usage`, at most `most` of them;
-/// links are not followed.
-fn count_within(dir: &OwnedFd, usage: &mut Usage, most: u64, depth: usize) -> Result<()> {
-    let mut subdirs = Vec::new();
-    for entry in Dir::read_from(dir).map_err(|e| Error::Io(io(e)))? {
-        let entry = entry.map_err(|e| Error::Io(io(e)))?;
-        let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
-        let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
-        match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Directory if depth < MAX_REMOVE_DEPTH => subdirs.push(name.to_owned()),
-            FileType::RegularFile => {
-                if usage.values >= most {
-                    usage.complete = false;
-                    return Ok(());
-                }
-                usage.values += 1;
-                usage.bytes += stat.st_size as u64;
-            }
-            _ => {}
-        }
-    }
-    for sub in subdirs {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let Ok(child) = rustix::fs::openat(dir, sub.as_c_str(), flags, Mode::empty()) else { continue };
-        count_within(&child, usage, most, depth + 1)?;
-        if !usage.complete {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
-fn remove_empty_within(dir: &OwnedFd, name: &std::ffi::OsStr, depth: usize) -> Result<()> {
-    if depth > MAX_REMOVE_DEPTH {
-        return Ok(());
-    }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let child = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
-        Err(e) => return Err(Error::Io(io(e))),
-    };
-    let mut subdirs = Vec::new();
-    for entry in Dir::read_from(&child).map_err(|e| Error::Io(io(e)))? {
-        let entry = entry.map_err(|e| Error::Io(io(e)))?;
-        let n = entry.file_name().to_bytes();
-        if n != b"." && n != b".." && entry.file_type() == FileType::Directory {
-            subdirs.push(std::ffi::OsStr::from_bytes(n).to_os_string());
-        }
-    }
-    for sub in subdirs {
-        remove_empty_within(&child, &sub, depth + 1)?;
-    }
-    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => Ok(()),
-        Err(e) => Err(Error::Io(io(e))),
     }
 }
 
