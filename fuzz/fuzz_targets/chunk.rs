@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
     let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: &meta.fill };
     if meta.dtype.is_variable() {
         let n = repr.num_elements() as usize;
-        let bound = zarrfs::zarr::limits::text_chunk_bound(n as u64, 1 << 30);
+        let bound = zarrfs::limits::text_chunk_bound(n as u64, 1 << 30);
         if let Ok(elements) = meta.codecs.decode_elements(chunk.to_vec(), n, bound) {
             assert_eq!(elements.len(), n);
         }
