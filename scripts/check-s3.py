@@ -163,6 +163,7 @@ def requests_counted(proxy):
     g = zarr.open_group(s3store(prefix), mode="w")
     g.create_array("sh", data=np.arange(64 * 64, dtype="u2").reshape(64, 64), chunks=(8, 8), shards=(32, 32))
     g.create_array("plain", data=np.arange(40 * 6, dtype="i4").reshape(40, 6), chunks=(4, 6))
+    g.create_array("rw", data=np.arange(32 * 8, dtype="<u4").reshape(32, 8), chunks=(4, 8))
     # Sparse: one chunk of 16 stored; each 1 MiB read touches half of a chunk row (2 MiB).
     sparse = g.create_array("sparse", shape=(1024, 1024), chunks=(512, 128), dtype="f4", fill_value=-1.0)
     sparse[512:, 256:384] = 7.0
@@ -206,6 +207,27 @@ def requests_counted(proxy):
         copies = [e for e in proxy.entries() if e[0] == "PUT" and e[2]]
         check(len(chunk_puts) == 2 and len(meta_puts) == 1 and len(lease_puts) == 1 and len(puts) == 4 and len(deletes) == 1
               and not copies, f"a prepend is its new chunk PUTs, one metadata PUT and its lease's PUT and delete ({puts}; {deletes})")
+        # Conditional chunk writes cost no round trip of their own: a chunk changed in part is
+        # read (its ETag kept) and stored over that ETag; one written whole is stored over
+        # anything. Neither asks for a chunk's version (HEAD).
+        chunk_requests = lambda: [(e[0], e[1]) for e in proxy.entries() if "/rw/c/" in e[1]]
+        os.stat(m.path("rw/data"))
+        proxy.reset()
+        fd = os.open(m.path("rw/data"), os.O_WRONLY)
+        for row in range(0, 32, 4):
+            os.pwrite(fd, (1000 + row).to_bytes(4, "little"), row * 8 * 4)
+        os.fsync(fd)
+        os.close(fd)
+        partial = chunk_requests()
+        kinds = lambda reqs: {k: sum(1 for r in reqs if r[0] == k) for k in ("GET", "HEAD", "PUT")}
+        check(kinds(partial) == {"GET": 8, "HEAD": 0, "PUT": 8}, f"8 chunks changed in part: a GET and a conditional PUT each, no HEAD ({partial})")
+        proxy.reset()
+        whole = np.arange(32 * 8, dtype="<u4") + 7
+        with open(m.path("rw/data"), "r+b") as f:
+            f.write(whole.tobytes())
+        overwrite = chunk_requests()
+        check(kinds(overwrite) == {"GET": 0, "HEAD": 0, "PUT": 8}, f"8 chunks written whole: a PUT each ({overwrite})")
+        check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["rw"][...].ravel(), whole), "the rewritten array reads back")
         print(f"requests: sharded point read 2 ranged GETs; cached re-read 0; sparse scan {sum(asked.values())} for 16 chunks; prepend of 2 chunks {len(puts)} PUTs", flush=True)
 
 
