@@ -214,8 +214,10 @@ fn the_command_line_behaves_like_the_tools_users_know() {
         assert_eq!(code, Some(0));
         assert!(out.contains(want), "{command} --help lacks {want:?}:\n{out}");
     }
-    let (_, out, _) = run(&[&os("adopt"), &os("--help")]);
-    assert!(!out.contains("--virtual-chunks"), "adopt reads no chunk, yet offers --virtual-chunks:\n{out}");
+    for command in ["adopt", "log"] {
+        let (_, out, _) = run(&[&os(command), &os("--help")]);
+        assert!(!out.contains("--virtual-chunks"), "{command} reads no chunk, yet offers --virtual-chunks:\n{out}");
+    }
     let pages = dir.path().join("man");
     let (code, _, err) = run(&[&os("man"), pages.as_os_str()]);
     assert_eq!(code, Some(0), "{err}");

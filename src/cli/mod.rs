@@ -155,6 +155,8 @@ enum Command {
     /// List the snapshots of an Icechunk repository, newest first from the branch, tag or
     /// snapshot named: ID, time, message. Mount one with SOURCE|icechunk:@ID (read-only); a
     /// mount of the repository shows each as .zarrfs/snapshots/ID.
+    // A log reads no chunk: following virtual ones means nothing to it.
+    #[command(mut_arg("virtual_chunks", |a| a.hide(true)))]
     #[command(
         after_help = "Examples:\n  zarrfs log icechunk:/data/repo\n  zarrfs log 's3://bucket/repo|icechunk:@branch.dev'\n  zarrfs mount '/data/repo|icechunk:@R67A35M91PE2DEW4QAF0' /mnt/then"
     )]
