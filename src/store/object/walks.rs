@@ -68,6 +68,12 @@ impl ObjectStore {
         let own = consolidation
             .is_none()
             .then(|| self.runtime.spawn(fetch_document(self.remote.clone(), own_v3.clone(), MAX_DOCUMENT_BYTES, None)));
+        // The directory's own document `name`, fetched: what it consolidates, if anything.
+        let consolidates = |name: &str, got: &object_store::Result<(bytes::Bytes, object_store::ObjectMeta)>| {
+            let (bytes, meta) = got.as_ref().ok()?;
+            let c = Consolidation::of(self.consolidated?, name, bytes, meta.last_modified.timestamp_millis())?;
+            Some((prefix.clone(), Arc::new(c)))
+        };
         let (listing, fetched, consolidation) = self.runtime.block_on(async {
             let mut own = own;
             let mut early = Vec::new();
@@ -88,23 +94,13 @@ impl ObjectStore {
                     if guarded(&key) {
                         if let Some(own) = own.take() {
                             let got = own.await.unwrap_or_else(|e| (Err(join_failed(e)), own_v3.clone()));
-                            if let Ok((bytes, meta)) = &got.0 {
-                                consolidation = self
-                                    .consolidated
-                                    .and_then(|read| Consolidation::of(read, "zarr.json", bytes, meta.last_modified.timestamp_millis()))
-                                    .map(|c| (prefix.clone(), Arc::new(c)));
-                            }
+                            consolidation = consolidates("zarr.json", &got.0);
                             early.push(got);
                         }
                         // A v2 directory's consolidated metadata lists before its children.
                         if key == own_v2 && consolidation.is_none() && meta.size <= MAX_DOCUMENT_BYTES {
                             let got = fetch_document(self.remote.clone(), key.clone(), MAX_DOCUMENT_BYTES, None).await;
-                            if let Ok((bytes, meta)) = &got.0 {
-                                consolidation = self
-                                    .consolidated
-                                    .and_then(|read| Consolidation::of(read, ".zmetadata", bytes, meta.last_modified.timestamp_millis()))
-                                    .map(|c| (prefix.clone(), Arc::new(c)));
-                            }
+                            consolidation = consolidates(".zmetadata", &got.0);
                             early.push(got);
                         } else if key == own_v3 && early.iter().any(|(got, k)| *k == key && got.is_ok()) {
                             // Fetched with the first page.
