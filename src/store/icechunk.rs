@@ -156,16 +156,13 @@ fn icechunk_error(what: &str, e: impl std::fmt::Display) -> String {
 impl IcechunkStore {
     /// Open the repository at `repo` (a local directory or an S3 prefix) at `reference`.
     pub fn open(repo: &Location, reference: &Reference, root: &str, options: &RemoteOptions) -> std::result::Result<IcechunkStore, String> {
+        let repo_location = repo;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("zarrfs-icechunk")
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        let chunk_files = match repo {
-            Location::Local(path) => Some(LocalStore::open(path).map_err(|e| format!("repository {}: {e}", path.display()))?),
-            _ => None,
-        };
         let (repo, session) = runtime.block_on(async {
             let storage: Arc<dyn Storage + Send + Sync> = match repo {
                 Location::Local(path) => {
@@ -212,6 +209,12 @@ impl IcechunkStore {
             .map_err(|e| icechunk_error(&reference.to_string(), e.kind))?;
             Ok::<_, String>((repository, session))
         })?;
+        // Opened once the repository is known to be one: what is not says so in Icechunk's words.
+        // Where the directory cannot be opened here, Icechunk's own reads still serve.
+        let chunk_files = match repo_location {
+            Location::Local(path) => LocalStore::open(path).ok(),
+            _ => None,
+        };
         let session = Arc::new(RwLock::new(session));
         let store = runtime.block_on(icechunk::Store::from_session(session.clone()));
         Ok(IcechunkStore {
