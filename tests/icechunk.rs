@@ -189,3 +189,27 @@ fn the_history_shows_as_read_only_directories_newest_first() {
     assert_eq!(std::fs::read(snapshots.join(&now[1]).join("plain/data")).expect("the old tip"), before);
     assert_eq!(std::fs::read(snapshots.join(&now[0]).join("plain/data")).expect("the new tip")[..4], [9u8; 4]);
 }
+
+#[test]
+fn a_chunk_file_that_links_out_of_the_repository_is_not_followed() {
+    if common::backend::local_only("the repository is a local directory") {
+        return;
+    }
+    let (dir, repo) = copy_store(&fixture().join("repo"));
+    // Every chunk file moved outside the repository, a link to it left in its place: whole,
+    // valid bytes, so only the refusal to follow the link tells this read from a good one.
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).expect("outside");
+    for entry in std::fs::read_dir(repo.join("chunks")).expect("chunks") {
+        let path = entry.expect("entry").path();
+        let moved = outside.join(path.file_name().expect("name"));
+        std::fs::rename(&path, &moved).expect("move the chunk file out");
+        std::os::unix::fs::symlink(&moved, &path).expect("link");
+    }
+    let mount = Mount::new(&source(&repo, ""), &["--read-only"]);
+    let failed: Vec<_> = ["plain/data", "g/sharded/data"].iter().filter_map(|p| std::fs::read(mount.path(p)).err()).collect();
+    assert!(!failed.is_empty(), "an array read through links out of the repository");
+    assert!(failed.iter().all(|e| e.raw_os_error() == Some(libc::EIO)), "{failed:?}");
+    let log = mount.log_text();
+    assert!(log.contains("leads out of the store"), "the log names the link: {log}");
+}
