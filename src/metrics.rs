@@ -187,11 +187,11 @@ pub struct Endpoint {
     pub addr: SocketAddr,
 }
 
-/// Clients answered at once; more are turned away until one is done.
-const MOST_CLIENTS: u64 = 8;
+/// Clients answered at once; past it, the one connected longest is let go to make room.
+const MOST_CLIENTS: usize = 8;
 
-/// The longest a scraper may take to send its request or take the answer: one that stalls
-/// holds no one else up for longer.
+/// The longest a scraper may take over its whole request, from connecting to taking the last
+/// byte of the answer: a client that trickles holds its slot no longer.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The address `--metrics-addr` names: `HOST:PORT`, or a port alone on the loopback address
@@ -203,6 +203,9 @@ pub fn address(addr: &str) -> String {
     }
 }
 
+/// The clients being answered, oldest first: a handle to each connection, to let it go.
+type Clients = std::sync::Mutex<std::collections::VecDeque<(u64, TcpStream)>>;
+
 /// Serve `render`'s exposition at `addr` (`HOST:PORT`, port 0 for any) from a thread, until
 /// the process ends. The address is bound here, so that one in use fails the mount.
 pub fn serve(addr: &str, render: Arc<dyn Fn() -> Vec<u8> + Send + Sync>) -> Result<Endpoint, String> {
@@ -212,23 +215,32 @@ pub fn serve(addr: &str, render: Arc<dyn Fn() -> Vec<u8> + Send + Sync>) -> Resu
     std::thread::Builder::new()
         .name("zarrfs-metrics".into())
         .spawn(move || {
-            let clients = Arc::new(AtomicU64::new(0));
-            for conn in listener.incoming().flatten() {
-                // Past the bound the connection is closed unanswered: stalled clients hold a
-                // thread each (5 s at most), never the mount's memory or its requests.
-                if clients.fetch_add(1, Ordering::Relaxed) >= MOST_CLIENTS {
-                    clients.fetch_sub(1, Ordering::Relaxed);
-                    continue;
+            let clients: Arc<Clients> = Arc::default();
+            for (id, conn) in listener.incoming().flatten().enumerate() {
+                let id = id as u64;
+                let Ok(handle) = conn.try_clone() else { continue };
+                {
+                    // Full: the client connected longest goes (a scrape takes milliseconds;
+                    // one held that long is stalled), so that stalled clients, however many,
+                    // never keep a scrape out. A thread each, 5 s at most, never the mount's
+                    // memory or its requests.
+                    let mut held = crate::error::lock(&clients);
+                    if held.len() >= MOST_CLIENTS
+                        && let Some((_, oldest)) = held.pop_front()
+                    {
+                        let _ = oldest.shutdown(std::net::Shutdown::Both);
+                    }
+                    held.push_back((id, handle));
                 }
                 let (render, done) = (render.clone(), clients.clone());
                 let spawned = std::thread::Builder::new().name("zarrfs-metrics".into()).spawn(move || {
                     if let Err(e) = answer(conn, render.as_ref()) {
                         tracing::debug!("metrics request: {e}");
                     }
-                    done.fetch_sub(1, Ordering::Relaxed);
+                    crate::error::lock(&done).retain(|(c, _)| *c != id);
                 });
                 if spawned.is_err() {
-                    clients.fetch_sub(1, Ordering::Relaxed);
+                    crate::error::lock(&clients).retain(|(c, _)| *c != id);
                 }
             }
         })
@@ -236,14 +248,22 @@ pub fn serve(addr: &str, render: Arc<dyn Fn() -> Vec<u8> + Send + Sync>) -> Resu
     Ok(Endpoint { addr: bound })
 }
 
-/// Answer one HTTP/1.x request on `conn`, then close it.
+/// What is left of a client's time, or the error that ends it.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) if !left.is_zero() => Ok(left),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client took longer than its time")),
+    }
+}
+
+/// Answer one HTTP/1.x request on `conn`, then close it; all of it within `CLIENT_TIMEOUT`.
 fn answer(mut conn: TcpStream, render: &(dyn Fn() -> Vec<u8> + Send + Sync)) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    conn.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
     // The request's head, up to its blank line, bounded: nothing else of it is needed.
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        conn.set_read_timeout(Some(left(deadline)?))?;
         let n = conn.read(&mut buf)?;
         if n == 0 || head.len() + n > 16 << 10 {
             break;
@@ -261,9 +281,12 @@ fn answer(mut conn: TcpStream, render: &(dyn Fn() -> Vec<u8> + Send + Sync)) -> 
         _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", b"only GET\n".to_vec()),
     };
     let head = format!("HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-    conn.write_all(head.as_bytes())?;
-    if method != "HEAD" {
-        conn.write_all(&body)?;
+    let body = if method == "HEAD" { &[][..] } else { &body[..] };
+    // Written a piece at a time, each with what is left of the time: a reader that takes a
+    // byte now and then runs out of it as one that takes none.
+    for piece in head.as_bytes().chunks(16 << 10).chain(body.chunks(16 << 10)) {
+        conn.set_write_timeout(Some(left(deadline)?))?;
+        conn.write_all(piece)?;
     }
     conn.flush()
 }
@@ -312,10 +335,28 @@ mod tests {
         assert!(ok.contains("Content-Type: text/plain; version=0.0.4"), "{ok}");
         assert!(ask("GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(ask("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
-        // Clients that never finish their requests hold up no one else's scrape.
-        let _stalled: Vec<_> = (0..3).map(|_| TcpStream::connect(endpoint.addr).unwrap()).collect();
+        // Clients that never finish their requests hold up no one else's scrape, even when
+        // there are more of them than clients answered at once.
+        let _stalled: Vec<_> = (0..MOST_CLIENTS + 2).map(|_| TcpStream::connect(endpoint.addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
         assert!(ask("GET /metrics HTTP/1.0\n\n").ends_with("m 1\n"));
         assert!(started.elapsed() < CLIENT_TIMEOUT);
+    }
+
+    #[test]
+    fn a_client_that_trickles_its_request_is_let_go_within_its_time() {
+        let endpoint = serve("127.0.0.1:0", Arc::new(|| b"m 1\n".to_vec())).unwrap();
+        let mut c = TcpStream::connect(endpoint.addr).unwrap();
+        let started = Instant::now();
+        // A byte every 500 ms: each read is quick, the request never ends.
+        let closed = (0..40).any(|_| {
+            std::thread::sleep(Duration::from_millis(500));
+            c.write_all(b"G").is_err()
+        });
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        assert!(closed || rest.is_empty(), "answered a request that never ended");
+        assert!(started.elapsed() < CLIENT_TIMEOUT + Duration::from_secs(3), "held for {:?}", started.elapsed());
     }
 }

@@ -93,6 +93,14 @@ pub trait KernelCache: Send + Sync {
 /// from (`writeback::store_in_background`).
 const BACKGROUND_START: usize = 8 << 20;
 
+/// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence of the
+/// process's: a write-back that takes another mount's growth (`writeback`) needs a cache id too.
+static IDS: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn new_id() -> u64 {
+    IDS.fetch_add(1, Ordering::Relaxed)
+}
+
 pub struct Context {
     pub store: Arc<dyn Store>,
     pub config: Config,
@@ -103,8 +111,6 @@ pub struct Context {
     pub budget: Arc<DirtyBudget>,
     /// Where written bytes are staged until close.
     pub spool: super::spool::SpoolDir,
-    /// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence.
-    ids: AtomicU64,
     kernel: OnceLock<Box<dyn KernelCache>>,
     /// Files the core changed under the kernel's page cache: their next open drops the cached
     /// pages at once (the queued invalidation may come after that open's first read).
@@ -121,14 +127,13 @@ impl Context {
             config,
             tree: Tree::new(),
             budget: Arc::new(DirtyBudget::default()),
-            ids: AtomicU64::new(1),
             kernel: OnceLock::new(),
             stale: Mutex::new(HashSet::new()),
         }
     }
 
     pub fn next_id(&self) -> u64 {
-        self.ids.fetch_add(1, Ordering::Relaxed)
+        new_id()
     }
 
     /// Set once the mount exists: how to tell the kernel that a file changed.
@@ -139,11 +144,18 @@ impl Context {
     /// Store everything changed in `array`. When another mount changed its metadata first (its
     /// changes were dropped), what the store holds is served from now on.
     pub fn flush_array(&self, array: &Arc<OpenArray>) -> Result<()> {
-        writeback::flush(array, &self.cache, &self.pool).inspect_err(|e| {
+        let before = array.cache_id();
+        let flushed = writeback::flush(array, &self.cache, &self.pool).inspect_err(|e| {
             if matches!(e, Error::Conflict { .. }) && !array.is_dirty() {
                 self.reload(array);
             }
-        })
+        });
+        // Another mount's growth taken on the way: the file is longer now.
+        if array.cache_id() != before {
+            *lock(&array.text) = None;
+            self.invalidate_data(array);
+        }
+        flushed
     }
 
     /// Serve `array` as the store holds it now, its cached chunks and the kernel's pages

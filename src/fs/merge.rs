@@ -3,6 +3,7 @@
 //! it since, it is read again, the elements written here are put into it, and that is stored
 //! on the same condition, a few times at most (tensorstore's read-modify-write does the same).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use crate::metrics::COUNTERS;
@@ -11,18 +12,27 @@ use crate::zarr::array::{Array, StoredChunk};
 use crate::zarr::region::{Strided, box_runs};
 use crate::{Error, Result};
 
-/// Which elements of a chunk this mount wrote since it read the chunk: one bit each.
+/// Which elements of a chunk this mount wrote since it read the chunk: one bit each; and of an
+/// element written only in part (a `dd` block that ends inside an element), which of its bytes,
+/// so that a merge keeps another writer's other bytes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ElementMask {
     bits: Vec<u64>,
+    /// Element → one bit per byte written, for elements whose own bit is clear.
+    partial: BTreeMap<usize, Vec<u8>>,
 }
+
+/// How many elements of one chunk are held as written in part; past it, a further one counts
+/// as written whole (as every element did before). Writes in part are the edges of writes, and
+/// the next write usually completes them; this bounds a hostile pattern's memory.
+const MOST_PARTIAL: usize = 1 << 16;
 
 impl ElementMask {
     pub fn new(elements: usize) -> Result<ElementMask> {
         let mut bits = Vec::new();
         bits.try_reserve_exact(elements.div_ceil(64)).map_err(|_| crate::limits::out_of_memory())?;
         bits.resize(elements.div_ceil(64), 0);
-        Ok(ElementMask { bits })
+        Ok(ElementMask { bits, partial: BTreeMap::new() })
     }
 
     /// How many elements it has room for.
@@ -49,11 +59,48 @@ impl ElementMask {
         box_runs(view, extent, |start, len| self.mark_run(start, len));
     }
 
+    /// Whether element `i` is marked as written whole.
+    pub fn is_marked(&self, i: usize) -> bool {
+        self.bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    /// Mark the bytes `from..to` of element `i` (of `item` bytes) as written, and no others of
+    /// it that were not: the element was marked whole by the write that wrote them, which read
+    /// its other bytes from the file (`fs::write`). An element marked whole before stays so.
+    pub fn mark_bytes_only(&mut self, i: usize, from: usize, to: usize, item: usize, was_marked: bool) {
+        if was_marked || i >= self.len() {
+            return;
+        }
+        if !self.partial.contains_key(&i) && self.partial.len() >= MOST_PARTIAL {
+            return;
+        }
+        self.bits[i / 64] &= !(1 << (i % 64));
+        let bytes = self.partial.entry(i).or_insert_with(|| vec![0; item.div_ceil(8)]);
+        for b in from..to.min(item) {
+            bytes[b / 8] |= 1 << (b % 8);
+        }
+        if (0..item).all(|b| bytes[b / 8] & (1 << (b % 8)) != 0) {
+            self.partial.remove(&i);
+            self.mark_run(i as u64, 1);
+        }
+    }
+
     /// Mark what `other` marks too.
     pub fn union(&mut self, other: &ElementMask) {
         for (w, o) in self.bits.iter_mut().zip(&other.bits) {
             *w |= o;
         }
+        for (&i, theirs) in &other.partial {
+            if self.is_marked(i) {
+                continue;
+            }
+            let ours = self.partial.entry(i).or_insert_with(|| vec![0; theirs.len()]);
+            for (a, b) in ours.iter_mut().zip(theirs) {
+                *a |= b;
+            }
+        }
+        let bits = &self.bits;
+        self.partial.retain(|&i, _| bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) == 0));
     }
 
     /// The runs of marked elements: `f(first, count)`.
@@ -81,7 +128,8 @@ impl ElementMask {
         }
     }
 
-    /// Copy the marked elements (of `item` bytes) of `from` into `to`.
+    /// Copy the marked elements (of `item` bytes) of `from` into `to`, and the marked bytes of
+    /// elements written in part.
     pub fn copy_marked(&self, from: &[u8], to: &mut [u8], item: usize) {
         let elements = from.len().min(to.len()) / item.max(1);
         self.runs(|start, n| {
@@ -90,6 +138,11 @@ impl ElementMask {
                 to[start * item..end * item].copy_from_slice(&from[start * item..end * item]);
             }
         });
+        for (&i, bytes) in self.partial.range(..elements) {
+            for b in (0..item).filter(|b| bytes.get(b / 8).is_some_and(|m| m & (1 << (b % 8)) != 0)) {
+                to[i * item + b] = from[i * item + b];
+            }
+        }
     }
 }
 
@@ -253,6 +306,40 @@ mod tests {
         all.mark_run(0, 128);
         assert_eq!(runs(&all), [(0, 128)]);
         assert_eq!(runs(&ElementMask::new(100).unwrap()), []);
+    }
+
+    #[test]
+    fn bytes_written_in_part_of_an_element_are_all_a_merge_takes_of_it() {
+        // Four 8-byte elements; bytes 4..8 of element 1 and 0..3 of element 2 written here, the
+        // rest of both by the write's read of the file.
+        let mut m = ElementMask::new(4).unwrap();
+        m.mark_run(1, 2);
+        m.mark_bytes_only(1, 4, 8, 8, false);
+        m.mark_bytes_only(2, 0, 3, 8, false);
+        let ours = vec![1u8; 32];
+        let mut theirs = vec![9u8; 32];
+        m.copy_marked(&ours, &mut theirs, 8);
+        let mut want = vec![9u8; 32];
+        want[12..16].fill(1);
+        want[16..19].fill(1);
+        assert_eq!(theirs, want);
+        // The other bytes written later: the element is whole again.
+        m.mark_run(1, 1);
+        m.mark_bytes_only(1, 0, 4, 8, false);
+        assert!(m.is_marked(1) && !m.is_marked(2));
+        // Marked whole before: a write in part of it leaves it whole.
+        m.mark_run(0, 1);
+        m.mark_bytes_only(0, 2, 3, 8, true);
+        assert!(m.is_marked(0));
+        // A union keeps both sides' bytes.
+        let mut other = ElementMask::new(4).unwrap();
+        other.mark_run(2, 1);
+        other.mark_bytes_only(2, 3, 8, 8, false);
+        m.union(&other);
+        let mut theirs = vec![9u8; 32];
+        m.copy_marked(&ours, &mut theirs, 8);
+        assert_eq!(theirs[..24], [1u8; 24]);
+        assert_eq!(theirs[24..], [9u8; 8]);
     }
 
     #[test]

@@ -160,9 +160,15 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     }
     let buf = RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes: data };
     if offset.is_multiple_of(item) && end.is_multiple_of(item) {
-        return write_cells(open, &array, cache, &cells, &coverage, &buf);
+        return write_cells(open, &array, cache, &cells, &coverage, &buf, &[]);
     }
-    // Partly written elements at either end: their other bytes come from the file.
+    // Partly written elements at either end: their other bytes come from the file, and only the
+    // bytes written count when the chunk is merged into another writer's.
+    let edges = partial_edges(meta, offset, end);
+    let was_marked: Vec<bool> = {
+        let mut edits = lock(&open.edits);
+        edges.iter().map(|e| edits.base_mut(&e.coords).and_then(|b| b.written_mut()).is_some_and(|m| m.is_marked(e.element))).collect()
+    };
     let base = range.start * item;
     let mut whole = crate::limits::zeroed(((range.end - range.start) * item) as usize)?;
     let head = read_shared(open, &array, cache, pool, base, item)?;
@@ -171,11 +177,58 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
     whole[..head.len()].copy_from_slice(&head);
     whole[n - tail.len()..].copy_from_slice(&tail);
     whole[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    write_cells(open, &array, cache, &cells, &coverage, &RangeBuf { bytes: whole.as_slice(), ..buf })
+    let edge_chunks: Vec<&[u64]> = edges.iter().map(|e| e.coords.as_slice()).collect();
+    write_cells(open, &array, cache, &cells, &coverage, &RangeBuf { bytes: whole.as_slice(), ..buf }, &edge_chunks)?;
+    let mut edits = lock(&open.edits);
+    for (e, was) in edges.iter().zip(was_marked) {
+        if let Some(mask) = edits.base_mut(&e.coords).and_then(|b| b.written_mut()) {
+            mask.mark_bytes_only(e.element, e.bytes.0, e.bytes.1, item as usize, was);
+        }
+    }
+    Ok(())
+}
+
+/// An element the write covers only in part: its chunk, its index in the chunk, and the bytes
+/// of it written.
+struct PartialEdge {
+    coords: Vec<u64>,
+    element: usize,
+    bytes: (usize, usize),
+}
+
+/// The elements at either end of the write of bytes `offset..end` that it covers in part.
+fn partial_edges(meta: &crate::zarr::metadata::ArrayMetadata, offset: u64, end: u64) -> Vec<PartialEdge> {
+    let item = meta.item_size() as u64;
+    let (first, last) = (offset / item, (end - 1) / item);
+    let mut edges = Vec::new();
+    let head = (offset % item, if first == last { end - first * item } else { item });
+    if head != (0, item) {
+        edges.push((first, head));
+    }
+    if last != first && !end.is_multiple_of(item) {
+        edges.push((last, (0, end - last * item)));
+    }
+    edges
+        .into_iter()
+        .map(|(flat, (from, to))| {
+            // The element's index along each axis (C order), then its chunk and place there.
+            let mut rest = flat;
+            let mut index = vec![0u64; meta.shape.len()];
+            for (a, &n) in meta.shape.iter().enumerate().rev() {
+                index[a] = rest % n.max(1);
+                rest /= n.max(1);
+            }
+            let (coords, within): (Vec<u64>, Vec<u64>) = index.iter().enumerate().map(|(a, &i)| meta.grid.chunk_of(a, i)).unzip();
+            let shape = meta.grid.chunk_shape(&coords);
+            let element = within.iter().zip(&shape).fold(0u64, |acc, (&w, &n)| acc * n + w) as usize;
+            PartialEdge { coords, element, bytes: (from as usize, to as usize) }
+        })
+        .collect()
 }
 
 /// Merge the whole elements of `buf` into the chunks of `cells`; a chunk the write covers
-/// (`coverage`: elements covered, elements inside) wholly starts from fill, not from the store.
+/// (`coverage`: elements covered, elements inside) wholly starts from fill, not from the store,
+/// unless it is one of `in_part`, where an element is written only in part.
 fn write_cells(
     open: &OpenArray,
     array: &Array,
@@ -183,12 +236,13 @@ fn write_cells(
     cells: &Cells,
     coverage: &[(u64, u64)],
     buf: &RangeBuf<'_, &[u8]>,
+    in_part: &[&[u64]],
 ) -> Result<()> {
     let meta = &array.meta;
     let only_fill = is_filled(buf.bytes, &meta.fill);
     for (i, &(covered, elements)) in coverage.iter().enumerate() {
         let coords = cells.coords(i);
-        let from_fill = covered == elements;
+        let from_fill = covered == elements && !in_part.contains(&coords);
         if only_fill && fill_chunk(open, array, coords, from_fill, |mask| buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i)))? {
             continue;
         }

@@ -38,7 +38,14 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     };
     // Nothing is stored over another writer's change of the array: this mount lost the race,
     // and its changes go (their writers are told), so that a retry starts from what is stored.
-    if let Err(e) = array.check_metadata_current() {
+    // Only a race of two shape changes is lost so: changes that leave the shape as it is go
+    // into an array another mount grew meanwhile.
+    let mut current = array.check_metadata_current();
+    if matches!(current, Err(Error::Conflict { .. })) && !open.metadata_dirty() && take_growth(open, &array)? {
+        current = Ok(());
+    }
+    let array = open.array();
+    if let Err(e) = current {
         open.failed_stores.fetch_add(1, Ordering::Relaxed);
         COUNTERS.write_back_failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(array = %display_path(&array.path), "write-back refused: {e}");
@@ -121,6 +128,51 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// When another mount only grew the array (its document is this one's with a shape no smaller
+/// along any axis; attributes aside), serve the grown array and return true: the chunks changed
+/// here keep their places in it. A chunk the old shape cut through, written whole here, is
+/// merged as one read (only the elements inside the old shape are this mount's: the other
+/// mount's rows past it are kept). Anything else (a shrink, a prepend, a new layout): false.
+fn take_growth(open: &OpenArray, array: &Array) -> Result<bool> {
+    let Some((crate::zarr::metadata::NodeMetadata::Array(stored), version)) =
+        crate::zarr::node::read_node(array.store.as_ref(), &array.path)?
+    else {
+        return Ok(false);
+    };
+    let old = &array.meta.shape;
+    if stored.shape.len() != old.len() || stored.shape.iter().zip(old).any(|(new, old)| new < old) {
+        return Ok(false);
+    }
+    let Ok(grown) = array.with_shape(&stored.shape) else { return Ok(false) };
+    if grown.meta.document.with_attributes(None) != stored.document.with_attributes(None) {
+        return Ok(false);
+    }
+    let next = Array::new(array.store.clone(), &array.path, *stored);
+    next.set_stored_version(Some(version));
+    let grid = &next.meta.grid;
+    let mut edits = lock(&open.edits);
+    for (coords, edit) in edits.chunks.iter_mut() {
+        let shape = grid.chunk_shape(coords);
+        let inside = |sizes: &[u64]| -> Vec<u64> {
+            (0..shape.len()).map(|a| sizes[a].saturating_sub(grid.chunk_start(a, coords[a])).min(shape[a])).collect()
+        };
+        let (before, now) = (inside(old), inside(&next.meta.shape));
+        let base = match edit {
+            ChunkEdit::Dirty(_, base) | ChunkEdit::Deleted(base) | ChunkEdit::Storing(_, base) => base,
+        };
+        if before != now && *base == Base::Whole {
+            let mut written = merge::ElementMask::new(shape.iter().product::<u64>() as usize)?;
+            written.mark_box(&crate::zarr::region::Strided::of(&shape, &vec![0; shape.len()], 0), &before);
+            *base = Base::Reread { written };
+        }
+    }
+    drop(edits);
+    tracing::info!(array = %display_path(&array.path), shape = ?next.meta.shape, "another mount grew the array: its changes here go into the grown array");
+    // A new cache id: another mount's rows may be in chunks cached here as fill.
+    open.replace(Arc::new(next), super::context::new_id());
+    Ok(true)
 }
 
 /// Store, on the pool, the changed chunks that are settled (wholly written, or no longer being

@@ -248,12 +248,21 @@ impl ZipStore {
 
     /// `len` bytes of the archive from `start`, of the version that was opened.
     fn read(&self, start: u64, len: u64) -> Result<Vec<u8>> {
-        let (bytes, version) = self
-            .container
-            .get_range_versioned(&self.archive, ByteRange::Range { start, len })?
-            .ok_or_else(|| Error::Stale(format!("{}: the archive was removed since it was mounted", self.archive)))?;
+        let changed = || Error::Stale(format!("{}: the archive changed since it was mounted (remount to see it)", self.archive));
+        let (bytes, version) = match self.container.get_range_versioned(&self.archive, ByteRange::Range { start, len }) {
+            Ok(Some(read)) => read,
+            Ok(None) => return Err(Error::Stale(format!("{}: the archive was removed since it was mounted", self.archive))),
+            // A range the archive no longer holds (it is shorter now), or any other failure of
+            // a read of an archive that is no longer the one opened: the change is the cause.
+            Err(e) => {
+                return Err(match self.container.head(&self.archive) {
+                    Ok(Some(now)) if now.version == self.version => e,
+                    _ => changed(),
+                });
+            }
+        };
         if version != self.version {
-            return Err(Error::Stale(format!("{}: the archive changed since it was mounted (remount to see it)", self.archive)));
+            return Err(changed());
         }
         Ok(bytes)
     }
@@ -518,6 +527,11 @@ mod tests {
         let zip = open(&store, "").unwrap();
         store.set("a.zip", &bytes).unwrap();
         assert!(matches!(zip.get("c/0", 100), Err(Error::Stale(_))));
+        // Replaced by one too short to hold the entry where it was: still the change's error.
+        let zip = open(&store, "").unwrap();
+        store.set("a.zip", b"PK").unwrap();
+        let err = zip.get("c/0", 100).unwrap_err();
+        assert!(matches!(err, Error::Stale(_)), "{err}");
     }
 
     #[test]

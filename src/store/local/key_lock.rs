@@ -1,6 +1,7 @@
 //! The lock of one key between writers — threads, processes and mounts on other hosts over NFS:
-//! a lock file beside the key, locked with an open file description lock, which becomes the new
-//! value when it is renamed over the key.
+//! a lock file beside the key, locked with an open file description lock. It is only a lock:
+//! the new value is written into a fresh file of its own (`LocalStore::replace_value`), so a
+//! lock file someone else made or opened never holds a value.
 
 use std::os::fd::OwnedFd;
 
@@ -16,13 +17,13 @@ pub(super) const KEY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_
 
 /// The lock of one key, held: its lock file `.NAME.zarrfs-lock.tmp` beside it, open and locked
 /// with an open file description lock (threads of one process contend for it as processes do,
-/// and NFS takes it to the server, so that mounts on other hosts contend too). The lock file is
-/// also the new value, renamed over the key (tensorstore's file store does the same): a waiter
-/// that then takes the lock finds the name no longer its file and starts again.
+/// and NFS takes it to the server, so that mounts on other hosts contend too). The holder
+/// removes it when done: a waiter that then takes the lock finds the name no longer its file
+/// and starts again.
 pub(super) struct KeyLock {
     pub(super) dir: OwnedFd,
-    pub(super) fd: OwnedFd,
-    pub(super) name: String,
+    fd: OwnedFd,
+    name: String,
 }
 
 impl KeyLock {
@@ -32,28 +33,52 @@ impl KeyLock {
         let deadline = std::time::Instant::now() + wait;
         let mut pause = std::time::Duration::from_micros(100);
         let dir = dir.try_clone()?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let mut owner = me;
         loop {
-            // Never through a link planted under the lock's name.
-            let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            let fd = rustix::fs::openat(&dir, lock_name.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| match e {
-                Errno::LOOP => Error::refused(key, "a link stands where its lock file goes"),
-                e => Error::Io(io(e)),
-            })?;
-            let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
-            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-                return Err(Error::refused(key, "its lock file is not a regular file"));
+            if std::time::Instant::now() >= deadline {
+                let whose = if owner == me { String::new() } else { format!(", a file of uid {owner}'s,") };
+                return Err(Error::Busy(format!(
+                    "{key}: another writer has held its lock ({lock_name}{whose}) for {} s",
+                    wait.as_secs_f32()
+                )));
             }
+            let fd = match open_lock(&dir, &lock_name) {
+                Ok(fd) => fd,
+                // Made or removed by another writer meanwhile: look again.
+                Err(Errno::EXIST | Errno::NOENT) => continue,
+                // A link, a socket or device, a directory: planted.
+                Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
+                    replace(&dir, &lock_name, key)?;
+                    continue;
+                }
+                // Another user's, which this one may not lock. It may be the lock of another
+                // user's mount, so it is not taken from them: refused, naming its owner.
+                Err(Errno::ACCESS | Errno::PERM) => {
+                    let owner = rustix::fs::statat(&dir, lock_name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_or(u32::MAX, |s| s.st_uid);
+                    return Err(Error::Busy(format!(
+                        "{key}: its lock file {lock_name} is uid {owner}'s, and this user may not lock it: the store's writers need a umask that lets each other write (002)"
+                    )));
+                }
+                Err(e) => return Err(Error::Io(io(e))),
+            };
+            let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+            // Not a file a writer made (those are regular, with one name): a FIFO, a hard link
+            // to some other file. Never locked nor kept; its name is taken back.
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {
+                replace(&dir, &lock_name, key)?;
+                continue;
+            }
+            owner = stat.st_uid;
             if try_lock(&fd)? {
                 match rustix::fs::statat(&dir, lock_name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
                         return Ok(KeyLock { dir, fd, name: lock_name });
                     }
-                    // Renamed over its key (or removed) by the holder before: another file now.
+                    // Removed (or replaced) by the holder before: another file now.
                     _ => continue,
                 }
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::Busy(format!("{key}: another writer has held its lock ({lock_name}) for {} s", wait.as_secs_f32())));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(20));
@@ -63,7 +88,38 @@ impl KeyLock {
     /// Give the lock up without storing its file: the file is removed (a waiter then makes a
     /// new one), and the lock goes with the descriptor.
     pub(super) fn abandon(self) {
-        let _ = rustix::fs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+        // Only while the name is still this lock's file (nobody else removes a locked one).
+        let mine = rustix::fs::fstat(&self.fd).ok();
+        match rustix::fs::statat(&self.dir, self.name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(now) if mine.is_some_and(|m| m.st_ino == now.st_ino && m.st_dev == now.st_dev) => {
+                let _ = rustix::fs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Open the lock file `name` in `dir`, or make it: never through a link (`O_NOFOLLOW`), never
+/// blocking on a FIFO, and a new one only where none is (`O_EXCL`).
+fn open_lock(dir: &OwnedFd, name: &str) -> std::result::Result<OwnedFd, Errno> {
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Err(Errno::NOENT) => rustix::fs::openat(dir, name, flags | OFlags::CREATE | OFlags::EXCL, Mode::from_raw_mode(0o666)),
+        other => other,
+    }
+}
+
+/// Take the name `name` back from what stands there and is no writer's lock file (a link, a
+/// FIFO, a hard link): removed, so that a lock file of this
+/// mount's own is made in its place. A directory there is refused.
+fn replace(dir: &OwnedFd, name: &str, key: &str) -> Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {
+            tracing::warn!(key, "{name} was no lock file of a writer's (a link, a FIFO or another name of a file): replaced");
+            Ok(())
+        }
+        Err(Errno::ISDIR) => Err(Error::refused(key, "a directory stands where its lock file goes")),
+        Err(e) => Err(Error::refused(key, format!("its lock file is not one a writer made, and cannot be replaced ({e})"))),
     }
 }
 

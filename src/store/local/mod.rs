@@ -7,6 +7,7 @@
 //! path. Objects are opened without blocking (a FIFO cannot hang a request) and must be regular
 //! files no larger than the caller's bound.
 
+mod claim;
 mod key_lock;
 mod tree;
 
@@ -136,6 +137,39 @@ impl LocalStore {
         }
         Ok(fd)
     }
+
+    /// Write `value` into a fresh temporary file beside `name` in `dir`, then rename it over
+    /// `name`: readers never see a torn value. `O_EXCL` never opens a file planted under the
+    /// temporary name, nor follows a link there.
+    fn replace_value(&self, dir: &OwnedFd, name: &str, key: &str, value: &[u8]) -> Result<Version> {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id());
+        debug_assert!(super::is_temporary(&tmp));
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
+        let mut file = std::fs::File::from(fd);
+        // The version is taken before the rename, which keeps the inode, size and mtime.
+        let written = file
+            .write_all(value)
+            .map_err(Error::Io)
+            .and_then(|_| keep_mode(dir, name, &file))
+            .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
+        start_write_back(&file);
+        let renamed = written.and_then(|stat| {
+            rustix::fs::renameat(dir, tmp.as_str(), dir, name).map_err(|e| match e {
+                // Something else stands at the key: a broken store, not the writer's doing.
+                Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => {
+                    Error::refused(key, "a directory stands where the value goes")
+                }
+                e => Error::Io(io(e)),
+            })?;
+            Ok(head_of(&stat).version)
+        });
+        if renamed.is_err() {
+            let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+        }
+        renamed
+    }
 }
 
 /// Have the kernel start writing a value just written to the disk, without waiting for it. The
@@ -233,47 +267,12 @@ impl Store for LocalStore {
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<Version> {
-        let (dir, name) = split(key);
-        let dir = self.make_dir(dir)?;
-        // A temporary name in the same directory, then a rename: readers never see a torn value.
-        // O_EXCL never follows a link planted under the temporary name.
-        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = format!(".{name}.zarrfs-{}-{n}.tmp", std::process::id());
-        debug_assert!(super::is_temporary(&tmp));
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let dir = match rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)) {
-            Ok(fd) => (dir, fd),
+        let (dir_key, name) = split(key);
+        match self.replace_value(&self.make_dir(dir_key)?, name, key, value) {
             // The directory was empty and removed meanwhile (`remove_empty_dirs`): made again.
-            Err(Errno::NOENT) => {
-                let dir = self.make_dir(split(key).0)?;
-                let fd = rustix::fs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o666)).map_err(|e| Error::Io(io(e)))?;
-                (dir, fd)
-            }
-            Err(e) => return Err(Error::Io(io(e))),
-        };
-        let (dir, fd) = dir;
-        let mut file = std::fs::File::from(fd);
-        // The version is taken before the rename, which keeps the inode, size and mtime.
-        let written = file
-            .write_all(value)
-            .map_err(Error::Io)
-            .and_then(|_| keep_mode(&dir, name, &file))
-            .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
-        start_write_back(&file);
-        let renamed = written.and_then(|stat| {
-            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name).map_err(|e| match e {
-                // Something else stands at the key: a broken store, not the writer's doing.
-                Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => {
-                    Error::refused(key, "a directory stands where the value goes")
-                }
-                e => Error::Io(io(e)),
-            })?;
-            Ok(head_of(&stat).version)
-        });
-        if renamed.is_err() {
-            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => self.replace_value(&self.make_dir(dir_key)?, name, key, value),
+            other => other,
         }
-        renamed
     }
 
     fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> Result<Version> {
@@ -286,38 +285,15 @@ impl Store for LocalStore {
             }
             other => other?,
         };
-        if !expect.holds(self.head(key)?.map(|h| h.version)) {
-            held.abandon();
-            return Err(Error::conflict(key, "changed by another writer since this mount read it"));
-        }
-        // The lock file is the new value: written, then renamed over the key.
-        let mut file = std::fs::File::from(held.fd.try_clone()?);
-        let written = file
-            .set_len(0)
-            .and_then(|_| file.write_all(value))
-            .map_err(Error::Io)
-            .and_then(|_| keep_mode(&held.dir, name, &file))
-            .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
-        start_write_back(&file);
-        let stat = match written {
-            Ok(stat) => stat,
-            Err(e) => {
-                held.abandon();
-                return Err(e);
-            }
+        // The lock file is only a lock: the value goes into a fresh file of this mount's own,
+        // so that nobody who could open the lock file (another user's, a planted one) reads or
+        // rewrites the value through it.
+        let result = match expect.holds(self.head(key)?.map(|h| h.version)) {
+            true => self.replace_value(&held.dir, name, key, value),
+            false => Err(Error::conflict(key, "changed by another writer since this mount read it")),
         };
-        match rustix::fs::renameat(&held.dir, held.name.as_str(), &held.dir, name) {
-            Ok(()) => Ok(head_of(&stat).version),
-            Err(e) => {
-                held.abandon();
-                Err(match e {
-                    Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR => {
-                        Error::refused(key, "a directory stands where the value goes")
-                    }
-                    e => Error::Io(io(e)),
-                })
-            }
-        }
+        held.abandon();
+        result
     }
 
     fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
@@ -506,25 +482,7 @@ impl Store for LocalStore {
     }
 
     fn claim(&self, claim: Claim) -> Result<()> {
-        // A lock on the root directory itself: nothing is written into the store, and the
-        // kernel lets it go with the process.
-        let (how, busy) = match claim {
-            Claim::Serving => (
-                rustix::fs::FlockOperation::NonBlockingLockShared,
-                "an offline command (zarrfs normalize) is moving its keys: mount it once that is done",
-            ),
-            Claim::Rewriting => (
-                rustix::fs::FlockOperation::NonBlockingLockExclusive,
-                "a read-write zarrfs mount serves it: unmount it first (or mount it read-only), as this moves every chunk",
-            ),
-        };
-        match rustix::fs::flock(&self.dir, how) {
-            Ok(()) => Ok(()),
-            Err(Errno::WOULDBLOCK) => Err(Error::Busy(format!("{}: {busy}", self.root.display()))),
-            // A file system without such locks: nothing can be claimed there.
-            Err(Errno::NOLCK | Errno::NOTSUP | Errno::INVAL) => Ok(()),
-            Err(e) => Err(Error::Io(io(e))),
-        }
+        claim::take(&self.dir, &self.root, claim)
     }
 
     fn unnamed(&self, prefix: &str) -> Result<Vec<String>> {
@@ -648,6 +606,43 @@ mod tests {
         store.set("a/b/c", b"xyz").unwrap();
         assert_eq!(store.get("a/b/c", 3).unwrap().unwrap(), b"xyz");
         assert!(store.get("a/b/c", 2).is_err());
+    }
+
+    #[test]
+    fn a_lock_file_is_only_ever_a_lock_whatever_stands_at_its_name() {
+        use std::os::unix::fs::FileExt;
+        let (dir, store) = store();
+        let s = dir.path().join("s");
+        let mut version = store.set("a/c/0", b"old").unwrap();
+        let lock = s.join("a/c/.0.zarrfs-lock.tmp");
+        // Planted and kept open by its planter, who would read the value or rewrite it later.
+        std::fs::write(&lock, b"AAAA").unwrap();
+        let planted = std::fs::OpenOptions::new().read(true).write(true).open(&lock).unwrap();
+        version = store.set_if("a/c/0", b"private", Expect::At(version)).unwrap();
+        let mut seen = [0u8; 16];
+        let n = planted.read_at(&mut seen, 0).unwrap();
+        assert_eq!(&seen[..n], b"AAAA", "the value went into the planted file");
+        planted.write_all_at(b"BBBBBBB", 0).unwrap();
+        assert_eq!(store.get("a/c/0", 100).unwrap().unwrap(), b"private");
+        // A hard link to another file, a link, a FIFO: replaced, never written through.
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"secret").unwrap();
+        std::fs::hard_link(&outside, &lock).unwrap();
+        version = store.set_if("a/c/0", b"second", Expect::At(version)).unwrap();
+        std::os::unix::fs::symlink(&outside, &lock).unwrap();
+        version = store.set_if("a/c/0", b"third", Expect::At(version)).unwrap();
+        let fifo = std::ffi::CString::new(lock.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+        store.set_if("a/c/0", b"fourth", Expect::At(version)).unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
+        assert_eq!(store.get("a/c/0", 100).unwrap().unwrap(), b"fourth");
+        assert!(std::fs::symlink_metadata(&lock).is_err(), "a lock file left behind");
+        // A directory there cannot be taken back: refused, saying so.
+        std::fs::create_dir(&lock).unwrap();
+        let err = store.set_if("a/c/0", b"fifth", Expect::Any).unwrap_err();
+        assert!(err.to_string().contains("directory stands where its lock file goes"), "{err}");
+        assert_eq!(store.get("a/c/0", 100).unwrap().unwrap(), b"fourth");
     }
 
     #[test]
