@@ -57,6 +57,7 @@ fn until_stored(what: &str, mut f: impl FnMut() -> std::io::Result<()>) -> usize
             Ok(()) => return told,
             Err(e) => {
                 assert!(matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EIO)), "{what}: {e}");
+                eprintln!("{what}: told {e}");
                 told += 1;
                 assert!(Instant::now() < deadline, "{what}: still refused after 60 s ({told} tries): {e}");
                 std::thread::sleep(Duration::from_millis(20 + (told as u64 % 7) * 15));
@@ -65,34 +66,82 @@ fn until_stored(what: &str, mut f: impl FnMut() -> std::io::Result<()>) -> usize
     }
 }
 
-#[test]
-fn writers_on_shared_edge_chunks_lose_no_acknowledged_byte() {
-    // 4096 bytes in chunks of 100: each writer's 1024-byte span shares its edge chunks with
-    // its neighbours', which each read, change and store.
-    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [4096], "data_type": "uint8",
+/// An Icechunk repository (a copy of the fixture Python icechunk wrote) whose branch `main`
+/// holds the array `name` of `doc` besides, made through a mount; its mount source.
+fn icechunk_with(name: &str, doc: serde_json::Value) -> (tempfile::TempDir, PathBuf) {
+    let (dir, repo) = common::copy_store(&common::fixtures().join("icechunk/repo"));
+    let source = PathBuf::from(format!("{}|icechunk:", repo.display()));
+    let mut m = Mount::new(&source, &[]);
+    std::fs::create_dir(m.path(name)).unwrap();
+    std::fs::write(m.path(&format!("{name}/zarr.json")), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert!(m.stop().is_some_and(|s| s.success()), "{}", m.log_text());
+    (dir, source)
+}
+
+/// Icechunk tests run on the local backend only: the repository is a local directory (on S3,
+/// scripts/check-icechunk.py runs them).
+fn icechunk_here() -> bool {
+    !common::backend::local_only("the Icechunk repository is a local directory")
+}
+
+fn edge_chunks_doc() -> serde_json::Value {
+    // 4400 bytes in chunks of 100: writers' 1024-byte spans 1024 bytes apart share their edge
+    // chunks with their neighbours', which each read, change and store; 1100 bytes apart they
+    // share none.
+    json!({"zarr_format": 3, "node_type": "array", "shape": [4400], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [100]}},
-        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
-    let (_dir, store) = store_with("a", doc);
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()})
+}
+
+/// 4 mounts of `store`, 20 rounds each of a 1024-byte span at `span(writer)`, each fsynced and
+/// never refused: what is stored at the end is every writer's last round.
+fn many_writers(store: &Path, what: &str, span: impl Fn(usize) -> u64 + Sync) {
     let (writers, rounds) = (4usize, 20u8);
-    let mounts: Vec<Mount> = (0..writers).map(|_| Mount::new(&store, &["-o", "metadata_ttl=1"])).collect();
+    let mounts: Vec<Mount> = (0..writers).map(|_| Mount::new(store, &["-o", "metadata_ttl=1"])).collect();
     std::thread::scope(|s| {
         for (w, m) in mounts.iter().enumerate() {
-            let data = m.path("a/data");
+            let (data, at) = (m.path("a/data"), span(w));
             s.spawn(move || {
                 let f = OpenOptions::new().write(true).open(&data).unwrap();
                 for round in 1..=rounds {
-                    let span: Vec<u8> = (0..1024).map(|i| (w as u8 * 64) ^ round ^ (i as u8 % 251)).collect();
-                    f.write_all_at(&span, w as u64 * 1024).unwrap();
-                    f.sync_all().unwrap_or_else(|e| panic!("writer {w}, round {round}: fsync: {e}"));
+                    let bytes: Vec<u8> = (0..1024).map(|i| (w as u8 * 64) ^ round ^ (i as u8 % 251)).collect();
+                    f.write_all_at(&bytes, at).unwrap();
+                    f.sync_all().unwrap_or_else(|e| panic!("{what}: writer {w}, round {round}: fsync: {e}"));
                 }
             });
         }
     });
+    let logs: Vec<String> = mounts.iter().map(Mount::log_text).collect();
     drop(mounts);
-    let want: Vec<u8> = (0..writers).flat_map(|w| (0..1024).map(move |i| (w as u8 * 64) ^ rounds ^ (i as u8 % 251))).collect();
-    let n = lost(&stored(&store, "a/data"), &want);
-    println!("many writers ({}), shared edge chunks: {n} bytes lost", backend());
-    assert_eq!(n, 0, "acknowledged bytes lost");
+    let got = stored(store, "a/data");
+    let mut want = got.clone();
+    for w in 0..writers {
+        let at = span(w) as usize;
+        for i in 0..1024 {
+            want[at + i] = (w as u8 * 64) ^ rounds ^ (i as u8 % 251);
+        }
+    }
+    let n = lost(&got, &want);
+    println!("many writers ({}), {what}: {n} bytes lost", backend());
+    assert_eq!(n, 0, "acknowledged bytes lost: {logs:?}");
+}
+
+#[test]
+fn writers_on_shared_edge_chunks_lose_no_acknowledged_byte() {
+    let (_dir, store) = store_with("a", edge_chunks_doc());
+    many_writers(&store, "shared edge chunks", |w| w as u64 * 1024);
+}
+
+#[test]
+fn icechunk_writers_on_one_branch_lose_nothing_on_shared_or_disjoint_chunks() {
+    if !icechunk_here() {
+        return;
+    }
+    let (_dir, source) = icechunk_with("a", edge_chunks_doc());
+    many_writers(&source, "Icechunk, shared edge chunks", |w| w as u64 * 1024);
+    // Spans in chunks of their own: nothing shared.
+    let (_dir, source) = icechunk_with("a", edge_chunks_doc());
+    many_writers(&source, "Icechunk, disjoint chunks", |w| w as u64 * 1100);
 }
 
 /// Two mounts of `store` (metadata TTL 0) doing `each` operations apiece at once, `op(mount,
@@ -123,19 +172,36 @@ fn check_blocks(got: &[u8], size: usize, each: u8, what: &str, told: usize) {
     assert_eq!(blocks, want, "each acknowledged block once, whole ({} bytes stored)", got.len());
 }
 
-#[test]
-fn appends_from_two_mounts_keep_every_acknowledged_row() {
+fn rows_doc() -> serde_json::Value {
     // Rows of 16 bytes, chunks of 4 rows: appends of 3 rows end inside chunks.
-    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [0, 16], "data_type": "uint8",
+    json!({"zarr_format": 3, "node_type": "array", "shape": [0, 16], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 16]}},
-        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
-    let (_dir, store) = store_with("a", doc);
-    let told = two_mounts_at_once(&store, 6, |m, tag| {
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()})
+}
+
+/// Two mounts appending 6 blocks of 3 rows each at once: every block once, whole.
+fn two_appenders(store: &Path, what: &str) {
+    let told = two_mounts_at_once(store, 6, |m, tag| {
         let mut f = OpenOptions::new().append(true).open(m.path("a/data"))?;
         f.write_all(&[tag; 48])?;
         f.sync_all()
     });
-    check_blocks(&stored(&store, "a/data"), 48, 6, "appending", told);
+    check_blocks(&stored(store, "a/data"), 48, 6, what, told);
+}
+
+#[test]
+fn appends_from_two_mounts_keep_every_acknowledged_row() {
+    let (_dir, store) = store_with("a", rows_doc());
+    two_appenders(&store, "appending");
+}
+
+#[test]
+fn appends_from_two_icechunk_branch_mounts_keep_every_acknowledged_row() {
+    if !icechunk_here() {
+        return;
+    }
+    let (_dir, source) = icechunk_with("a", rows_doc());
+    two_appenders(&source, "appending on an Icechunk branch");
 }
 
 #[test]
@@ -292,4 +358,61 @@ fn bytes_of_one_element_written_by_two_mounts_are_both_kept() {
     let n = lost(&stored(&store, "a/data"), &want);
     println!("many writers ({}), two mounts writing parts of one element: {n} bytes lost, losers told {told} times", backend());
     assert_eq!(n, 0, "acknowledged bytes lost");
+}
+
+/// libfaketime (Debian's `faketime`), which `scripts/test` installs: a daemon run with it
+/// sees a clock that is off. Absent only outside the test script (then said, and skipped).
+fn faketime() -> Option<PathBuf> {
+    let lib = PathBuf::from("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1");
+    if lib.exists() {
+        return Some(lib);
+    }
+    assert!(std::env::var_os("CI").is_none(), "libfaketime is missing: scripts/test installs it");
+    eprintln!("libfaketime is missing (apt-get install faketime): skipped");
+    None
+}
+
+#[test]
+fn appends_from_mounts_whose_clocks_disagree_keep_every_acknowledged_row() {
+    // One mount's clock runs 15 minutes fast, the other's 15 minutes slow: no lease may be
+    // judged by either clock.
+    let Some(lib) = faketime() else { return };
+    let doc = json!({"zarr_format": 3, "node_type": "array", "shape": [0, 16], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 16]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": zstd()});
+    let (_dir, store) = store_with("a", doc);
+    let skews = ["+15m", "-15m"];
+    let mounts: Vec<Mount> = skews
+        .iter()
+        .map(|skew| {
+            let env = [("LD_PRELOAD", lib.as_path()), ("FAKETIME", Path::new(skew)), ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1"))];
+            Mount::with_env(&store, &["-o", "metadata_ttl=0"], &env)
+        })
+        .collect();
+    let each = 6u8;
+    let told: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = mounts
+            .iter()
+            .enumerate()
+            .map(|(w, m)| {
+                s.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let tag = 1 + w as u8 * 16 + i;
+                            until_stored(&format!("mount {w}, append {i}"), || {
+                                let mut f = OpenOptions::new().append(true).open(m.path("a/data"))?;
+                                f.write_all(&[tag; 48])?;
+                                f.sync_all()
+                            })
+                        })
+                        .sum::<usize>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let logs: Vec<String> = mounts.iter().map(Mount::log_text).collect();
+    drop(mounts);
+    assert!(!logs.iter().any(|l| l.contains("taking over the lock")), "a live holder's lock was taken over: {logs:?}");
+    check_blocks(&stored(&store, "a/data"), 48, each, "appending with clocks 30 minutes apart", told);
 }

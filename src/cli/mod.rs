@@ -227,6 +227,7 @@ impl RemoteArgs {
             metadata_ttl: std::time::Duration::ZERO,
             virtual_chunks: self.virtual_chunks,
             consolidated: Some(crate::zarr::consolidated::documents_of),
+            chunk_merge: Some(crate::zarr::chunk_merge::FOR_STORES),
         }
     }
 }

@@ -47,7 +47,7 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let array = open.array();
     // The new chunks' keys are another concurrent prepend's too: one at a time, and the loser
     // finds the metadata changed before it stores anything.
-    let _shape = array.hold_shape_lock()?;
+    let shape = array.hold_shape_lock()?;
     array.check_metadata_current()?;
     let len = spool.len();
     // Zero offsets keep every key: the adopted array reads what the default one did.
@@ -55,6 +55,9 @@ pub fn commit(open: &Arc<OpenArray>, spool: &mut Spool, cache: &ChunkCache, pool
     let base = if adopting { array.adopted_offset().map(Arc::new) } else { Ok(array) };
     let result = base.and_then(|base| spool.source().and_then(|source| base.prepend(0, len, source, pool))).and_then(|next| match next {
         Some((next, chunks)) => {
+            if let Some(held) = &shape {
+                held.confirm()?;
+            }
             let metadata = next.store_metadata()?;
             // Made durable by the next fsync, as the chunks of writes are.
             lock(&open.edits).unsynced.extend(chunks.keys.into_iter().chain(metadata.keys));

@@ -30,7 +30,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     // A shape change is stored holding the array's shape lock: no other mount grows, shrinks
     // or prepends it meanwhile, so none of the chunks stored beyond the stored shape lands over
     // another's (the loser finds the metadata changed, just below, and stores nothing).
-    let _shape = match open.metadata_dirty() {
+    let shape = match open.metadata_dirty() {
         true => array
             .hold_shape_lock()
             .inspect_err(|e| tracing::error!(array = %display_path(&array.path), "write-back waits no longer: {e}"))?,
@@ -112,7 +112,9 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         // Metadata last: chunks outside the stored shape are invisible until it lands. The edits
         // are not locked meanwhile: a store that waits on the network (retries included) must not
         // hold up a `stat`; the array cannot change, its writers being held out.
-        match first_error.is_none().then(|| array.store_metadata()) {
+        // Still this mount's shape lock (a lease lost while the chunks were stored is not).
+        let confirmed = || shape.as_ref().map_or(Ok(()), |held| held.confirm());
+        match first_error.is_none().then(|| confirmed().and_then(|()| array.store_metadata())) {
             Some(Ok(touched)) => {
                 let mut edits = lock(&open.edits);
                 edits.unsynced.extend(touched.keys);
@@ -141,14 +143,10 @@ fn take_growth(open: &OpenArray, array: &Array) -> Result<bool> {
     else {
         return Ok(false);
     };
+    if !array.meta.grown_into(&stored) {
+        return Ok(false);
+    }
     let old = &array.meta.shape;
-    if stored.shape.len() != old.len() || stored.shape.iter().zip(old).any(|(new, old)| new < old) {
-        return Ok(false);
-    }
-    let Ok(grown) = array.with_shape(&stored.shape) else { return Ok(false) };
-    if grown.meta.document.with_attributes(None) != stored.document.with_attributes(None) {
-        return Ok(false);
-    }
     let next = Array::new(array.store.clone(), &array.path, *stored);
     next.set_stored_version(Some(version));
     let grid = &next.meta.grid;

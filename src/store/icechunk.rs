@@ -2,9 +2,13 @@
 //! written through an Icechunk session (the `icechunk` crate). Writes go into the session,
 //! which every read of this mount sees at once; `sync` (fsync, the close of a metadata
 //! document, the unmount) commits the session to the branch, with a message naming the nodes
-//! changed. A commit the branch has moved past is rebased on its tip when the changes are
-//! disjoint (other arrays, other chunks) and fails with the conflict otherwise: the branch
-//! stays as the other writer left it, and this mount keeps its changes to commit again.
+//! changed. A commit the branch has moved past is rebased on its tip: changes of other arrays
+//! and chunks pass; a chunk both changed is merged, byte by byte (`ChunkMerge`); chunks of an
+//! array the other writer only grew keep their places. Anything else (both changed one
+//! document) fails the commit with EBUSY, and the session starts again at the tip, without
+//! this mount's uncommitted changes, whose writers are told: a conflict never wedges a mount.
+//! Mounts of one local repository commit one at a time (a lock on the repository directory),
+//! as the local storage has no conditional update of a branch.
 //!
 //! Icechunk holds Zarr v3 with the default chunk keys (`c/0/1`); its chunk indices are not
 //! negative, so an `offset`-encoded array cannot be prepended to here.
@@ -14,18 +18,23 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::TryStreamExt;
 use icechunk::Repository;
+use icechunk::change_set::ChangeSet;
 use icechunk::config::Credentials;
-use icechunk::conflicts::basic_solver::{BasicConflictSolver, VersionSelection};
+use icechunk::conflicts::detector::ConflictDetector;
+use icechunk::conflicts::{Conflict, ConflictResolution, ConflictSolver};
 use icechunk::format::manifest::{ChunkPayload, ChunkRef};
+use icechunk::format::transaction_log::TransactionLog;
 use icechunk::format::{ByteRange as IcRange, ChunkIndices, SnapshotId};
 use icechunk::repository::VersionInfo;
-use icechunk::session::{Session, SessionError, SessionErrorKind};
+use icechunk::session::{Session, SessionError, SessionErrorKind, SessionResult};
 use icechunk::storage::{S3Credentials, S3Options, Storage};
 use icechunk::store::{ListDirItem, StoreError, StoreErrorKind};
 use tokio::sync::RwLock;
 
 use super::location::Reference;
-use super::{ByteRange, Entry, Expect, Head, LocalStore, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join};
+use super::{
+    ByteRange, ChunkMerge, Entry, Expect, Head, LocalStore, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join,
+};
 use crate::error::lock;
 use crate::{Error, Result};
 
@@ -51,6 +60,13 @@ pub struct IcechunkStore {
     /// How often a branch's tip is looked up (the metadata TTL), and when it last was.
     tip_ttl: std::time::Duration,
     tip_checked: Mutex<std::time::Instant>,
+    /// How two writers' versions of a chunk are merged at a rebase.
+    chunk_merge: Option<ChunkMerge>,
+    /// The repository's directory, when it is local, opened to lock it around a commit.
+    commit_lock: Option<std::fs::File>,
+    /// Keys whose uncommitted changes a failed commit dropped (the session started again at
+    /// the tip): the next sync of each fails with EBUSY, so that their writers are told.
+    dropped: Mutex<BTreeSet<String>>,
 }
 
 /// A key's version is the count of changes seen when it last changed: this mount's writes,
@@ -126,6 +142,10 @@ fn commit_failed(e: SessionError) -> Error {
                 named.join("; "),
                 if conflicts.len() > 5 { format!("; {} more", conflicts.len() - 5) } else { String::new() }
             ))
+        }
+        // The branch moved again while this commit was rebased onto it, each time it tried.
+        SessionErrorKind::Conflict { .. } => {
+            Error::Busy("other writers moved the branch while this commit was rebased onto it, each time it tried: this mount's changes are kept uncommitted; try again".into())
         }
         other => Error::Io(std::io::Error::other(format!("commit: {other}"))),
     }
@@ -211,9 +231,9 @@ impl IcechunkStore {
         })?;
         // Opened once the repository is known to be one: what is not says so in Icechunk's words.
         // Where the directory cannot be opened here, Icechunk's own reads still serve.
-        let chunk_files = match repo_location {
-            Location::Local(path) => LocalStore::open(path).ok(),
-            _ => None,
+        let (chunk_files, commit_lock) = match repo_location {
+            Location::Local(path) => (LocalStore::open(path).ok(), std::fs::File::open(path).ok()),
+            _ => (None, None),
         };
         let session = Arc::new(RwLock::new(session));
         let store = runtime.block_on(icechunk::Store::from_session(session.clone()));
@@ -229,6 +249,9 @@ impl IcechunkStore {
             chunk_files,
             tip_ttl: options.metadata_ttl,
             tip_checked: Mutex::new(std::time::Instant::now()),
+            chunk_merge: options.chunk_merge,
+            commit_lock,
+            dropped: Mutex::default(),
         })
     }
 
@@ -335,28 +358,49 @@ impl IcechunkStore {
         Ok(())
     }
 
-    /// Commit the session to the branch, rebasing over other writers' commits when they do not
-    /// touch what this one does. The message names the nodes changed.
-    fn commit(&self) -> Result<()> {
+    /// Commit the session to the branch, rebasing over other writers' commits (`MergingSolver`).
+    /// The message names the nodes changed. `syncing`: the keys whose writers this commit's
+    /// error reaches.
+    fn commit(&self, syncing: &[String]) -> Result<()> {
         let Reference::Branch(branch) = &self.reference else { return Ok(()) };
         let uncommitted = std::mem::take(&mut lock(&self.versions).uncommitted);
         let message = commit_message(&uncommitted);
+        // One commit at a time among the mounts of a local repository: its branch is read and
+        // moved in one step then. Another program's lock is waited for a while only.
+        let _one_at_a_time = self.lock_commits()?;
         let result = self.runtime.block_on(async {
             let mut session = self.session.write().await;
             if !session.has_uncommitted_changes() {
                 return Ok(None);
             }
             let base = session.snapshot_id().clone();
-            let solver = BasicConflictSolver { on_chunk_conflict: VersionSelection::Fail, ..BasicConflictSolver::default() };
-            let committed = session.commit(message.clone()).rebase(&solver, 5).execute().await.map_err(commit_failed)?;
+            let solver = MergingSolver { repo: &self.repo, merge: self.chunk_merge };
+            let committed = match session.commit(message.clone()).rebase(&solver, 5).execute().await {
+                Ok(committed) => committed,
+                Err(e) => {
+                    let unsolvable = matches!(e.kind, SessionErrorKind::RebaseFailed { .. });
+                    let error = commit_failed(e);
+                    // What cannot be merged is not kept to fail every later commit: the
+                    // session starts again at the tip, and the writers of what it held are told.
+                    if unsolvable {
+                        *session = self
+                            .repo
+                            .writable_session(branch)
+                            .await
+                            .map_err(|e| (Error::Io(std::io::Error::other(format!("a new session on branch {branch}: {e}"))), None))?;
+                        return Err((error, Some(session.snapshot_id().clone())));
+                    }
+                    return Err((error, None));
+                }
+            };
             // A committed session takes no more changes: the next ones go into a new one, at
             // the branch's tip (this commit, or what others committed since).
             *session = self
                 .repo
                 .writable_session(branch)
                 .await
-                .map_err(|e| Error::Io(std::io::Error::other(format!("a new session on branch {branch}: {e}"))))?;
-            Ok::<_, Error>(Some((base, committed, session.snapshot_id().clone())))
+                .map_err(|e| (Error::Io(std::io::Error::other(format!("a new session on branch {branch}: {e}"))), None))?;
+            Ok::<_, (Error, Option<SnapshotId>)>(Some((base, committed, session.snapshot_id().clone())))
         });
         match result {
             Ok(None) => Ok(()),
@@ -370,10 +414,45 @@ impl IcechunkStore {
                 }
                 Ok(())
             }
-            Err(e) => {
+            Err((e, Some(tip))) => {
+                tracing::warn!(branch = %branch, tip = %tip, "commit refused, its changes dropped (their writers are told): {e}");
+                lock(&self.beyond).clear();
+                // The sync that failed tells the writers of its own keys; the others are told
+                // at their next sync.
+                lock(&self.dropped).extend(uncommitted.into_iter().filter(|k| !syncing.contains(k)));
+                // Not known what of the session went: everything is read again.
+                let mut versions = lock(&self.versions);
+                versions.changes += 1;
+                versions.floor = versions.changes;
+                versions.of.clear();
+                Err(e)
+            }
+            Err((e, None)) => {
                 lock(&self.versions).uncommitted.extend(uncommitted);
                 tracing::warn!(branch = %branch, "commit failed: {e}");
                 Err(e)
+            }
+        }
+    }
+
+    /// The lock of a local repository's commits, held: an exclusive `flock` on its directory
+    /// (nothing is written there for it), waited for 60 s at most.
+    fn lock_commits(&self) -> Result<Option<CommitLock<'_>>> {
+        let Some(dir) = &self.commit_lock else { return Ok(None) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            match rustix::fs::flock(dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(Some(CommitLock(dir))),
+                Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(Error::Busy(
+                        "another process has held the repository's commit lock (a flock of its directory) for 60 s".into(),
+                    ));
+                }
+                // A file system without such locks: commits are not serialized there.
+                Err(_) => return Ok(None),
             }
         }
     }
@@ -456,6 +535,119 @@ impl IcechunkStore {
                 versions.changed(key);
             }
         }
+    }
+}
+
+/// The commit lock of a local repository, released when dropped.
+struct CommitLock<'a>(&'a std::fs::File);
+
+impl Drop for CommitLock<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(self.0, rustix::fs::FlockOperation::Unlock);
+    }
+}
+
+/// Rebases this mount's changes over another writer's commit. Icechunk's detector finds the
+/// conflicts; those zarrfs can solve are solved: a chunk both changed is merged (`ChunkMerge`),
+/// chunks of an array the other writer only grew keep their places. Anything else fails.
+struct MergingSolver<'a> {
+    repo: &'a Repository,
+    merge: Option<ChunkMerge>,
+}
+
+/// The bytes of a chunk as `session` holds it (`None`: absent).
+async fn chunk_in(session: &Session, path: &icechunk::format::Path, coords: &ChunkIndices) -> SessionResult<Option<bytes::Bytes>> {
+    match session.get_chunk_reader(path, coords, &IcRange::ALL).await? {
+        Some(read) => Ok(Some(read.await?)),
+        None => Ok(None),
+    }
+}
+
+impl MergingSolver<'_> {
+    /// The bytes of a chunk this mount changed (`payload`: `None` deleted).
+    async fn our_chunk(
+        &self,
+        path: &icechunk::format::Path,
+        coords: &ChunkIndices,
+        payload: &Option<ChunkPayload>,
+    ) -> Option<Option<bytes::Bytes>> {
+        match payload {
+            None => Some(None),
+            Some(ChunkPayload::Inline(bytes)) => Some(Some(bytes.clone())),
+            Some(ChunkPayload::Ref(ChunkRef { id, offset, length })) => {
+                let range = *offset..offset.checked_add(*length)?;
+                self.repo.asset_manager().fetch_chunk(&path.to_string(), &coords.0, id, &range).await.ok().map(Some)
+            }
+            // Not a chunk zarrfs writes.
+            Some(_) => None,
+        }
+    }
+
+    /// Merge the chunks both changed of the array at `path`: `Ok(false)` where one cannot be.
+    async fn merge_chunks(
+        &self,
+        merge: ChunkMerge,
+        (path, node_id, coords): (&icechunk::format::Path, &icechunk::format::NodeId, &std::collections::HashSet<ChunkIndices>),
+        theirs: &Session,
+        ours: &Session,
+        changes: &mut ChangeSet,
+    ) -> SessionResult<bool> {
+        let document = theirs.get_node(path).await?.user_data;
+        for c in coords {
+            let Some(payload) = changes.get_chunk_ref(node_id, c).cloned() else { continue };
+            let Some(our) = self.our_chunk(path, c, &payload).await else { return Ok(false) };
+            // While solving, `ours` holds none of this mount's changes: its chunk is the base.
+            let base = chunk_in(ours, path, c).await?;
+            let their = chunk_in(theirs, path, c).await?;
+            let key = format!("c/{}", c.0.iter().map(u32::to_string).collect::<Vec<_>>().join("/"));
+            let merged = match (merge.merge)(&document, &key, base.as_deref(), our.as_deref(), their.as_deref()) {
+                Ok(merged) => merged,
+                Err(e) => {
+                    tracing::warn!(array = %path, key, "not merged: {e}");
+                    return Ok(false);
+                }
+            };
+            let payload = match merged {
+                Some(bytes) => Some(ours.get_chunk_writer(path, c)?(bytes::Bytes::from(bytes)).await?),
+                None => None,
+            };
+            changes.set_chunk_ref(node_id.clone(), c.clone(), payload)?;
+            tracing::debug!(array = %path, key, "merged with another writer's commit");
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait::async_trait]
+impl ConflictSolver for MergingSolver<'_> {
+    async fn solve(
+        &self,
+        previous_change: &TransactionLog,
+        theirs: &Session,
+        changes: ChangeSet,
+        ours: &Session,
+    ) -> SessionResult<ConflictResolution> {
+        let (reason, mut changes, merge) = match (ConflictDetector.solve(previous_change, theirs, changes, ours).await?, self.merge) {
+            (ConflictResolution::Unsolvable { reason, unmodified }, Some(merge)) => (reason, unmodified, merge),
+            (found, _) => return Ok(found),
+        };
+        let mut solved = true;
+        for conflict in &reason {
+            solved &= match conflict {
+                Conflict::ChunkDoubleUpdate { path, node_id, chunk_coordinates } => {
+                    self.merge_chunks(merge, (path, node_id, chunk_coordinates), theirs, ours, &mut changes).await?
+                }
+                Conflict::ChunksUpdatedInUpdatedArray { path, .. } => {
+                    let (before, after) = (ours.get_node(path).await?.user_data, theirs.get_node(path).await?.user_data);
+                    (merge.grown_only)(&before, &after)
+                }
+                _ => false,
+            };
+            if !solved {
+                break;
+            }
+        }
+        Ok(if solved { ConflictResolution::Patched(changes) } else { ConflictResolution::Unsolvable { reason, unmodified: changes } })
     }
 }
 
@@ -556,6 +748,7 @@ impl Store for IcechunkStore {
         if let Some(node) = node {
             self.store_held_chunks(node)?;
         }
+        lock(&self.dropped).remove(key);
         let mut versions = lock(&self.versions);
         versions.changed(key);
         versions.uncommitted.insert(key.to_string());
@@ -571,6 +764,7 @@ impl Store for IcechunkStore {
             Err(e) if is_absent(&e) || outside_grid(&e) => return Ok(()),
             Err(e) => return Err(failed(key, e)),
         }
+        lock(&self.dropped).remove(key);
         let mut versions = lock(&self.versions);
         versions.changed(key);
         versions.uncommitted.insert(key.to_string());
@@ -629,8 +823,18 @@ impl Store for IcechunkStore {
         Ok(super::Held::new(()))
     }
 
-    fn sync(&self, _keys: &[String]) -> Result<()> {
-        self.commit()
+    fn sync(&self, keys: &[String]) -> Result<()> {
+        self.commit(keys)?;
+        let mut dropped = lock(&self.dropped);
+        let lost: Vec<&String> = keys.iter().filter(|k| dropped.contains(*k)).collect();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let first = lost[0].clone();
+        for key in keys {
+            dropped.remove(key);
+        }
+        Err(Error::Busy(format!("{first}: dropped uncommitted when another writer's commit conflicted with this mount's; write it again")))
     }
 
     fn reach(&self) -> std::result::Result<(), String> {

@@ -93,12 +93,29 @@ impl Expect {
 
 /// A lock held in a store (`Store::hold_lock`) until dropped.
 pub struct Held {
-    _guard: Box<dyn Send>,
+    guard: Box<dyn HeldLock>,
 }
 
+/// What holds a lock: released when dropped.
+pub trait HeldLock: Send {
+    /// Whether it is still held, asked before what it guards is stored (a lease can be lost
+    /// to another holder when its holder could not renew it).
+    fn confirm(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Locks the kernel holds (or nothing to hold) cannot be lost while held.
+impl HeldLock for () {}
+
 impl Held {
-    pub fn new(guard: impl Send + 'static) -> Held {
-        Held { _guard: Box::new(guard) }
+    pub fn new(guard: impl HeldLock + 'static) -> Held {
+        Held { guard: Box::new(guard) }
+    }
+
+    /// `Ok` while the lock is still this holder's; `Error::Busy` once another took it over.
+    pub fn confirm(&self) -> Result<()> {
+        self.guard.confirm()
     }
 }
 
@@ -395,6 +412,19 @@ pub type ConsolidatedDocuments = std::collections::BTreeMap<String, Vec<u8>>;
 /// layer supplies this (`zarr::consolidated::documents_of`) and whoever opens a store passes it
 /// in `RemoteOptions`, so that walks on object storage take documents from it.
 pub type ReadConsolidated = fn(name: &str, bytes: &[u8]) -> Option<ConsolidatedDocuments>;
+
+/// How a store that holds two writers' versions of a chunk at once (Icechunk, rebasing a commit
+/// over another's) puts one writer's changes into the other's version: the format layer's
+/// (`zarr::chunk_merge`), handed to the store by whoever opens it, as `ReadConsolidated` is.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkMerge {
+    /// From the array's document and the chunk's key within the array (`c/0/1`): the chunk
+    /// with this writer's changes from `base` to `ours` put into `theirs` (each `None` where
+    /// absent), `None` where that is all fill.
+    pub merge: fn(document: &[u8], key: &str, base: Option<&[u8]>, ours: Option<&[u8]>, theirs: Option<&[u8]>) -> Result<Option<Vec<u8>>>,
+    /// Whether the array of document `after` is that of `before` only grown.
+    pub grown_only: fn(before: &[u8], after: &[u8]) -> bool,
+}
 
 /// Resolve a byte range against a value's length into `start..end`.
 pub(crate) fn resolve_range(key: &str, range: ByteRange, len: u64) -> Result<(u64, u64)> {

@@ -131,6 +131,9 @@ pub struct RemoteOptions {
     /// How a walk reads a directory's consolidated metadata (`ReadConsolidated`); without it,
     /// walks fetch every node document, and an HTTP store lists no children.
     pub consolidated: Option<super::ReadConsolidated>,
+    /// How a store that rebases commits (Icechunk) merges two writers' versions of a chunk;
+    /// without it, such a conflict fails the later commit.
+    pub chunk_merge: Option<super::ChunkMerge>,
 }
 
 #[cfg(test)]

@@ -279,6 +279,15 @@ impl ArrayMetadata {
         }
     }
 
+    /// Whether `after` is this array grown and nothing else (attributes aside): a shape no
+    /// smaller along any axis, the document otherwise this one's, so that every chunk keeps
+    /// its place and meaning.
+    pub fn grown_into(&self, after: &ArrayMetadata) -> bool {
+        after.shape.len() == self.shape.len()
+            && after.shape.iter().zip(&self.shape).all(|(a, b)| a >= b)
+            && self.with_shape(&after.shape).is_ok_and(|grown| grown.document.with_attributes(None) == after.document.with_attributes(None))
+    }
+
     /// The same array with another shape: the document with `shape` replaced, parsed again. A
     /// rectilinear edge list that no longer reaches the end gets one new edge for the growth,
     /// as zarr-python's `resize` writes it; shrinking keeps the edges.

@@ -3,6 +3,7 @@
 
 pub mod array;
 pub mod axes;
+pub mod chunk_merge;
 pub mod codec;
 pub mod consolidated;
 pub mod document;

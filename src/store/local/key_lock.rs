@@ -123,8 +123,11 @@ fn replace(dir: &OwnedFd, name: &str, key: &str) -> Result<()> {
     }
 }
 
-/// A key's lock held until dropped (`Store::hold_lock`).
+/// A key's lock held until dropped (`Store::hold_lock`); the kernel holds it while the
+/// process lives.
 pub(super) struct HeldKey(pub(super) Option<KeyLock>);
+
+impl crate::store::HeldLock for HeldKey {}
 
 impl Drop for HeldKey {
     fn drop(&mut self) {
