@@ -138,16 +138,16 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
 /// merged as one read (only the elements inside the old shape are this mount's: the other
 /// mount's rows past it are kept). Anything else (a shrink, a prepend, a new layout): false.
 fn take_growth(open: &OpenArray, array: &Array) -> Result<bool> {
-    let Some((crate::zarr::metadata::NodeMetadata::Array(stored), version)) =
-        crate::zarr::node::read_node(array.store.as_ref(), &array.path)?
-    else {
+    // The document as it is now: a listing's copy may be the one this mount read.
+    let name = array.meta.document_name();
+    let Some((stored, version)) = crate::zarr::node::read_array_current(array.store.as_ref(), &array.path, name)? else {
         return Ok(false);
     };
     if !array.meta.grown_into(&stored) {
         return Ok(false);
     }
     let old = &array.meta.shape;
-    let next = Array::new(array.store.clone(), &array.path, *stored);
+    let next = Array::new(array.store.clone(), &array.path, stored);
     next.set_stored_version(Some(version));
     let grid = &next.meta.grid;
     let mut edits = lock(&open.edits);

@@ -205,6 +205,11 @@ pub trait Store: Send + Sync {
     fn get_document(&self, key: &str, max: u64) -> Result<Option<Value>> {
         self.get_value(key, max)
     }
+    /// `get_value`, asked of the store itself even where a recent listing could answer (as
+    /// `head_current`): what a write is decided on.
+    fn get_current(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.get_value(key, max)
+    }
     /// The length and version of a value, or `None` when the key is absent; nothing is read.
     fn head(&self, key: &str) -> Result<Option<Head>>;
     /// Why no array here can take rows in front, whatever its chunk key encoding, if none can.

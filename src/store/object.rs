@@ -226,6 +226,10 @@ impl Store for ObjectStore {
         self.get_listed(key, max, true)
     }
 
+    fn get_current(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.get_fresh(key, max)
+    }
+
     fn head(&self, key: &str) -> Result<Option<Head>> {
         // Documents only: a chunk's version checks the bytes of a read against another writer's.
         if guarded(key)

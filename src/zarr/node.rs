@@ -61,6 +61,16 @@ pub fn read_node(store: &dyn Store, path: &str) -> Result<Option<(NodeMetadata, 
     Ok(None)
 }
 
+/// The array at `path` as its document `name` holds it now, asked of the store itself
+/// (`Store::get_current`), with the version read; `None` when that is no array's document.
+pub fn read_array_current(store: &dyn Store, path: &str, name: &str) -> Result<Option<(metadata::ArrayMetadata, Version)>> {
+    let Some(value) = store.get_current(&store::join(path, name), MAX_DOCUMENT_BYTES)? else { return Ok(None) };
+    match parse_node(store, path, name, &value.bytes)? {
+        NodeMetadata::Array(meta) => Ok(Some((*meta, value.version))),
+        NodeMetadata::Group(_) => Ok(None),
+    }
+}
+
 /// The node document `name` of the node at `path`, parsed.
 fn parse_node(store: &dyn Store, path: &str, name: &str, bytes: &[u8]) -> Result<NodeMetadata> {
     if bytes.len() > LARGE_DOCUMENT {

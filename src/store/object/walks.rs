@@ -232,6 +232,12 @@ impl ObjectStore {
                 _ => {}
             }
         }
+        self.get_fresh(key, max)
+    }
+
+    /// `key`'s value asked of the store itself, whatever a listing showed; what it answers
+    /// replaces what was listed.
+    pub(super) fn get_fresh(&self, key: &str, max: u64) -> Result<Option<Value>> {
         let path = Self::path(key)?;
         self.count(&self.requests.get);
         let remote = self.remote.clone();
