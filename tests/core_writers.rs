@@ -267,3 +267,118 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+mod interleavings {
+    //! The many-writer protocol as a model: random interleavings of three editors and an
+    //! appender on one store, through the core. Each editor owns every third 3-byte block of
+    //! the array's first rows (so blocks straddle int32 elements and chunks are shared), writes
+    //! runs of its own blocks and fsyncs at random; the appender grows the array by rows and
+    //! fsyncs. Every byte an editor was told was stored must be in the end state, every
+    //! appended row once, and no editor is ever told anything: only shape changes race.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// int32 rows of 3 (12 bytes), chunks of 2 × 3: 4 rows to start.
+    const ROWS_DOC: &str = r#"{"zarr_format": 3, "node_type": "array", "shape": [4, 3], "data_type": "int32",
+      "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+      "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+      "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]}"#;
+    const ROW: u64 = 12;
+    const EDITED: u64 = 4 * ROW;
+    const EDITORS: usize = 3;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Editor `who` writes its blocks among the first `blocks` from `first`, with `value`.
+        Edit {
+            who: usize,
+            first: u64,
+            blocks: u64,
+            value: u8,
+        },
+        Fsync {
+            who: usize,
+        },
+        /// The appender adds `rows` rows of `value`, then fsyncs (retried until stored).
+        Append {
+            rows: u64,
+            value: u8,
+        },
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        let step = prop_oneof![
+            4 => (0..EDITORS, 0..EDITED / 3, 1..6u64, 1..=255u8).prop_map(|(who, first, blocks, value)| Step::Edit { who, first, blocks, value }),
+            2 => (0..EDITORS).prop_map(|who| Step::Fsync { who }),
+            1 => (1..4u64, 1..=255u8).prop_map(|(rows, value)| Step::Append { rows, value }),
+        ];
+        proptest::collection::vec(step, 1..40)
+    }
+
+    fn run(store: &Arc<dyn Store>, steps: &[Step]) -> Result<(), TestCaseError> {
+        store.set("a/zarr.json", ROWS_DOC.as_bytes()).unwrap();
+        let editors: Vec<Writer> = (0..EDITORS).map(|_| Writer::open(store)).collect();
+        let appender = Writer::open(store);
+        // Per editor: what it was told is stored, and what it wrote since.
+        let mut acked = vec![0u8; EDITED as usize];
+        let mut pending: Vec<Vec<(usize, u8)>> = vec![Vec::new(); EDITORS];
+        let mut appended: Vec<u8> = Vec::new();
+        for step in steps {
+            match *step {
+                Step::Edit { who, first, blocks, value } => {
+                    for b in (first..(first + blocks).min(EDITED / 3)).filter(|b| *b as usize % EDITORS == who) {
+                        editors[who].write(b * 3, &[value; 3]);
+                        pending[who].extend((b * 3..b * 3 + 3).map(|p| (p as usize, value)));
+                    }
+                }
+                Step::Fsync { who } => {
+                    let told = editors[who].fs.fsync(editors[who].fh);
+                    prop_assert!(told.is_ok(), "editor {who} was told {:?}", told.err());
+                    for (p, v) in pending[who].drain(..) {
+                        acked[p] = v;
+                    }
+                }
+                Step::Append { rows, value } => {
+                    let mut tries = 0;
+                    loop {
+                        let size = appender.fs.getattr(appender.ino).unwrap().size;
+                        appender.write(size, &vec![value; (rows * ROW) as usize]);
+                        match appender.fs.fsync(appender.fh) {
+                            Ok(()) => break,
+                            Err(e) => {
+                                tries += 1;
+                                prop_assert!(tries < 5, "the appender was refused {tries} times: {e}");
+                            }
+                        }
+                    }
+                    appended.extend(std::iter::repeat_n(value, (rows * ROW) as usize));
+                }
+            }
+        }
+        for (who, editor) in editors.into_iter().enumerate() {
+            let closed = editor.close();
+            prop_assert!(closed.is_ok(), "editor {who}'s close was told {:?}", closed.err());
+            for (p, v) in pending[who].drain(..) {
+                acked[p] = v;
+            }
+        }
+        drop(appender);
+        let got = stored(store);
+        let mut want = acked;
+        want.extend(appended);
+        prop_assert_eq!(got, want);
+        Ok(())
+    }
+
+    proptest! {
+        // Each case runs on both stores, the local one fsyncing to disk: 24 cases take some 40 s.
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn editors_beside_an_appender_keep_every_acknowledged_byte(steps in steps()) {
+            for (name, store, _dir) in stores() {
+                run(&store, &steps).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+            }
+        }
+    }
+}

@@ -469,6 +469,7 @@ fn a_server_that_trickles_fails_a_read_in_bounded_time() {
     });
     let location = zarrfs::store::Location::parse(std::ffi::OsStr::new(&format!("http://127.0.0.1:{port}/s"))).unwrap();
     let store = location.open(&zarrfs::store::RemoteOptions::default()).unwrap();
+    let store_again = store.clone();
     let started = std::time::Instant::now();
     let got =
         within(Duration::from_secs(100), "a read from a server that trickles", move || store.get("c/0", 1 << 20).map(|v| v.is_some()));
@@ -476,6 +477,12 @@ fn a_server_that_trickles_fails_a_read_in_bounded_time() {
     let err = got.expect_err("4 KiB at a byte a second was read");
     assert!(err.to_string().contains("whole time is bounded"), "the error does not say why: {err}");
     assert!(took < Duration::from_secs(60), "the read failed only after {took:?}");
+    // The kernel retries a failed read once: the retry fails at once, not after a second bound.
+    let started = std::time::Instant::now();
+    let again = store_again.get("c/0", 1 << 20).map(|v| v.is_some());
+    let err = again.expect_err("read on the retry");
+    assert!(err.to_string().contains("not asked again"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the retry waited {:?}", started.elapsed());
 }
 
 #[test]

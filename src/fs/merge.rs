@@ -64,17 +64,17 @@ impl ElementMask {
         self.bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
-    /// Mark the bytes `from..to` of element `i` (of `item` bytes) as written, and no others of
-    /// it that were not: the element was marked whole by the write that wrote them, which read
-    /// its other bytes from the file (`fs::write`). An element marked whole before stays so.
-    pub fn mark_bytes_only(&mut self, i: usize, from: usize, to: usize, item: usize, was_marked: bool) {
-        if was_marked || i >= self.len() {
+    /// Mark the bytes `from..to` of element `i` (of `item` bytes) as written: the element
+    /// counts as written whole once all its bytes are.
+    pub fn mark_bytes(&mut self, i: usize, from: usize, to: usize, item: usize) {
+        if self.is_marked(i) || i >= self.len() {
             return;
         }
+        // Past the bound, an element written in part counts as written whole.
         if !self.partial.contains_key(&i) && self.partial.len() >= MOST_PARTIAL {
+            self.mark_run(i as u64, 1);
             return;
         }
-        self.bits[i / 64] &= !(1 << (i % 64));
         let bytes = self.partial.entry(i).or_insert_with(|| vec![0; item.div_ceil(8)]);
         for b in from..to.min(item) {
             bytes[b / 8] |= 1 << (b % 8);
@@ -310,12 +310,10 @@ mod tests {
 
     #[test]
     fn bytes_written_in_part_of_an_element_are_all_a_merge_takes_of_it() {
-        // Four 8-byte elements; bytes 4..8 of element 1 and 0..3 of element 2 written here, the
-        // rest of both by the write's read of the file.
+        // Four 8-byte elements; bytes 4..8 of element 1 and 0..3 of element 2 written here.
         let mut m = ElementMask::new(4).unwrap();
-        m.mark_run(1, 2);
-        m.mark_bytes_only(1, 4, 8, 8, false);
-        m.mark_bytes_only(2, 0, 3, 8, false);
+        m.mark_bytes(1, 4, 8, 8);
+        m.mark_bytes(2, 0, 3, 8);
         let ours = vec![1u8; 32];
         let mut theirs = vec![9u8; 32];
         m.copy_marked(&ours, &mut theirs, 8);
@@ -323,18 +321,16 @@ mod tests {
         want[12..16].fill(1);
         want[16..19].fill(1);
         assert_eq!(theirs, want);
-        // The other bytes written later: the element is whole again.
-        m.mark_run(1, 1);
-        m.mark_bytes_only(1, 0, 4, 8, false);
+        // The other bytes written later: the element is whole.
+        m.mark_bytes(1, 0, 4, 8);
         assert!(m.is_marked(1) && !m.is_marked(2));
         // Marked whole before: a write in part of it leaves it whole.
         m.mark_run(0, 1);
-        m.mark_bytes_only(0, 2, 3, 8, true);
+        m.mark_bytes(0, 2, 3, 8);
         assert!(m.is_marked(0));
         // A union keeps both sides' bytes.
         let mut other = ElementMask::new(4).unwrap();
-        other.mark_run(2, 1);
-        other.mark_bytes_only(2, 3, 8, 8, false);
+        other.mark_bytes(2, 3, 8, 8);
         m.union(&other);
         let mut theirs = vec![9u8; 32];
         m.copy_marked(&ours, &mut theirs, 8);

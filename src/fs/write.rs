@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use super::merge::{Base, ElementMask};
 use super::open::{ChunkEdit, OpenArray, Touch};
-use super::read::{Cells, RangeBuf, read_shared};
+use super::read::{Cells, RangeBuf};
 use super::spare::chunk_buffer;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
-use crate::pool::WorkerPool;
 use crate::store::Version;
 use crate::zarr::array::{Array, ReadUnits};
 use crate::zarr::grid::ChunkGrid;
@@ -120,7 +119,7 @@ fn edit_chunk(
 }
 
 /// Write `data` at `offset`; past the end the array grows by whole rows.
-pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, offset: u64, data: &[u8]) -> Result<()> {
+pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, offset: u64, data: &[u8]) -> Result<()> {
     let _writer = open.writer();
     let _shared = open.shared();
     let mut array = open.array();
@@ -139,8 +138,13 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
         array = open.array();
     }
     let meta = &array.meta;
-    let range = FlatRange { start: offset / item, end: end.div_ceil(item) };
-    let cells = Cells::of(&meta.grid, &range.boxes(&meta.shape));
+    // The whole elements written; an element written only in part (at either end, where the
+    // offset or the end is not a multiple of the element size) is changed in its chunk byte by
+    // byte below, its other bytes as the chunk holds them, and only the bytes written count
+    // when the chunk is merged into another writer's.
+    let range = FlatRange { start: offset.div_ceil(item), end: end / item };
+    let whole = if range.start < range.end { range.boxes(&meta.shape) } else { Vec::new() };
+    let cells = Cells::of(&meta.grid, &whole);
     // Per cell: the elements this write covers, and the chunk's elements inside the array.
     let coverage: Vec<(u64, u64)> = (0..cells.len())
         .map(|i| {
@@ -158,32 +162,27 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
             touch.written += covered;
         }
     }
-    let buf = RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes: data };
-    if offset.is_multiple_of(item) && end.is_multiple_of(item) {
-        return write_cells(open, &array, cache, &cells, &coverage, &buf, &[]);
+    if range.start < range.end {
+        let bytes = &data[(range.start * item - offset) as usize..(range.end * item - offset) as usize];
+        write_cells(
+            open,
+            &array,
+            cache,
+            &cells,
+            &coverage,
+            &RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes },
+        )?;
     }
-    // Partly written elements at either end: their other bytes come from the file, and only the
-    // bytes written count when the chunk is merged into another writer's.
-    let edges = partial_edges(meta, offset, end);
-    let was_marked: Vec<bool> = {
-        let mut edits = lock(&open.edits);
-        edges.iter().map(|e| edits.base_mut(&e.coords).and_then(|b| b.written_mut()).is_some_and(|m| m.is_marked(e.element))).collect()
-    };
-    let base = range.start * item;
-    let mut whole = crate::limits::zeroed(((range.end - range.start) * item) as usize)?;
-    let head = read_shared(open, &array, cache, pool, base, item)?;
-    let n = whole.len();
-    let tail = read_shared(open, &array, cache, pool, range.end * item - item, item)?;
-    whole[..head.len()].copy_from_slice(&head);
-    whole[n - tail.len()..].copy_from_slice(&tail);
-    whole[(offset - base) as usize..(end - base) as usize].copy_from_slice(data);
-    let edge_chunks: Vec<&[u64]> = edges.iter().map(|e| e.coords.as_slice()).collect();
-    write_cells(open, &array, cache, &cells, &coverage, &RangeBuf { bytes: whole.as_slice(), ..buf }, &edge_chunks)?;
-    let mut edits = lock(&open.edits);
-    for (e, was) in edges.iter().zip(was_marked) {
-        if let Some(mask) = edits.base_mut(&e.coords).and_then(|b| b.written_mut()) {
-            mask.mark_bytes_only(e.element, e.bytes.0, e.bytes.1, item as usize, was);
-        }
+    for edge in partial_edges(meta, offset, end) {
+        let item = item as usize;
+        let (from, to) = edge.bytes;
+        let written = &data[(edge.flat * item as u64 + from as u64 - offset) as usize..][..to - from];
+        edit_chunk(open, &array, cache, &edge.coords, false, |chunk, mask| {
+            chunk[edge.element * item + from..edge.element * item + to].copy_from_slice(written);
+            if let Some(mask) = mask {
+                mask.mark_bytes(edge.element, from, to, item);
+            }
+        })?;
     }
     Ok(())
 }
@@ -191,6 +190,8 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, 
 /// An element the write covers only in part: its chunk, its index in the chunk, and the bytes
 /// of it written.
 struct PartialEdge {
+    /// Its index in the flat file.
+    flat: u64,
     coords: Vec<u64>,
     element: usize,
     bytes: (usize, usize),
@@ -221,14 +222,13 @@ fn partial_edges(meta: &crate::zarr::metadata::ArrayMetadata, offset: u64, end: 
             let (coords, within): (Vec<u64>, Vec<u64>) = index.iter().enumerate().map(|(a, &i)| meta.grid.chunk_of(a, i)).unzip();
             let shape = meta.grid.chunk_shape(&coords);
             let element = within.iter().zip(&shape).fold(0u64, |acc, (&w, &n)| acc * n + w) as usize;
-            PartialEdge { coords, element, bytes: (from as usize, to as usize) }
+            PartialEdge { flat, coords, element, bytes: (from as usize, to as usize) }
         })
         .collect()
 }
 
 /// Merge the whole elements of `buf` into the chunks of `cells`; a chunk the write covers
-/// (`coverage`: elements covered, elements inside) wholly starts from fill, not from the store,
-/// unless it is one of `in_part`, where an element is written only in part.
+/// (`coverage`: elements covered, elements inside) wholly starts from fill, not from the store.
 fn write_cells(
     open: &OpenArray,
     array: &Array,
@@ -236,13 +236,12 @@ fn write_cells(
     cells: &Cells,
     coverage: &[(u64, u64)],
     buf: &RangeBuf<'_, &[u8]>,
-    in_part: &[&[u64]],
 ) -> Result<()> {
     let meta = &array.meta;
     let only_fill = is_filled(buf.bytes, &meta.fill);
     for (i, &(covered, elements)) in coverage.iter().enumerate() {
         let coords = cells.coords(i);
-        let from_fill = covered == elements && !in_part.contains(&coords);
+        let from_fill = covered == elements;
         if only_fill && fill_chunk(open, array, coords, from_fill, |mask| buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i)))? {
             continue;
         }

@@ -102,6 +102,8 @@ pub struct ObjectStore {
     /// read whole, and the last one kept for the ranges asked of it.
     ignores_ranges: std::sync::atomic::AtomicBool,
     whole: Mutex<Option<WholeValue>>,
+    /// Keys whose last read ran out of its whole time, and when (`errors::TIMED_OUT_FOR`).
+    timed_out: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// A value read whole: its key, its version, its bytes.
@@ -163,6 +165,7 @@ impl ObjectStore {
             requests: Arc::default(),
             ignores_ranges: Default::default(),
             whole: Mutex::default(),
+            timed_out: Mutex::default(),
         })
     }
 
@@ -264,6 +267,7 @@ impl Store for ObjectStore {
                 other => Ok(other),
             };
         }
+        self.refuse_timed_out(key)?;
         if self.ignores_ranges.load(Ordering::Relaxed) {
             return self.range_of_whole(key, range);
         }

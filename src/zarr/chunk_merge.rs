@@ -80,13 +80,13 @@ mod tests {
         let base = encoded([1, 2, 3, 4]);
         // Ours changed element 0 and the low byte of element 3; theirs element 1 and the high
         // byte of element 3.
-        let ours = encoded([10, 2, 3, 0x0105]);
+        let ours = encoded([10, 2, 3, 0x0005]);
         let theirs = encoded([1, 20, 3, 0x0704]);
         let merged = merge(DOC.as_bytes(), "c/1", Some(&base), Some(&ours), Some(&theirs)).unwrap().unwrap();
         assert_eq!(decoded(&merged), [10, 20, 3, 0x0705]);
-        // An absent base and theirs: fill; ours all fill again over theirs: theirs.
+        // An absent base and theirs: fill, so all ours differs; ours as the base was: theirs.
         let merged = merge(DOC.as_bytes(), "c/0", None, Some(&ours), None).unwrap().unwrap();
-        assert_eq!(decoded(&merged), [10, 0, 0, 0x0105]);
+        assert_eq!(decoded(&merged), [10, 2, 3, 0x0005]);
         assert_eq!(merge(DOC.as_bytes(), "c/0", Some(&base), Some(&base), None).unwrap(), None);
         assert!(merge(DOC.as_bytes(), "c/9/9", None, None, None).is_err());
     }

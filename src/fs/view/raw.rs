@@ -45,7 +45,7 @@ impl View for RawView {
         } else {
             offset
         };
-        write::write(array, &cx.cache, &cx.pool, offset, data)?;
+        write::write(array, &cx.cache, offset, data)?;
         cx.after_write(array)
     }
 

@@ -3,7 +3,8 @@
 //! writer's change.
 
 use super::{ObjectStore, TRANSFER_BASE};
-use crate::Error;
+use crate::error::lock;
+use crate::{Error, Result};
 
 /// What went wrong, in one line a user can act on.
 pub(super) fn explain(e: &object_store::Error) -> String {
@@ -54,6 +55,30 @@ pub(super) fn explain(e: &object_store::Error) -> String {
     first_line(&text)
 }
 
+/// How long a key whose read ran out of its whole time fails its reads at once: the kernel
+/// retries a failed read once, and a reader should wait one bound, not two.
+const TIMED_OUT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most keys remembered as timed out.
+const TIMED_OUT_KEYS: usize = 4096;
+
+impl ObjectStore {
+    /// Fail at once a read of a key whose read timed out just now.
+    pub(super) fn refuse_timed_out(&self, key: &str) -> Result<()> {
+        match lock(&self.timed_out).get(key) {
+            Some(at) if at.elapsed() < TIMED_OUT_FOR => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "{key}: its read ran out of its whole time {} s ago (a request's whole time is bounded); not asked again for {} s",
+                    at.elapsed().as_secs(),
+                    TIMED_OUT_FOR.as_secs()
+                ),
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A range request the server refused as past the value's end (416, InvalidRange).
 pub(super) fn is_unsatisfiable_range(e: &object_store::Error) -> bool {
     let text = e.to_string().to_ascii_lowercase();
@@ -78,6 +103,17 @@ impl ObjectStore {
     pub(super) fn failed(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let why = explain(&e);
         tracing::warn!(store = %self.location, key, "{op} failed: {why}");
+        if why.starts_with("no whole answer within") || e.to_string().contains("no whole answer within") {
+            let mut timed_out = lock(&self.timed_out);
+            // Bounded: a server that times out on every key forgets the oldest first.
+            if timed_out.len() >= TIMED_OUT_KEYS {
+                timed_out.retain(|_, at| at.elapsed() < TIMED_OUT_FOR);
+                if timed_out.len() >= TIMED_OUT_KEYS {
+                    timed_out.clear();
+                }
+            }
+            timed_out.insert(key.to_string(), std::time::Instant::now());
+        }
         match e {
             object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
                 Error::refused(key, "changed by another writer since this mount read it; not overwritten")

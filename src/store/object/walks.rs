@@ -238,6 +238,7 @@ impl ObjectStore {
     /// `key`'s value asked of the store itself, whatever a listing showed; what it answers
     /// replaces what was listed.
     pub(super) fn get_fresh(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        self.refuse_timed_out(key)?;
         let path = Self::path(key)?;
         self.count(&self.requests.get);
         let remote = self.remote.clone();
