@@ -443,6 +443,65 @@ fn normalize_refuses_a_store_a_read_write_mount_serves() {
 }
 
 #[test]
+fn a_server_that_ignores_ranges_serves_each_value_once_for_many_ranges() {
+    use std::io::{BufRead, Write};
+    // Four values of 64 KiB, each a byte of its own; every GET answered whole (200), as
+    // `python -m http.server` does; the GETs of each value counted.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gets = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new()));
+    let counted = gets.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).map_or(true, |n| n == 0) {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    let mut parts = request.split_whitespace();
+                    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or("").to_string());
+                    let Some(k) = path.strip_prefix("/s/v").and_then(|k| k.parse::<u8>().ok()).filter(|k| *k < 4) else {
+                        let _ = out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                        continue;
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: 65536\r\nETag: \"v{k}\"\r\nLast-Modified: Sun, 06 Dec 2026 05:00:00 GMT\r\n\r\n"
+                    );
+                    let _ = out.write_all(head.as_bytes());
+                    if method == "GET" {
+                        *counted.lock().unwrap().entry(path).or_default() += 1;
+                        let _ = out.write_all(&[k; 65536]);
+                    }
+                }
+            });
+        }
+    });
+    let location = zarrfs::store::Location::parse(std::ffi::OsStr::new(&format!("http://127.0.0.1:{port}/s"))).unwrap();
+    let store = location.open(&zarrfs::store::RemoteOptions::default()).unwrap();
+    // Ranges of the four values in turn, as the inner chunks of four shards are read.
+    for round in 0..4u64 {
+        for k in 0..4u8 {
+            let range = zarrfs::store::ByteRange::Range { start: round * 1000, len: 100 };
+            let got = store.get_range(&format!("v{k}"), range).unwrap().unwrap();
+            assert_eq!(got, vec![k; 100]);
+        }
+    }
+    let gets = gets.lock().unwrap().clone();
+    // The first ranged GET, answered whole, teaches that the server ignores ranges; then each
+    // value is fetched once.
+    let total: u32 = gets.values().sum();
+    assert!(gets.len() == 4 && total <= 5, "GETs per value: {gets:?}");
+}
+
+#[test]
 fn a_server_that_trickles_fails_a_read_in_bounded_time() {
     use std::io::{BufRead, Write};
     // Every answer: 4 KiB promised, one byte a second.

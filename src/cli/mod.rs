@@ -228,6 +228,8 @@ impl RemoteArgs {
             virtual_chunks: self.virtual_chunks,
             consolidated: Some(crate::zarr::consolidated::documents_of),
             chunk_merge: Some(crate::zarr::chunk_merge::FOR_STORES),
+            // The mount's cache size, set where the mount is made.
+            whole_values_budget: None,
         }
     }
 }

@@ -223,7 +223,8 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     // The store root is held open from here on: a store moved or replaced while mounted is
     // never written at its old path.
     let metadata_ttl = plan.metadata_ttl.unwrap_or(Config::default().metadata_ttl);
-    let remote = crate::store::RemoteOptions { metadata_ttl, ..plan.remote.clone() };
+    let whole_values_budget = Some(plan.cache_size.unwrap_or(Config::default().cache_size as u64));
+    let remote = crate::store::RemoteOptions { metadata_ttl, whole_values_budget, ..plan.remote.clone() };
     // Before the store opens: an archive's directory is read (and bounded) as it opens.
     if let Some(n) = plan.max_chunk_size {
         crate::limits::set_max_chunk_bytes(n);

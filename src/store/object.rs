@@ -31,6 +31,7 @@ mod listing;
 mod metered;
 mod versions;
 mod walks;
+mod whole;
 
 use listed::ListedKeys;
 
@@ -99,15 +100,12 @@ pub struct ObjectStore {
     consolidated: Option<ReadConsolidated>,
     pub requests: Arc<RequestCounts>,
     /// The server answered a range with the whole value (`python -m http.server`): values are
-    /// read whole, and the last one kept for the ranges asked of it.
+    /// read whole, and kept for the ranges asked of them.
     ignores_ranges: std::sync::atomic::AtomicBool,
-    whole: Mutex<Option<WholeValue>>,
+    whole: whole::WholeValues,
     /// Keys whose last read ran out of its whole time, and when (`errors::TIMED_OUT_FOR`).
     timed_out: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
-
-/// A value read whole: its key, its version, its bytes.
-type WholeValue = (String, Version, Arc<[u8]>);
 
 /// The most a value of a server that ignores Range requests is read whole (and at most
 /// `--max-chunk-size`).
@@ -164,7 +162,7 @@ impl ObjectStore {
             consolidated: options.consolidated,
             requests: Arc::default(),
             ignores_ranges: Default::default(),
-            whole: Mutex::default(),
+            whole: whole::WholeValues::new(options.whole_values_budget.unwrap_or(1 << 30)),
             timed_out: Mutex::default(),
         })
     }
@@ -177,24 +175,16 @@ impl ObjectStore {
     /// server that ignores Range requests; one too large to read whole is refused.
     fn range_of_whole(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
         let Some(head) = self.head(key)? else { return Ok(None) };
-        let kept = lock(&self.whole).as_ref().filter(|(k, v, _)| k == key && *v == head.version).map(|(_, v, b)| (*v, b.clone()));
-        let (version, bytes) = match kept {
-            Some(kept) => kept,
-            None => {
-                let most = MOST_READ_WHOLE.min(crate::limits::max_chunk_bytes());
-                if head.len > most {
-                    return Err(Error::Unsupported(format!(
-                        "{}: the server ignores Range requests, and the value is {} bytes, more than the {most} a mount reads whole (--max-chunk-size, 256 MiB at most)",
-                        crate::error::printable(key),
-                        head.len
-                    )));
-                }
-                let Some(value) = self.get_value(key, most)? else { return Ok(None) };
-                let bytes: Arc<[u8]> = value.bytes.into();
-                *lock(&self.whole) = Some((key.to_string(), value.version, bytes.clone()));
-                (value.version, bytes)
-            }
-        };
+        let most = MOST_READ_WHOLE.min(crate::limits::max_chunk_bytes());
+        if head.len > most {
+            return Err(Error::Unsupported(format!(
+                "{}: the server ignores Range requests, and the value is {} bytes, more than the {most} a mount reads whole (--max-chunk-size, 256 MiB at most)",
+                crate::error::printable(key),
+                head.len
+            )));
+        }
+        let fetch = || Ok(self.get_value(key, most)?.map(|value| (value.version, Arc::from(value.bytes))));
+        let Some((version, bytes)) = self.whole.get(key, head.version, fetch)? else { return Ok(None) };
         let (start, end) = super::resolve_range(key, range, bytes.len() as u64)?;
         Ok(Some((bytes[start as usize..end as usize].to_vec(), version)))
     }

@@ -134,6 +134,9 @@ pub struct RemoteOptions {
     /// How a store that rebases commits (Icechunk) merges two writers' versions of a chunk;
     /// without it, such a conflict fails the later commit.
     pub chunk_merge: Option<super::ChunkMerge>,
+    /// The bytes of values kept whole for a server that ignores Range requests (the mount's
+    /// cache size; 1 GiB if not given).
+    pub whole_values_budget: Option<u64>,
 }
 
 #[cfg(test)]
