@@ -97,6 +97,7 @@ fn suite(b: &Backend) {
     // Conditional deletes, or the store saying it has none.
     conflict(s.delete_if("conf/c/0", Expect::Absent), &format!("{name}: delete of a value expected absent"));
     s.delete_if("conf/c/9", Expect::Absent).unwrap();
+    println!("conformance ({name}): conditional deletes: {}", s.deletes_conditionally());
     if s.deletes_conditionally() {
         conflict(s.delete_if("conf/c/1", Expect::At(v1)), &format!("{name}: delete over a stale version"));
         s.delete_if("conf/c/1", Expect::At(new)).unwrap();

@@ -103,6 +103,8 @@ pub struct ObjectStore {
     /// read whole, and kept for the ranges asked of them.
     ignores_ranges: std::sync::atomic::AtomicBool,
     whole: whole::WholeValues,
+    /// Whether the server keeps `If-Match` on a DELETE, once probed.
+    conditional_deletes: std::sync::OnceLock<bool>,
     /// Keys whose last read ran out of its whole time, and when (`errors::TIMED_OUT_FOR`).
     timed_out: Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
@@ -164,6 +166,7 @@ impl ObjectStore {
             ignores_ranges: Default::default(),
             whole: whole::WholeValues::new(options.whole_values_budget.unwrap_or(1 << 30)),
             timed_out: Mutex::default(),
+            conditional_deletes: std::sync::OnceLock::new(),
         })
     }
 
@@ -187,6 +190,22 @@ impl ObjectStore {
         let Some((version, bytes)) = self.whole.get(key, head.version, fetch)? else { return Ok(None) };
         let (start, end) = super::resolve_range(key, range, bytes.len() as u64)?;
         Ok(Some((bytes[start as usize..end as usize].to_vec(), version)))
+    }
+
+    /// Whether the server keeps `If-Match` on a DELETE: a probe object of its own, deleted over
+    /// an ETag it does not have (412 expected), then deleted.
+    fn probe_conditional_delete(&self, raw: &listing::RawListing) -> std::result::Result<bool, String> {
+        let key = format!(
+            ".zarrfs-delete-probe-{}-{}.tmp",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        );
+        debug_assert!(super::is_temporary(&key));
+        let path = Self::path(&key).map_err(|e| e.to_string())?;
+        self.run(self.remote.put(&path, bytes::Bytes::from_static(b"probe").into())).map_err(|e| explain(&e))?;
+        let asked = self.runtime.block_on(raw.delete_if_match(&key, "\"00000000000000000000000000000000\""));
+        let _ = self.run(self.remote.delete(&path));
+        Ok(asked? == listing::Deleted::OtherVersion)
     }
 
     fn path(key: &str) -> Result<ObjectPath> {
@@ -335,7 +354,8 @@ impl Store for ObjectStore {
         })
     }
 
-    /// Only what is absent: object storage has no conditional DELETE (`deletes_conditionally`).
+    /// Over a version: S3's `If-Match` on DeleteObject, where the server keeps it
+    /// (`deletes_conditionally`).
     fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
         match expect {
             Expect::Any => self.delete(key),
@@ -343,12 +363,44 @@ impl Store for ObjectStore {
                 None => Ok(()),
                 Some(_) => Err(Error::conflict(key, "written by another writer since this mount saw it absent")),
             },
-            Expect::At(_) => Err(Error::Unsupported(format!("{key}: object storage deletes no value conditionally"))),
+            Expect::At(version) => {
+                let (Some(raw), true) = (&self.raw, self.deletes_conditionally()) else {
+                    return Err(Error::Unsupported(format!("{key}: this object store deletes no value conditionally")));
+                };
+                let Some(etag) = self.update_version(key, version)?.e_tag else {
+                    return Err(Error::Unsupported(format!("{key}: the server gives no ETag to delete it over")));
+                };
+                self.count(&self.requests.delete);
+                match self.runtime.block_on(raw.delete_if_match(key, &etag)) {
+                    Ok(listing::Deleted::Yes) => {
+                        self.remember_etag(key, Some(None));
+                        self.listed.changed(key, None);
+                        Ok(())
+                    }
+                    Ok(_) => Err(Error::conflict(key, "changed by another writer since this mount read it (conditional DELETE refused)")),
+                    Err(e) => Err(Error::Io(std::io::Error::other(e))),
+                }
+            }
         }
     }
 
+    /// On S3 (If-Match on DeleteObject, since 2025), once a probe showed the server keeps the
+    /// condition: a server that deletes regardless of it (or refuses it) gets chunks of fill
+    /// stored instead, said once.
     fn deletes_conditionally(&self) -> bool {
-        false
+        let Some(raw) = &self.raw else { return false };
+        if self.location.read_only() {
+            return false;
+        }
+        *self.conditional_deletes.get_or_init(|| {
+            let kept = self.probe_conditional_delete(raw);
+            match &kept {
+                Ok(true) => tracing::debug!(store = %self.location, "the server deletes conditionally (If-Match)"),
+                Ok(false) => tracing::info!(store = %self.location, "the server deletes regardless of If-Match: chunks made all fill are stored as fill, not deleted"),
+                Err(e) => tracing::info!(store = %self.location, "no conditional deletes ({e}): chunks made all fill are stored as fill, not deleted"),
+            }
+            kept.unwrap_or(false)
+        })
     }
 
     fn delete(&self, key: &str) -> Result<()> {

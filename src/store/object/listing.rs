@@ -1,4 +1,5 @@
-//! A bucket listing that survives keys object_store cannot parse. S3 keys may hold `..`, `.` or
+//! Requests object_store does not make, signed as it signs them: a conditional DELETE (S3's
+//! `If-Match` on DeleteObject), and a bucket listing that survives keys object_store cannot parse. S3 keys may hold `..`, `.` or
 //! empty segments (`s/grp/../x`, `s/arr/c//junk`: legal keys sloppy path joins make), and
 //! object_store refuses a whole page of a listing for one of them. When that happens the same
 //! ListObjectsV2 request is made here, signed as object_store signs, and the keys that cannot
@@ -24,6 +25,16 @@ pub struct RawListing {
     sign: bool,
     /// The odd keys already said.
     said: Mutex<HashSet<String>>,
+}
+
+/// How a conditional DELETE ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    Yes,
+    /// Another version stands (412).
+    OtherVersion,
+    /// Nothing stands (404).
+    Absent,
 }
 
 /// A listing's names directly under a prefix, split into directories and values.
@@ -77,6 +88,34 @@ impl RawListing {
             token = tags(&body, "NextContinuationToken").next().filter(|_| tags(&body, "IsTruncated").next().as_deref() == Some("true"));
             if token.is_none() {
                 return Ok(names);
+            }
+        }
+    }
+
+    /// DELETE of `key` (relative to the store) only while its ETag is `etag`.
+    pub async fn delete_if_match(&self, key: &str, etag: &str) -> Result<Deleted, String> {
+        let full = [self.prefix.as_str(), key].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("/");
+        let path: Vec<String> = full.split('/').map(encode).collect();
+        let url = format!("{}/{}", self.base, path.join("/"));
+        let mut request = http::Request::builder()
+            .method("DELETE")
+            .uri(&url)
+            .header("If-Match", etag)
+            .body(HttpRequestBody::empty())
+            .map_err(|e| e.to_string())?;
+        if self.sign {
+            let credential = self.s3.credentials().get_credential().await.map_err(|e| e.to_string())?;
+            AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None).map_err(|e| e.to_string())?;
+        }
+        let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        match status {
+            200 | 204 => Ok(Deleted::Yes),
+            412 => Ok(Deleted::OtherVersion),
+            404 => Ok(Deleted::Absent),
+            _ => {
+                Err(format!("DELETE {key} (If-Match): {status}: {}", String::from_utf8_lossy(&body).chars().take(300).collect::<String>()))
             }
         }
     }
