@@ -33,7 +33,8 @@ use tokio::sync::RwLock;
 
 use super::location::Reference;
 use super::{
-    ByteRange, ChunkMerge, Entry, Expect, Head, LocalStore, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value, Version, join,
+    ByteRange, ChunkMerge, ChunkVersions, Entry, Expect, Head, LocalStore, Location, RemoteLocation, RemoteOptions, Snapshot, Store, Value,
+    Version, join,
 };
 use crate::error::lock;
 use crate::{Error, Result};
@@ -600,7 +601,8 @@ impl MergingSolver<'_> {
             let base = chunk_in(ours, path, c).await?;
             let their = chunk_in(theirs, path, c).await?;
             let key = format!("c/{}", c.0.iter().map(u32::to_string).collect::<Vec<_>>().join("/"));
-            let merged = match (merge.merge)(&document, &key, base.as_deref(), our.as_deref(), their.as_deref()) {
+            let versions = ChunkVersions { base: base.as_deref(), ours: our.as_deref(), theirs: their.as_deref() };
+            let merged = match (merge.merge)(&document, &key, versions) {
                 Ok(merged) => merged,
                 Err(e) => {
                     tracing::warn!(array = %path, key, "not merged: {e}");

@@ -418,15 +418,27 @@ pub type ConsolidatedDocuments = std::collections::BTreeMap<String, Vec<u8>>;
 /// in `RemoteOptions`, so that walks on object storage take documents from it.
 pub type ReadConsolidated = fn(name: &str, bytes: &[u8]) -> Option<ConsolidatedDocuments>;
 
+/// The versions of one chunk a merge takes (each `None` where the chunk is absent): as both
+/// writers found it, as this one made it, as the other left it.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkVersions<'a> {
+    pub base: Option<&'a [u8]>,
+    pub ours: Option<&'a [u8]>,
+    pub theirs: Option<&'a [u8]>,
+}
+
+/// A merge of a chunk's versions (`ChunkMerge::merge`).
+pub type MergeChunk = fn(document: &[u8], key: &str, versions: ChunkVersions<'_>) -> Result<Option<Vec<u8>>>;
+
 /// How a store that holds two writers' versions of a chunk at once (Icechunk, rebasing a commit
 /// over another's) puts one writer's changes into the other's version: the format layer's
 /// (`zarr::chunk_merge`), handed to the store by whoever opens it, as `ReadConsolidated` is.
 #[derive(Clone, Copy, Debug)]
 pub struct ChunkMerge {
     /// From the array's document and the chunk's key within the array (`c/0/1`): the chunk
-    /// with this writer's changes from `base` to `ours` put into `theirs` (each `None` where
-    /// absent), `None` where that is all fill.
-    pub merge: fn(document: &[u8], key: &str, base: Option<&[u8]>, ours: Option<&[u8]>, theirs: Option<&[u8]>) -> Result<Option<Vec<u8>>>,
+    /// with this writer's changes from its base put into the other's version, `None` where
+    /// that is all fill.
+    pub merge: MergeChunk,
     /// Whether the array of document `after` is that of `before` only grown.
     pub grown_only: fn(before: &[u8], after: &[u8]) -> bool,
 }

@@ -8,7 +8,7 @@
 use super::codec::ChunkRepr;
 use super::document::Document;
 use super::metadata::{ArrayMetadata, NodeMetadata, parse_v3};
-use crate::store::ChunkMerge;
+use crate::store::{ChunkMerge, ChunkVersions};
 use crate::{Error, Result};
 
 /// What the format layer hands stores (`RemoteOptions::chunk_merge`).
@@ -23,7 +23,8 @@ fn array_of(document: &[u8]) -> Result<ArrayMetadata> {
 
 /// The chunk `key` (within the array of `document`, `c/0/1`) with this writer's changes from
 /// `base` to `ours` put into `theirs` (`None`: absent, fill); `None` when the result is all fill.
-fn merge(document: &[u8], key: &str, base: Option<&[u8]>, ours: Option<&[u8]>, theirs: Option<&[u8]>) -> Result<Option<Vec<u8>>> {
+fn merge(document: &[u8], key: &str, versions: ChunkVersions<'_>) -> Result<Option<Vec<u8>>> {
+    let ChunkVersions { base, ours, theirs } = versions;
     let meta = array_of(document)?;
     let coords = meta.key_encoding.decode(key, meta.shape.len()).ok_or_else(|| Error::refused(key, "not a chunk key of its array"))?;
     let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: &meta.fill };
@@ -82,13 +83,14 @@ mod tests {
         // byte of element 3.
         let ours = encoded([10, 2, 3, 0x0005]);
         let theirs = encoded([1, 20, 3, 0x0704]);
-        let merged = merge(DOC.as_bytes(), "c/1", Some(&base), Some(&ours), Some(&theirs)).unwrap().unwrap();
+        let merged =
+            merge(DOC.as_bytes(), "c/1", ChunkVersions { base: Some(&base), ours: Some(&ours), theirs: Some(&theirs) }).unwrap().unwrap();
         assert_eq!(decoded(&merged), [10, 20, 3, 0x0705]);
         // An absent base and theirs: fill, so all ours differs; ours as the base was: theirs.
-        let merged = merge(DOC.as_bytes(), "c/0", None, Some(&ours), None).unwrap().unwrap();
+        let merged = merge(DOC.as_bytes(), "c/0", ChunkVersions { base: None, ours: Some(&ours), theirs: None }).unwrap().unwrap();
         assert_eq!(decoded(&merged), [10, 2, 3, 0x0005]);
-        assert_eq!(merge(DOC.as_bytes(), "c/0", Some(&base), Some(&base), None).unwrap(), None);
-        assert!(merge(DOC.as_bytes(), "c/9/9", None, None, None).is_err());
+        assert_eq!(merge(DOC.as_bytes(), "c/0", ChunkVersions { base: Some(&base), ours: Some(&base), theirs: None }).unwrap(), None);
+        assert!(merge(DOC.as_bytes(), "c/9/9", ChunkVersions { base: None, ours: None, theirs: None }).is_err());
     }
 
     #[test]
