@@ -145,9 +145,9 @@ fn commit_failed(e: SessionError) -> Error {
             ))
         }
         // The branch moved again while this commit was rebased onto it, each time it tried.
-        SessionErrorKind::Conflict { .. } => {
-            Error::Busy("other writers moved the branch while this commit was rebased onto it, each time it tried: this mount's changes are kept uncommitted; try again".into())
-        }
+        SessionErrorKind::Conflict { .. } => Error::Busy(format!(
+            "other writers moved the branch while this commit was rebased onto it, each of the {REBASE_ATTEMPTS} times it tried: this mount's changes are kept uncommitted; try again"
+        )),
         other => Error::Io(std::io::Error::other(format!("commit: {other}"))),
     }
 }
@@ -376,7 +376,13 @@ impl IcechunkStore {
             }
             let base = session.snapshot_id().clone();
             let solver = MergingSolver { repo: &self.repo, merge: self.chunk_merge };
-            let committed = match session.commit(message.clone()).rebase(&solver, 5).execute().await {
+            let committed = match session
+                .commit(message.clone())
+                .rebase(&solver, REBASE_ATTEMPTS)
+                .before_rebase_hook(Box::new(|attempt| Box::pin(tokio::time::sleep(rebase_pause(attempt)))))
+                .execute()
+                .await
+            {
                 Ok(committed) => committed,
                 Err(e) => {
                     let unsolvable = matches!(e.kind, SessionErrorKind::RebaseFailed { .. });
@@ -537,6 +543,21 @@ impl IcechunkStore {
             }
         }
     }
+}
+
+/// How many times a commit is rebased onto a branch other writers keep moving before it fails
+/// with EBUSY (its changes kept).
+const REBASE_ATTEMPTS: u16 = 30;
+
+/// The pause before rebase attempt `attempt`: growing (5 ms, doubling, at most 0.5 s), and
+/// jittered, so that writers that keep moving one branch on object storage (where commits are
+/// not serialized) fall out of step rather than collide on every attempt.
+fn rebase_pause(attempt: u16) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut jitter = std::collections::hash_map::RandomState::new().build_hasher();
+    jitter.write_u16(attempt);
+    let base = (5u64 << attempt.min(7)).min(500);
+    std::time::Duration::from_millis(base / 2 + jitter.finish() % base.max(1))
 }
 
 /// The commit lock of a local repository, released when dropped.
