@@ -132,6 +132,15 @@ def mount_writes(check, binary, work, where, repo, source, want):
         unmount(binary, mnt)
 
 
+def errno_of(step):
+    """The errno `step` fails with, or None."""
+    try:
+        step()
+        return None
+    except OSError as e:
+        return e.errno
+
+
 def two_writers(check, binary, work, where):
     """Two daemons on one branch: different arrays both land; the same chunk fails the second."""
     st, source = storage((where[0], where[1] + "-two"))
@@ -169,11 +178,7 @@ def two_writers(check, binary, work, where):
         os.pwrite(f1, b"\x0c" * 2, 8 * 4 + 4)
         os.pwrite(g2, b"\x0d" * 2, 8 * 4 + 6)
         os.fsync(f1)
-        try:
-            os.fsync(g2)
-            failed = None
-        except OSError as e:
-            failed = e.errno
+        failed = errno_of(lambda: os.fsync(g2))
         check(failed is None, f"{where[0]}: a commit of other bytes of the same chunk is merged, not refused (got {failed})")
         # Both edit b's attributes (one document): the second commit cannot be merged and fails
         # with EBUSY; the mount goes on from the tip, and its next write commits.
@@ -185,18 +190,10 @@ def two_writers(check, binary, work, where):
             with open(path, "w") as f:
                 json.dump(doc, f)
         set_title(m1, "one")
-        try:
-            set_title(m2, "two")
-            failed = None
-        except OSError as e:
-            failed = e.errno
+        failed = errno_of(lambda: set_title(m2, "two"))
         check(failed == errno.EBUSY, f"{where[0]}: a second edit of one document fails with EBUSY (got {failed})")
         os.pwrite(g2, b"\x0e" * 2, 8 * 7)
-        try:
-            os.fsync(g2)
-            failed = None
-        except OSError as e:
-            failed = e.errno
+        failed = errno_of(lambda: os.fsync(g2))
         check(failed is None, f"{where[0]}: after a refused commit the mount commits again (got {failed})")
         for fd in (f1, f2, g2):
             try:

@@ -4,7 +4,6 @@
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::open::{DirtyBudget, OpenArray};
@@ -93,14 +92,6 @@ pub trait KernelCache: Send + Sync {
 /// from (`writeback::store_in_background`).
 const BACKGROUND_START: usize = 8 << 20;
 
-/// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence of the
-/// process's: a write-back that takes another mount's growth (`writeback`) needs a cache id too.
-static IDS: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) fn new_id() -> u64 {
-    IDS.fetch_add(1, Ordering::Relaxed)
-}
-
 pub struct Context {
     pub store: Arc<dyn Store>,
     pub config: Config,
@@ -133,7 +124,7 @@ impl Context {
     }
 
     pub fn next_id(&self) -> u64 {
-        new_id()
+        super::open::new_id()
     }
 
     /// Set once the mount exists: how to tell the kernel that a file changed.

@@ -208,6 +208,14 @@ pub struct OpenArray {
     layout_changes_shown: AtomicU64,
 }
 
+/// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence of the
+/// process's: a write-back that takes another mount's growth (`writeback`) needs a cache id too.
+static IDS: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn new_id() -> u64 {
+    IDS.fetch_add(1, Ordering::Relaxed)
+}
+
 /// How many earlier layouts an array remembers.
 const LAYOUTS_REMEMBERED: usize = 64;
 

@@ -169,7 +169,7 @@ fn take_growth(open: &OpenArray, array: &Array) -> Result<bool> {
     drop(edits);
     tracing::info!(array = %display_path(&array.path), shape = ?next.meta.shape, "another mount grew the array: its changes here go into the grown array");
     // A new cache id: another mount's rows may be in chunks cached here as fill.
-    open.replace(Arc::new(next), super::context::new_id());
+    open.replace(Arc::new(next), super::open::new_id());
     Ok(true)
 }
 
