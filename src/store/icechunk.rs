@@ -578,10 +578,23 @@ struct MergingSolver<'a> {
 }
 
 /// The bytes of a chunk as `session` holds it (`None`: absent).
-async fn chunk_in(session: &Session, path: &icechunk::format::Path, coords: &ChunkIndices) -> SessionResult<Option<bytes::Bytes>> {
+/// The bytes of a chunk as `session` holds it (`Some(None)`: absent), or `None` where its
+/// manifest gives it more bytes than a chunk may have (`--max-chunk-size`): another writer's
+/// manifest says how much would be read, and it is not read then.
+async fn chunk_in(session: &Session, path: &icechunk::format::Path, coords: &ChunkIndices) -> SessionResult<Option<Option<bytes::Bytes>>> {
+    let len = match session.get_chunk_ref(path, coords).await? {
+        Some(ChunkPayload::Ref(ChunkRef { length, .. })) => length,
+        Some(ChunkPayload::Inline(bytes)) => bytes.len() as u64,
+        Some(ChunkPayload::Virtual(v)) => v.length,
+        Some(_) => return Ok(None),
+        None => return Ok(Some(None)),
+    };
+    if len > crate::limits::max_chunk_bytes() {
+        return Ok(None);
+    }
     match session.get_chunk_reader(path, coords, &IcRange::ALL).await? {
-        Some(read) => Ok(Some(read.await?)),
-        None => Ok(None),
+        Some(read) => Ok(Some(Some(read.await?))),
+        None => Ok(Some(None)),
     }
 }
 
@@ -619,9 +632,11 @@ impl MergingSolver<'_> {
             let Some(payload) = changes.get_chunk_ref(node_id, c).cloned() else { continue };
             let Some(our) = self.our_chunk(path, c, &payload).await else { return Ok(false) };
             // While solving, `ours` holds none of this mount's changes: its chunk is the base.
-            let base = chunk_in(ours, path, c).await?;
-            let their = chunk_in(theirs, path, c).await?;
             let key = format!("c/{}", c.0.iter().map(u32::to_string).collect::<Vec<_>>().join("/"));
+            let (Some(base), Some(their)) = (chunk_in(ours, path, c).await?, chunk_in(theirs, path, c).await?) else {
+                tracing::warn!(array = %path, key, "not merged: a version of the chunk is larger than a chunk may be (--max-chunk-size)");
+                return Ok(false);
+            };
             let versions = ChunkVersions { base: base.as_deref(), ours: our.as_deref(), theirs: their.as_deref() };
             let merged = match (merge.merge)(&document, &key, versions) {
                 Ok(merged) => merged,
