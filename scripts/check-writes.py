@@ -21,7 +21,7 @@ import zarr
 zarr.config.set({"array.rectilinear_chunks": True})
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr", "rectilinear.zarr",
+STORES = ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "tensorstore_v2.zarr", "rectilinear.zarr", "codecs.zarr", "codecs_v2.zarr",
           "foreign/zarr2_codecs.zarr"]  # numcodecs' bz2 and lzma, written by zarr-python 2
 RNG = np.random.default_rng(3)
 RESULTS = {"passed": 0, "failed": 0}
@@ -289,6 +289,35 @@ def text_round_trips(binary, work):
     check("text append (v2 |O)", repr(got("v2/strings")).encode(), repr(["v2", "", "é", "x\\y", "a\nb", "z", "tail"]).encode())
 
 
+def scale_offset_round_trip(binary, work):
+    """`scale_offset` stores (x - 5) * 2: values in range written through the mount read back in
+    zarr-python; one out of range fails its close and changes nothing stored."""
+    store = os.path.join(work, "codecs_lossy.zarr")
+    shutil.copytree(os.path.join(ROOT, "tests/fixtures/codecs_lossy.zarr"), store)
+    new = np.arange(-30, 33, dtype="<i4").reshape(9, 7) * 1000
+    mnt = os.path.join(work, "mnt-scale-offset")
+    os.makedirs(mnt)
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    try:
+        with open(os.path.join(mnt, "scale_offset", "data"), "r+b") as f:
+            f.write(new.tobytes())
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=True)
+    check("scale_offset write read by zarr-python", zarr.open_array(store, path="scale_offset", mode="r")[...].tobytes(), new.tobytes())
+    subprocess.run([binary, "mount", store, mnt], check=True)
+    refused = False
+    try:
+        with open(os.path.join(mnt, "scale_offset", "data"), "r+b") as f:
+            f.write(np.array([2**31 - 1], dtype="<i4").tobytes())
+    except OSError:
+        refused = True
+    finally:
+        # The refused change is reported again at unmount, which detaches and exits 1.
+        subprocess.run([binary, "unmount", mnt], stderr=subprocess.DEVNULL)
+    check("scale_offset out of range refused", str(refused).encode(), b"True")
+    check("scale_offset store unchanged after the refusal", zarr.open_array(store, path="scale_offset", mode="r")[...].tobytes(), new.tobytes())
+
+
 def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/zarrfs"))
     with tempfile.TemporaryDirectory() as work:
@@ -299,6 +328,7 @@ def main():
         consolidated(binary, work, 2)
         rectilinear_growth_matches_zarr_python(binary, work)
         text_round_trips(binary, work)
+        scale_offset_round_trip(binary, work)
     print(f"writes: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
 

@@ -682,7 +682,87 @@ def climate():
     band[...] = (np.arange(600) % 1000).astype("uint16").reshape(20, 30)
 
 
+def codecs():
+    """Every numcodecs codec zarr-python 3 writes, in v3 documents (`numcodecs.*`) and as v2
+    filters and compressors, plus zarr-python's own `scale_offset`. Codecs that take any value
+    written (check-writes writes them) and the others (lossy ones read-only) in separate stores."""
+    from zarr.codecs import numcodecs as N
+    from zarr.codecs.scale_offset import ScaleOffset
+    for name in ["codecs.zarr", "codecs_v2.zarr", "codecs_lossy.zarr", "codecs_lossy_v2.zarr"]:
+        if os.path.exists(os.path.join(OUT, name)):
+            shutil.rmtree(os.path.join(OUT, name))
+    f8, i4 = sample((9, 7), "<f8"), sample((9, 7), "<i4")
+    bits = sample((9, 7), "bool")
+    v3 = {  # name: (dtype, values, create_array arguments)
+        "zlib": ("<f8", f8, dict(compressors=[N.Zlib(level=3)])),
+        "gzip": ("<f8", f8, dict(compressors=[N.GZip(level=2)])),
+        "zstd": ("<f8", f8, dict(compressors=[N.Zstd(level=2)])),
+        "lz4": ("<f8", f8, dict(compressors=[N.LZ4()])),
+        "blosc": ("<f8", f8, dict(compressors=[N.Blosc(cname="zstd", clevel=3, shuffle=1)])),
+        "bz2": ("<i4", i4, dict(compressors=[N.BZ2(level=5)])),
+        "lzma": ("<i4", i4, dict(compressors=[N.LZMA()])),
+        "shuffle_zlib": ("<f8", f8, dict(compressors=[N.Shuffle(), N.Zlib(level=4)])),
+        "crc32": ("<i4", i4, dict(compressors=[N.CRC32()])),
+        "crc32c": ("<i4", i4, dict(compressors=[N.CRC32C()])),
+        "adler32": ("<i4", i4, dict(compressors=[N.Adler32()])),
+        "fletcher32": ("<i4", i4, dict(compressors=[N.Zstd(level=1), N.Fletcher32()])),
+        "jenkins_lookup3": ("<i4", i4, dict(compressors=[N.JenkinsLookup3()])),
+        "delta": ("<i4", i4, dict(filters=[N.Delta(dtype="<i4")], compressors=[N.Zlib(level=1)])),
+        "astype_widening": ("<i4", i4, dict(filters=[N.AsType(encode_dtype="<i8", decode_dtype="<i4")], compressors=None)),
+        "packbits": ("bool", bits, dict(filters=[N.PackBits()], compressors=None)),
+        "sharded_shuffle": ("<f8", f8, dict(shards=(6, 4), compressors=[N.Shuffle(), N.Zlib(level=1)])),
+    }
+    lossy_v3 = {  # and scale_offset, whose integers refuse values out of range when written
+        "scale_offset": ("<i4", i4 // 4, dict(filters=[ScaleOffset(offset=5, scale=2)], compressors=None)),
+        "fixedscaleoffset": ("<f8", f8, dict(filters=[N.FixedScaleOffset(offset=1, scale=10, dtype="<f8", astype="<i2")], compressors=None)),
+        "quantize": ("<f8", f8, dict(filters=[N.Quantize(digits=2, dtype="<f8")], compressors=[N.Zlib(level=1)])),
+        "bitround": ("<f8", f8, dict(filters=[N.BitRound(keepbits=8)], compressors=[N.Zstd(level=1)])),
+        "astype_narrowing": ("<f8", f8, dict(filters=[N.AsType(encode_dtype="<f4", decode_dtype="<f8")], compressors=None)),
+        "delta_float": ("<f4", f8.astype("<f4"), dict(filters=[N.Delta(dtype="<f4")], compressors=None)),
+    }
+    v2 = {
+        "shuffle_zlib": ("<f8", f8, dict(filters=[numcodecs.Shuffle(elementsize=8)], compressors=numcodecs.Zlib(level=4))),
+        "shuffle_be": (">i4", i4, dict(filters=[numcodecs.Shuffle(elementsize=4)], compressors=numcodecs.Zlib(level=1))),
+        "fletcher32": ("<i4", i4, dict(filters=[numcodecs.Fletcher32()], compressors=None)),
+        "crc32": ("<i4", i4, dict(compressors=numcodecs.CRC32())),
+        "adler32": ("<i4", i4, dict(compressors=numcodecs.Adler32())),
+        "jenkins_lookup3": ("<i4", i4, dict(compressors=numcodecs.JenkinsLookup3())),
+        "packbits": ("|b1", bits, dict(filters=[numcodecs.PackBits()], compressors=None)),
+        "astype_widening": ("<i4", i4, dict(filters=[numcodecs.AsType(encode_dtype="<i8", decode_dtype="<i4")], compressors=None)),
+    }
+    lossy_v2 = {
+        "fixedscaleoffset": ("<f8", f8, dict(filters=[numcodecs.FixedScaleOffset(offset=1000, scale=10, dtype="<f8", astype="<u2")], compressors=None)),
+        "fixedscaleoffset_be": (">f4", f8.astype(">f4"), dict(filters=[numcodecs.FixedScaleOffset(offset=0.5, scale=7, dtype=">f4", astype=">i4")], compressors=None)),
+        "quantize": ("<f4", f8.astype("<f4"), dict(filters=[numcodecs.Quantize(digits=1, dtype="<f4")], compressors=numcodecs.Zlib(level=1))),
+        "bitround": ("<f8", f8, dict(filters=[numcodecs.BitRound(keepbits=5)], compressors=None)),
+    }
+    for name, arrays, zarr_format in [("codecs.zarr", v3, 3), ("codecs_lossy.zarr", lossy_v3, 3),
+                                       ("codecs_v2.zarr", v2, 2), ("codecs_lossy_v2.zarr", lossy_v2, 2)]:
+        root = zarr.open_group(os.path.join(OUT, name), mode="w", zarr_format=zarr_format)
+        for vname, (dt, values, kw) in arrays.items():
+            fill = False if np.dtype(dt).kind == "b" else 0
+            a = root.create_array(vname, shape=(9, 7), chunks=(3, 2) if "shards" in kw else (4, 3), dtype=dt,
+                                  fill_value=fill, **kw)
+            write_partial(a, values.astype(dt))
+            record(name, vname, a)
+
+
+def merge_expected():
+    """Add this run's arrays to expected.json (the modes that write one set of fixtures)."""
+    path = os.path.join(OUT, "expected.json")
+    with open(path) as f:
+        merged = json.load(f)
+    merged.update(EXPECTED)
+    with open(path, "w") as f:
+        json.dump(merged, f, indent=1, sort_keys=True)
+
+
 def main():
+    if sys.argv[1:] == ["codecs"]:
+        codecs()
+        merge_expected()
+        print("tests/fixtures/codecs*.zarr written")
+        return
     if sys.argv[1:] == ["climate"]:
         climate()
         print("tests/fixtures/climate written")
@@ -720,6 +800,7 @@ def main():
     damaged("damaged.zarr")
     ome()
     climate()
+    codecs()
     zip_store()
     icechunk_repo()
     with open(os.path.join(OUT, "expected.json"), "w") as f:

@@ -57,6 +57,39 @@ fn tensorstore_arrays_read_back() {
 }
 
 #[test]
+fn every_numcodecs_codec_zarr_python_writes_reads_back() {
+    for store in ["codecs.zarr", "codecs_v2.zarr", "codecs_lossy.zarr", "codecs_lossy_v2.zarr"] {
+        check_store_with_std_fs(store);
+    }
+}
+
+#[test]
+fn lossy_codecs_are_read_only_and_checksums_catch_damage() {
+    let (_dir, store) = common::copy_store(&fixtures().join("codecs.zarr"));
+    // One bit flipped in the data of a chunk behind each checksum codec.
+    for (array, at_start) in [("crc32", true), ("adler32", true), ("crc32c", false), ("jenkins_lookup3", false), ("fletcher32", false)] {
+        let chunk = store.join(array).join("c/0/0");
+        let mut bytes = std::fs::read(&chunk).unwrap();
+        let i = if at_start { 4 } else { 0 };
+        bytes[i] ^= 1;
+        std::fs::write(&chunk, bytes).unwrap();
+    }
+    let m = Mount::new(&store, &[]);
+    for array in ["crc32", "adler32", "crc32c", "jenkins_lookup3", "fletcher32"] {
+        let err = std::fs::read(m.path(&format!("{array}/data"))).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{array}: {err}");
+    }
+    assert!(m.log_text().contains("mismatch"), "{}", m.log_text());
+    drop(m);
+
+    let lossy = Mount::new(&fixtures().join("codecs_lossy.zarr"), &[]);
+    for array in ["fixedscaleoffset", "quantize", "bitround", "astype_narrowing", "delta_float"] {
+        let err = std::fs::OpenOptions::new().write(true).open(lossy.path(&format!("{array}/data"))).unwrap_err();
+        assert!(matches!(err.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)), "{array}: {err}");
+    }
+}
+
+#[test]
 fn dd_with_any_block_size_reads_the_same_bytes() {
     for store in ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "rectilinear.zarr", "vlen.zarr", "zarrs-vlen"] {
         let m = mount_store(store);

@@ -25,7 +25,7 @@ use crate::{Error, Result};
 fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Vec<u8>, Option<Version>)> {
     let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
-    let fill = || chunk_buffer(repr.num_elements() as usize, repr.fill);
+    let fill = || chunk_buffer(repr.num_elements() as usize, &repr.fill);
     let key = open.unit_key(coords, false);
     if matches!(array.read_units(), ReadUnits::Chunks)
         && let Some(cached) = cache.peek(&key)

@@ -82,7 +82,7 @@ impl Array {
     }
 
     pub fn chunk_repr(&self, coords: &[u64]) -> ChunkRepr<'_> {
-        ChunkRepr { shape: self.meta.grid.chunk_shape(coords), dtype: &self.meta.dtype, fill: &self.meta.fill }
+        ChunkRepr { shape: self.meta.grid.chunk_shape(coords), dtype: &self.meta.dtype, fill: (&self.meta.fill).into() }
     }
 
     pub fn read_units(&self) -> ReadUnits<'_> {
@@ -423,7 +423,8 @@ impl Array {
             self.store.delete_if(&key, expect)?;
             return Ok(StoredChunk { key, version: None });
         }
-        let bytes = COUNTERS.encode.time(|| self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords)))?;
+        let bytes =
+            COUNTERS.encode.time(|| self.meta.codecs.encode(decoded.to_vec(), &self.chunk_repr(coords))).map_err(|e| e.in_key(&key))?;
         let version = self.store.set_if(&key, &bytes, expect)?;
         Ok(StoredChunk { key, version: Some(version) })
     }

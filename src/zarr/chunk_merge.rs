@@ -27,7 +27,7 @@ fn merge(document: &[u8], key: &str, versions: ChunkVersions<'_>) -> Result<Opti
     let ChunkVersions { base, ours, theirs } = versions;
     let meta = array_of(document)?;
     let coords = meta.key_encoding.decode(key, meta.shape.len()).ok_or_else(|| Error::refused(key, "not a chunk key of its array"))?;
-    let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: &meta.fill };
+    let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: (&meta.fill).into() };
     if meta.dtype.is_variable() {
         return Err(Error::Unsupported(format!("{key}: chunks of variable-length elements are not merged")));
     }
@@ -66,13 +66,13 @@ mod tests {
 
     fn encoded(values: [i16; 4]) -> Vec<u8> {
         let meta = array_of(DOC.as_bytes()).unwrap();
-        let repr = ChunkRepr { shape: vec![4], dtype: &meta.dtype, fill: &meta.fill };
+        let repr = ChunkRepr { shape: vec![4], dtype: &meta.dtype, fill: (&meta.fill).into() };
         meta.codecs.encode(values.iter().flat_map(|v| v.to_le_bytes()).collect(), &repr).unwrap()
     }
 
     fn decoded(bytes: &[u8]) -> Vec<i16> {
         let meta = array_of(DOC.as_bytes()).unwrap();
-        let repr = ChunkRepr { shape: vec![4], dtype: &meta.dtype, fill: &meta.fill };
+        let repr = ChunkRepr { shape: vec![4], dtype: &meta.dtype, fill: (&meta.fill).into() };
         meta.codecs.decode(bytes.to_vec(), &repr).unwrap().chunks(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
     }
 

@@ -181,11 +181,11 @@ pub fn parse_v2_array(doc: &Document) -> Result<ArrayMetadata> {
     // For `|O` arrays the first filter (vlen-utf8 / vlen-bytes) turns elements into bytes.
     let filters = if dtype.is_variable() { &filters[1..] } else { &filters[..] };
     for f in filters {
-        bytes_to_bytes.push(super::codec::table::v2(f, &dtype)?);
+        bytes_to_bytes.push(super::codec::table::v2(f, &dtype, big_endian)?);
     }
     match doc.get("compressor") {
         None | Some(Value::Null) => {}
-        Some(c) => bytes_to_bytes.push(super::codec::table::v2(c, &dtype)?),
+        Some(c) => bytes_to_bytes.push(super::codec::table::v2(c, &dtype, big_endian)?),
     }
     let endian = if big_endian { json!({"endian": "big"}) } else { json!({"endian": "little"}) };
     let array_to_bytes: Box<dyn super::codec::ArrayToBytesCodec> = match (&dtype, first_filter.as_deref()) {

@@ -76,7 +76,7 @@ mod tests {
     fn big_endian_swaps_components() {
         let dt = DataType::Complex64;
         let c = BytesCodec::parse(&json!({"endian": "big"}), &dt).unwrap();
-        let repr = ChunkRepr { shape: vec![1], dtype: &dt, fill: &[0; 8] };
+        let repr = ChunkRepr { shape: vec![1], dtype: &dt, fill: (&[0; 8]).into() };
         let stored = vec![0x3f, 0x80, 0, 0, 0x40, 0, 0, 0]; // 1.0 + 2.0i, big-endian
         let dec = c.decode(stored.clone(), &repr).unwrap();
         assert_eq!(&dec[..4], &1f32.to_le_bytes());

@@ -1,31 +1,51 @@
 //! Codecs, one file each, behind three kinds (as the spec and zarrs split them):
 //! array→array (`transpose`), array→bytes (`bytes`, `sharding_indexed`) and bytes→bytes
-//! (compressors, checksums, v2 filters). A `CodecChain` runs a full pipeline.
+//! (compressors, checksums, v2 filters). numcodecs' filters over typed elements are written once,
+//! as bytes→bytes over typed elements (v2 runs them so), and run as array→array in v3
+//! documents (`typed_filter`). A `CodecChain` runs a full pipeline.
 
+mod astype;
+mod bitround;
 mod blosc;
 mod bytes;
 mod bz2;
+mod checksum32;
 mod crc32c;
 mod delta;
+mod fixedscaleoffset;
 mod gzip;
 mod lz4;
 mod lzma;
+mod numeric;
+mod packbits;
+mod quantize;
+mod scale_offset;
 mod sharding;
+mod shuffle;
 pub mod table;
 mod transpose;
+mod typed_filter;
 mod vlen;
 mod zlib;
 mod zstd;
 
+pub use self::astype::AsTypeCodec;
+pub use self::bitround::BitRoundCodec;
 pub use self::blosc::BloscCodec;
 pub use self::bytes::BytesCodec;
 pub use self::bz2::Bz2Codec;
+pub use self::checksum32::Checksum32Codec;
 pub use self::crc32c::Crc32cCodec;
 pub use self::delta::DeltaCodec;
+pub use self::fixedscaleoffset::FixedScaleOffsetCodec;
 pub use self::gzip::GzipCodec;
 pub use self::lz4::Lz4Codec;
 pub use self::lzma::LzmaCodec;
+pub use self::packbits::PackBitsCodec;
+pub use self::quantize::QuantizeCodec;
+pub use self::scale_offset::ScaleOffsetCodec;
 pub use self::sharding::{ShardIndex, ShardingCodec};
+pub use self::shuffle::ShuffleCodec;
 pub use self::transpose::TransposeCodec;
 pub use self::vlen::{VlenInterleavedCodec, ZarrsVlenCodec};
 pub use self::zlib::ZlibCodec;
@@ -42,7 +62,7 @@ use table::Built;
 pub struct ChunkRepr<'a> {
     pub shape: Vec<u64>,
     pub dtype: &'a DataType,
-    pub fill: &'a [u8],
+    pub fill: std::borrow::Cow<'a, [u8]>,
 }
 
 impl ChunkRepr<'_> {
@@ -64,6 +84,19 @@ pub trait CodecTraits: Send + Sync + std::fmt::Debug {
 
 pub trait ArrayToArrayCodec: CodecTraits {
     fn encoded_shape(&self, shape: &[u64]) -> Vec<u64>;
+    /// The data type of the encoded chunk, where the codec changes it (numcodecs' `astype`).
+    fn encoded_dtype(&self) -> Option<&DataType> {
+        None
+    }
+    /// The fill value as the encoded chunk holds it, where the data type changes (what a
+    /// sharding codec after this one leaves out).
+    fn encoded_fill(&self, fill: &[u8]) -> Vec<u8> {
+        fill.to_vec()
+    }
+    /// Why an encoding would not give back what was written, if it would not.
+    fn lossy(&self) -> Option<String> {
+        None
+    }
     /// `encoded` is C order over `encoded_shape(decoded.shape)`; returns C order over `decoded.shape`.
     fn decode(&self, encoded: Vec<u8>, decoded: &ChunkRepr<'_>) -> Result<Vec<u8>>;
     fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
@@ -175,6 +208,7 @@ impl CodecChain {
         let mut a2b: Option<Box<dyn ArrayToBytesCodec>> = None;
         let mut b2b: Vec<Box<dyn BytesToBytesCodec>> = Vec::new();
         let mut shape = chunk_shape.to_vec();
+        let mut stage_dtype = dtype.clone();
         for item in items {
             // The spec's short-hand: a bare name stands for {"name": name}.
             let expanded;
@@ -190,20 +224,23 @@ impl CodecChain {
             let empty = Value::Object(Default::default());
             let config = obj.get("configuration").unwrap_or(&empty);
             let order_error = |kind: &str| Error::metadata(format!("codec {name} ({kind}) is out of order in the codec list"));
-            match table::v3(name, config, dtype, &shape)? {
+            match table::v3(name, config, &stage_dtype, &shape)? {
                 Built::ArrayToArray(codec) => {
                     if a2b.is_some() {
                         return Err(order_error("array→array"));
                     }
                     shape = codec.encoded_shape(&shape);
+                    if let Some(encoded) = codec.encoded_dtype() {
+                        stage_dtype = encoded.clone();
+                    }
                     a2a.push(codec);
                 }
                 Built::ArrayToBytes(codec) => {
                     if a2b.is_some() {
                         return Err(Error::metadata("codecs has more than one array→bytes codec"));
                     }
-                    if codec.is_variable() != dtype.is_variable() {
-                        return Err(Error::metadata(format!("codec {name} does not fit the data type {}", dtype.name())));
+                    if codec.is_variable() != stage_dtype.is_variable() {
+                        return Err(Error::metadata(format!("codec {name} does not fit the data type {}", stage_dtype.name())));
                     }
                     if codec.is_variable() && !a2a.is_empty() {
                         return Err(Error::metadata("array→array codecs before a variable-length codec are not supported"));
@@ -223,11 +260,15 @@ impl CodecChain {
     }
 
     /// The chunk representation each array→array stage produces, first the input.
-    fn reprs<'a>(&self, repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
+    fn reprs<'a>(&'a self, repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
         let mut out = vec![repr.clone()];
         for c in &self.array_to_array {
-            let last = out.last().map(|r| c.encoded_shape(&r.shape)).unwrap_or_default();
-            out.push(ChunkRepr { shape: last, ..repr.clone() });
+            let Some(last) = out.last() else { break };
+            let next = match c.encoded_dtype() {
+                Some(dtype) => ChunkRepr { shape: c.encoded_shape(&last.shape), dtype, fill: c.encoded_fill(&last.fill).into() },
+                None => ChunkRepr { shape: c.encoded_shape(&last.shape), ..last.clone() },
+            };
+            out.push(next);
         }
         out
     }
@@ -247,7 +288,7 @@ impl CodecChain {
     /// Why chunks written with these codecs would not read back as written (a lossy filter):
     /// the array is then read-only.
     pub fn write_refusal(&self) -> Option<String> {
-        self.bytes_to_bytes.iter().find_map(|c| c.lossy())
+        self.array_to_array.iter().find_map(|c| c.lossy()).or_else(|| self.bytes_to_bytes.iter().find_map(|c| c.lossy()))
     }
 
     /// The most bytes a stored chunk of `repr` can take; a larger object is not read.

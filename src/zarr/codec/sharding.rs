@@ -84,7 +84,7 @@ impl ShardingCodec {
     }
 
     fn index_repr(&self, shard_shape: &[u64]) -> ChunkRepr<'static> {
-        ChunkRepr { shape: index_shape(&self.per_shard(shard_shape)), dtype: &INDEX_DTYPE, fill: &[0xff; 8] }
+        ChunkRepr { shape: index_shape(&self.per_shard(shard_shape)), dtype: &INDEX_DTYPE, fill: (&[0xff; 8]).into() }
     }
 
     pub fn index_size(&self, shard_shape: &[u64]) -> Option<u64> {
@@ -171,7 +171,7 @@ impl ArrayToBytesCodec for ShardingCodec {
         let index = self.decode_index(index_bytes, &repr.shape)?;
         let per_shard = self.per_shard(&repr.shape);
         let item = repr.dtype.size().unwrap_or(1);
-        let mut out = filled(repr.num_elements() as usize, repr.fill)?;
+        let mut out = filled(repr.num_elements() as usize, &repr.fill)?;
         let inner_view = Strided::of(&self.inner_shape, &vec![0; self.inner_shape.len()], 0);
         for i in 0..index.entries.len() {
             let Some((off, n)) = index.range(i) else {
@@ -204,7 +204,7 @@ impl ArrayToBytesCodec for ShardingCodec {
             let src = Strided::of(&repr.shape, &self.inner_origin(&per_shard, i), 0);
             copy_box(&decoded, &src, &mut buf, &inner_view, &self.inner_shape, item);
             // Inner chunks equal to fill are left out, as every writer does.
-            if buf.chunks_exact(item).all(|e| repr.dtype.same_element(e, repr.fill)) {
+            if buf.chunks_exact(item).all(|e| repr.dtype.same_element(e, &repr.fill)) {
                 entries.extend(EMPTY.to_le_bytes());
                 entries.extend(EMPTY.to_le_bytes());
                 continue;
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn decodes_the_worked_examples() {
         let dt = DataType::UInt8;
-        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: &[0] };
+        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: (&[0]).into() };
         let zarr_python_end = hex("01010101 02020202 03030303
              0000000000000000 0400000000000000 0800000000000000 0400000000000000
              0400000000000000 0400000000000000 ffffffffffffffff ffffffffffffffff f6246450");
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn partial_access_and_damage() {
         let dt = DataType::UInt8;
-        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: &[0] };
+        let repr = ChunkRepr { shape: vec![4, 4], dtype: &dt, fill: (&[0]).into() };
         let chain = codec("end");
         let s = chain.partial_sharding().unwrap();
         assert_eq!(s.index_range(&[4, 4]).unwrap(), ByteRange::Suffix(68));

@@ -3,9 +3,12 @@
 
 use serde_json::Value;
 
+use super::numeric::Typed;
+use super::typed_filter::TypedFilter;
 use super::{
-    ArrayToArrayCodec, ArrayToBytesCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec, Crc32cCodec, DeltaCodec, GzipCodec,
-    Lz4Codec, LzmaCodec, ShardingCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
+    ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec, Checksum32Codec,
+    Crc32cCodec, DeltaCodec, FixedScaleOffsetCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec, ScaleOffsetCodec,
+    ShardingCodec, ShuffleCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -24,6 +27,70 @@ type V3Constructor = fn(&Value, &DataType, &[u64]) -> Result<Built>;
 const ZARRS_VLEN: [&str; 3] = ["vlen", "zarrs.vlen", "https://codec.zarrs.dev/array_to_bytes/vlen"];
 const ZARRS_VLEN_V2: [&str; 3] = ["vlen_v2", "zarrs.vlen_v2", "https://codec.zarrs.dev/array_to_bytes/vlen_v2"];
 
+/// numcodecs codecs that run on bytes, by their ids: zarr-python 3 names them `numcodecs.ID` in
+/// v3 documents; v2 documents give the same ids as filters and compressors. `itemsize` is what
+/// numcodecs sees of the buffer (1 for a v3 bytes→bytes codec, the element in v2).
+fn numcodecs_bytes(id: &str, config: &Value, itemsize: usize) -> Option<Result<Box<dyn BytesToBytesCodec>>> {
+    fn boxed<C: BytesToBytesCodec + 'static>(c: Result<C>) -> Result<Box<dyn BytesToBytesCodec>> {
+        c.map(|c| Box::new(c) as Box<dyn BytesToBytesCodec>)
+    }
+    Some(match id {
+        "blosc" => boxed(BloscCodec::parse_v2(config, itemsize)),
+        "zstd" => boxed(ZstdCodec::parse(config)),
+        "zlib" => boxed(ZlibCodec::parse(config)),
+        "gzip" => boxed(GzipCodec::parse(config)),
+        "lz4" => boxed(Lz4Codec::parse(config)),
+        "bz2" => boxed(Bz2Codec::parse(config)),
+        "lzma" => boxed(LzmaCodec::parse(config)),
+        "shuffle" => boxed(ShuffleCodec::parse(config, itemsize)),
+        "crc32" | "crc32c" | "adler32" | "fletcher32" | "jenkins_lookup3" => boxed(Checksum32Codec::parse(id, config)),
+        _ => return None,
+    })
+}
+
+/// numcodecs filters over typed elements, by their ids, for elements of `dtype` (v3: the
+/// chunk's type, little-endian; v2: the array's, in its byte order), with the type they encode to.
+fn numcodecs_typed(id: &str, config: &Value, dtype: &Typed) -> Option<Result<(Box<dyn BytesToBytesCodec>, Typed)>> {
+    fn typed<C: BytesToBytesCodec + 'static>(c: Result<C>, encoded: impl Fn(&C) -> Typed) -> Result<(Box<dyn BytesToBytesCodec>, Typed)> {
+        c.map(|c| {
+            let t = encoded(&c);
+            (Box::new(c) as Box<dyn BytesToBytesCodec>, t)
+        })
+    }
+    let same = |_: &_| dtype.clone();
+    Some(match id {
+        "delta" => typed(DeltaCodec::parse(config, Some(dtype)), |c| c.encoded_type().clone()),
+        "fixedscaleoffset" => typed(FixedScaleOffsetCodec::parse(config, Some(dtype)), |c| c.encoded_type().clone()),
+        "quantize" => typed(QuantizeCodec::parse(config, Some(dtype)), |c| c.encoded_type().clone()),
+        "astype" => typed(AsTypeCodec::parse(config, Some(dtype)), |c| c.encoded_type().clone()),
+        "bitround" => typed(BitRoundCodec::parse(config, dtype.clone()), same),
+        "packbits" if dtype.dtype == DataType::Bool => typed(Ok(PackBitsCodec), |_| Typed { dtype: DataType::UInt8, big: false }),
+        "packbits" => Err(Error::metadata(format!("packbits needs bool elements, not {}", dtype.dtype.name()))),
+        _ => return None,
+    })
+}
+
+const TYPED: [&str; 6] = ["delta", "fixedscaleoffset", "quantize", "astype", "bitround", "packbits"];
+
+/// Codecs no crate here does, refused by name rather than as unknown.
+const NOT_BUILT: [&str; 5] = ["pcodec", "zfpy", "cast_value", "bitshuffle", "categorize"];
+
+/// A numcodecs filter over typed elements as a v3 array→array codec.
+fn typed_filter(id: &str, config: &Value, dtype: &DataType) -> Result<Built> {
+    let native = Typed::native(id, dtype)?;
+    let (transform, encoded) =
+        numcodecs_typed(id, config, &native).unwrap_or_else(|| Err(Error::metadata(format!("unsupported codec \"numcodecs.{id}\""))))?;
+    // zarr-python hands these codecs the chunk in the machine's byte order.
+    if encoded.big {
+        return Err(Error::metadata(format!("numcodecs.{id}: a big-endian result type in a v3 document is not supported")));
+    }
+    Ok(Built::ArrayToArray(Box::new(TypedFilter {
+        packs_bits: id == "packbits",
+        encoded: (encoded.dtype != *dtype).then_some(encoded.dtype),
+        transform,
+    })))
+}
+
 fn v3_constructor(name: &str) -> Option<V3Constructor> {
     use Built::*;
     Some(match name {
@@ -38,32 +105,47 @@ fn v3_constructor(name: &str) -> Option<V3Constructor> {
         "zstd" => |c, _, _| Ok(BytesToBytes(Box::new(ZstdCodec::parse(c)?))),
         "gzip" => |c, _, _| Ok(BytesToBytes(Box::new(GzipCodec::parse(c)?))),
         "crc32c" => |_, _, _| Ok(BytesToBytes(Box::new(Crc32cCodec))),
-        // numcodecs codecs as zarr-python 3 names them in v3 documents.
-        "numcodecs.bz2" => |c, _, _| Ok(BytesToBytes(Box::new(Bz2Codec::parse(c)?))),
-        "numcodecs.lzma" => |c, _, _| Ok(BytesToBytes(Box::new(LzmaCodec::parse(c)?))),
+        "scale_offset" => |c, dtype, _| {
+            let transform = Box::new(ScaleOffsetCodec::parse(c, Typed::native("scale_offset", dtype)?)?);
+            Ok(ArrayToArray(Box::new(TypedFilter { transform, encoded: None, packs_bits: false })))
+        },
         _ => return None,
     })
 }
 
 /// The v3 codec `name` with its configuration.
 pub fn v3(name: &str, config: &Value, dtype: &DataType, shape: &[u64]) -> Result<Built> {
-    let build = v3_constructor(name).ok_or_else(|| Error::metadata(format!("unsupported codec {name:?}")))?;
-    build(config, dtype, shape)
+    if let Some(build) = v3_constructor(name) {
+        return build(config, dtype, shape);
+    }
+    // numcodecs codecs as zarr-python 3 names them in v3 documents.
+    let id = name.strip_prefix("numcodecs.").unwrap_or(name);
+    if NOT_BUILT.contains(&id) {
+        return Err(Error::Unsupported(format!("codec {name:?}: no Rust implementation is built into zarrfs")));
+    }
+    if !name.starts_with("numcodecs.") {
+        return Err(Error::metadata(format!("unsupported codec {name:?}")));
+    }
+    match numcodecs_bytes(id, config, 1) {
+        Some(codec) => Ok(Built::BytesToBytes(codec?)),
+        None => typed_filter(id, config, dtype),
+    }
 }
 
 /// A v2 filter or compressor (`{"id": ..., ...}`): numcodecs allows any codec in either place.
-pub fn v2(config: &Value, dtype: &DataType) -> Result<Box<dyn BytesToBytesCodec>> {
-    let id = config.get("id").and_then(Value::as_str);
-    Ok(match id {
-        Some("blosc") => Box::new(BloscCodec::parse_v2(config, dtype.size().unwrap_or(1))?),
-        Some("zstd") => Box::new(ZstdCodec::parse(config)?),
-        Some("zlib") => Box::new(ZlibCodec::parse(config)?),
-        Some("gzip") => Box::new(GzipCodec::parse(config)?),
-        Some("lz4") => Box::new(Lz4Codec::parse(config)?),
-        Some("delta") => Box::new(DeltaCodec::parse_v2(config)?),
-        Some("bz2") => Box::new(Bz2Codec::parse(config)?),
-        Some("lzma") => Box::new(LzmaCodec::parse(config)?),
-        Some(other) => return Err(Error::metadata(format!("unsupported v2 codec {other:?}"))),
-        None => return Err(Error::metadata(format!("v2 codec without an id: {config}"))),
-    })
+/// `dtype` in its byte order (`big`) is what the filter sees: the array's elements as stored.
+pub fn v2(config: &Value, dtype: &DataType, big: bool) -> Result<Box<dyn BytesToBytesCodec>> {
+    let id = config.get("id").and_then(Value::as_str).ok_or_else(|| Error::metadata(format!("v2 codec without an id: {config}")))?;
+    if let Some(codec) = numcodecs_bytes(id, config, dtype.size().unwrap_or(1)) {
+        return codec;
+    }
+    if NOT_BUILT.contains(&id) {
+        return Err(Error::Unsupported(format!("v2 codec {id:?}: no Rust implementation is built into zarrfs")));
+    }
+    let unknown = || Error::metadata(format!("unsupported v2 codec {id:?}"));
+    if !TYPED.contains(&id) {
+        return Err(unknown());
+    }
+    let typed = Typed { big, ..Typed::native(id, dtype)? };
+    Ok(numcodecs_typed(id, config, &typed).ok_or_else(unknown)??.0)
 }

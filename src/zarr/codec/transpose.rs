@@ -122,7 +122,7 @@ mod tests {
         // chunk [[0,1,2],[4,5,6]] with order [1,0] is stored 0 4 1 5 2 6.
         let t = TransposeCodec::parse(&json!({"order": [1, 0]}), 2).unwrap();
         let dt = DataType::UInt8;
-        let repr = ChunkRepr { shape: vec![2, 3], dtype: &dt, fill: &[0] };
+        let repr = ChunkRepr { shape: vec![2, 3], dtype: &dt, fill: (&[0]).into() };
         let enc = t.encode(vec![0, 1, 2, 4, 5, 6], &repr).unwrap();
         assert_eq!(enc, [0, 4, 1, 5, 2, 6]);
         assert_eq!(t.decode(enc, &repr).unwrap(), [0, 1, 2, 4, 5, 6]);
@@ -133,7 +133,7 @@ mod tests {
     fn transpose_3d_round_trip() {
         let t = TransposeCodec::new(vec![2, 0, 1], 3).unwrap();
         let dt = DataType::UInt16;
-        let repr = ChunkRepr { shape: vec![2, 3, 4], dtype: &dt, fill: &[0, 0] };
+        let repr = ChunkRepr { shape: vec![2, 3, 4], dtype: &dt, fill: (&[0, 0]).into() };
         let data: Vec<u8> = (0..48).collect();
         let enc = t.encode(data.clone(), &repr).unwrap();
         // Encoded shape [4,2,3]: encoded[k][i][j] = decoded[i][j][k].

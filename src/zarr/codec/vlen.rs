@@ -153,7 +153,7 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
             let end = rest.checked_add(index_len).filter(|&e| e <= bytes.len()).ok_or_else(short)?;
             (&bytes[rest..end], &bytes[end..])
         };
-        let index_repr = ChunkRepr { shape: vec![n as u64 + 1], dtype: self.index_type(), fill: &[0; 8] };
+        let index_repr = ChunkRepr { shape: vec![n as u64 + 1], dtype: self.index_type(), fill: (&[0; 8]).into() };
         let raw = self.index.decode(index_bytes.to_vec(), &index_repr)?;
         let offsets: Vec<u64> = if self.wide_index {
             raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
@@ -164,7 +164,7 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         if total > max {
             return Err(corrupt(format!("zarrs.vlen: {total} bytes of elements, more than the {max} the chunk's {n} elements may hold")));
         }
-        let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
+        let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: (&[0]).into() })?;
         offsets
             .windows(2)
             .map(|w| {
@@ -189,10 +189,11 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         if !self.wide_index && data.len() > u32::MAX as usize {
             return Err(Error::Invalid("a chunk of more than 4 GiB of elements needs a uint64 index".into()));
         }
-        let index =
-            self.index.encode(offsets, &ChunkRepr { shape: vec![elements.len() as u64 + 1], dtype: self.index_type(), fill: &[0; 8] })?;
+        let index = self
+            .index
+            .encode(offsets, &ChunkRepr { shape: vec![elements.len() as u64 + 1], dtype: self.index_type(), fill: (&[0; 8]).into() })?;
         let total = data.len() as u64;
-        let data = self.data.encode(data, &ChunkRepr { shape: vec![total], dtype: &U8, fill: &[0] })?;
+        let data = self.data.encode(data, &ChunkRepr { shape: vec![total], dtype: &U8, fill: (&[0]).into() })?;
         let len = (index.len() as u64).to_le_bytes();
         Ok(if self.index_at_end { [data, index, len.to_vec()].concat() } else { [len.to_vec(), index, data].concat() })
     }
