@@ -759,7 +759,91 @@ def merge_expected():
         json.dump(merged, f, indent=1, sort_keys=True)
 
 
+def kerchunk_sets():
+    """netCDF4 (HDF5: chunked with shuffle + zlib, fletcher32, contiguous) and netCDF3 files
+    and the kerchunk reference sets that describe them, targets named relative to the set's
+    directory (kerchunk keeps the path it is given). Expected bytes are what netCDF4 reads."""
+    import netCDF4
+    import kerchunk.hdf
+    import kerchunk.netCDF3
+    from kerchunk.combine import MultiZarrToZarr
+    out = os.path.join(OUT, "kerchunk")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    rng = np.random.default_rng(58)
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        for i in range(2):
+            with netCDF4.Dataset(f"day{i}.nc", "w", format="NETCDF4") as ds:
+                ds.createDimension("time", 3)
+                ds.createDimension("lat", 5)
+                ds.createDimension("lon", 7)
+                t = ds.createVariable("time", "f8", ("time",))
+                t.units = "days since 2020-01-01"
+                t[:] = np.arange(3) + 3 * i
+                air = ds.createVariable("air", "f4", ("time", "lat", "lon"), zlib=True, shuffle=True, complevel=4, chunksizes=(1, 3, 4))
+                air.units = "K"
+                air[:] = (250 + 40 * rng.random((3, 5, 7))).astype("f4")
+                q = ds.createVariable("q", "i2", ("time", "lat", "lon"), fletcher32=True, chunksizes=(2, 5, 7))
+                q[:] = rng.integers(-300, 300, (3, 5, 7)).astype("i2")
+                c = ds.createVariable("mask", "u1", ("lat", "lon"), contiguous=True)
+                c[:] = (np.arange(35) % 3).reshape(5, 7).astype("u1")
+            refs = kerchunk.hdf.SingleHdf5ToZarr(f"day{i}.nc", inline_threshold=0).translate()
+            with open(f"day{i}.json", "w") as f:
+                json.dump(refs, f)
+        with netCDF4.Dataset("classic.nc", "w", format="NETCDF3_CLASSIC") as ds:
+            ds.createDimension("y", 4)
+            ds.createDimension("x", 6)
+            v = ds.createVariable("temp", "f4", ("y", "x"))
+            v[:] = np.arange(24, dtype="f4").reshape(4, 6) / 4
+            w = ds.createVariable("count", "i4", ("y", "x"))
+            w[:] = np.arange(24, dtype="i4").reshape(4, 6) * -3
+        refs = kerchunk.netCDF3.NetCDF3ToZarr("classic.nc", inline_threshold=0).translate()
+        with open("classic.json", "w") as f:
+            json.dump(refs, f)
+        combined = MultiZarrToZarr(["day0.json", "day1.json"], concat_dims=["time"], identical_dims=["lat", "lon"]).translate()
+        with open("series.json", "w") as f:
+            json.dump(combined, f)
+    finally:
+        os.chdir(here)
+    def held(name):
+        """The variables a set describes (kerchunk leaves out what it cannot describe: `q`,
+        behind HDF5's fletcher32, is not in kerchunk 0.2.10's sets)."""
+        with open(os.path.join(out, name)) as f:
+            return {key.split("/")[0] for key in json.load(f)["refs"]}
+    for name in ["day0", "day1"]:
+        with netCDF4.Dataset(os.path.join(out, f"{name}.nc")) as ds:
+            for var in held(f"{name}.json") & {"air", "q", "mask", "time"}:
+                record_array(f"kerchunk/{name}.json", var, ds[var][...])
+    with netCDF4.Dataset(os.path.join(out, "classic.nc")) as ds:
+        for var in held("classic.json") & {"temp", "count"}:
+            record_array("kerchunk/classic.json", var, ds[var][...])
+    days = [netCDF4.Dataset(os.path.join(out, f"day{i}.nc")) for i in range(2)]
+    for var in held("series.json") & {"air", "q", "time"}:
+        record_array("kerchunk/series.json", var, np.concatenate([np.ma.getdata(d[var][...]) for d in days]))
+    for d in days:
+        d.close()
+
+
+def record_array(store, path, values):
+    """Record what a numpy array (not a zarr array) holds, as `record` does."""
+    data = np.ma.getdata(values)
+    rel = os.path.join("expected", store, path + ".bin")
+    full = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as f:
+        f.write(flat_bytes(data))
+    EXPECTED[f"{store}/{path}"] = {"bin": rel, "shape": list(data.shape), "dtype": str(data.dtype)}
+
+
 def main():
+    if sys.argv[1:] == ["kerchunk"]:
+        kerchunk_sets()
+        merge_expected()
+        print("tests/fixtures/kerchunk written")
+        return
     if sys.argv[1:] == ["codecs"]:
         codecs()
         merge_expected()
@@ -803,6 +887,7 @@ def main():
     ome()
     climate()
     codecs()
+    kerchunk_sets()
     zip_store()
     icechunk_repo()
     with open(os.path.join(OUT, "expected.json"), "w") as f:

@@ -89,6 +89,41 @@ fn lossy_codecs_are_read_only_and_checksums_catch_damage() {
     }
 }
 
+/// The kerchunk sets of tests/fixtures/kerchunk, each mounted (by its name, and as
+/// `reference:` with absolute targets), read as netCDF4 reads the files they describe.
+#[test]
+fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
+    let dir = fixtures().join("kerchunk");
+    let all: Vec<common::Expected> = expected().into_iter().filter(|e| e.store == "kerchunk").collect();
+    for set in ["day0.json", "day1.json", "classic.json", "series.json"] {
+        let arrays: Vec<&common::Expected> = all.iter().filter(|e| e.path.starts_with(&format!("{set}/"))).collect();
+        assert!(!arrays.is_empty(), "{set}");
+        let m = Mount::new(&dir.join(set), &[]);
+        for e in &arrays {
+            let var = &e.path[set.len() + 1..];
+            let got = std::fs::read(m.path(&format!("{var}/data"))).unwrap_or_else(|err| panic!("{set} {var}: {err}\n{}", m.log_text()));
+            assert!(got == e.bytes, "{set} {var}: bytes differ from netCDF4's");
+        }
+        let err = std::fs::OpenOptions::new().write(true).open(m.path(&format!("{}/data", &arrays[0].path[set.len() + 1..]))).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{set}");
+    }
+    // The same set with absolute targets elsewhere: refused until --targets allows them.
+    let copy = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(dir.join("day0.json"))
+        .unwrap()
+        .replace("\"day0.nc\"", &format!("\"file://{}\"", dir.join("day0.nc").display()));
+    std::fs::write(copy.path().join("abs.json"), text).unwrap();
+    let source = format!("reference:{}", copy.path().join("abs.json").display());
+    let air = all.iter().find(|e| e.path == "day0.json/air").unwrap();
+    let m = Mount::new(Path::new(&source), &[]);
+    let err = std::fs::read(m.path("air/data")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+    assert!(m.log_text().contains("outside the allowed prefixes"), "{}", m.log_text());
+    drop(m);
+    let m = Mount::new(Path::new(&source), &["--targets", dir.to_str().unwrap()]);
+    assert!(std::fs::read(m.path("air/data")).unwrap() == air.bytes);
+}
+
 #[test]
 fn dd_with_any_block_size_reads_the_same_bytes() {
     for store in ["v3.zarr", "v2.zarr", "tensorstore_v3.zarr", "rectilinear.zarr", "vlen.zarr", "zarrs-vlen"] {

@@ -215,6 +215,10 @@ struct RemoteArgs {
     /// the repository. Without it such chunks fail to read (EIO, said in the log).
     #[arg(long)]
     virtual_chunks: bool,
+    /// Reference sets: also read targets beneath this directory (repeatable); only those beneath
+    /// the reference file's own directory are read otherwise.
+    #[arg(long = "targets", value_name = "PREFIX")]
+    targets: Vec<String>,
 }
 
 impl RemoteArgs {
@@ -230,6 +234,7 @@ impl RemoteArgs {
             chunk_merge: Some(crate::zarr::chunk_merge::FOR_STORES),
             // The mount's cache size, set where the mount is made.
             whole_values_budget: None,
+            targets: self.targets.clone(),
         }
     }
 }
@@ -237,8 +242,9 @@ impl RemoteArgs {
 #[derive(clap::Args, Debug)]
 struct MountArgs {
     /// A directory; s3://, gs://, az:// or http(s):// (read-only) URL; a .zip/.ozx archive
-    /// (read-only); icechunk:PATH_OR_S3_URL (an Icechunk repository's main branch); or a URL
-    /// pipeline (SOURCE|zip:PATH, SOURCE|icechunk:@tag.T, ...|zarr3:PATH). See docs/stores.md.
+    /// (read-only); icechunk:PATH_OR_S3_URL (an Icechunk repository's main branch); a kerchunk
+    /// reference set (a .json file, or reference:FILE; read-only); or a URL pipeline
+    /// (SOURCE|zip:PATH, SOURCE|icechunk:@tag.T, ...|zarr3:PATH). See docs/stores.md.
     store: OsString,
     /// An empty directory to mount on (it must exist).
     mountpoint: PathBuf,
@@ -300,7 +306,7 @@ struct MountArgs {
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
     /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
     /// metadata_ttl=, metrics_addr=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
-    /// virtual_hosted, virtual_chunks; generic mount(8) options are ignored.
+    /// virtual_hosted, virtual_chunks, targets=; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// More log output (-v debug, -vv trace).

@@ -48,6 +48,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "metadata_ttl",
     "endpoint",
     "region",
+    "targets",
 ];
 
 /// Options mount(8) and mount.fuse3 pass that mean nothing to us.
@@ -201,6 +202,7 @@ pub(super) fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>)
         }
         ("endpoint", Some(v)) => plan.remote.endpoint = Some(v.to_string()),
         ("region", Some(v)) => plan.remote.region = Some(v.to_string()),
+        ("targets", Some(v)) => plan.remote.targets.push(v.to_string()),
         ("no_sign_request", None) => plan.remote.no_sign_request = true,
         ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
         ("virtual_chunks", None) => plan.remote.virtual_chunks = true,

@@ -37,6 +37,11 @@ pub enum Location {
         reference: Reference,
         root: String,
     },
+    /// A kerchunk reference set (a local JSON file), read-only, mounted whole; `targets` are
+    /// the prefixes its targets may lie beneath besides the file's own directory.
+    References {
+        set: PathBuf,
+    },
 }
 
 /// The scheme of `text` when it reads as a URL (`scheme:/...`, the scheme a letter then
@@ -73,11 +78,31 @@ impl Location {
         if let Some(repo) = text.strip_prefix("icechunk:").filter(|_| !Path::new(s).exists()) {
             return parse_pipeline(&format!("{repo}|icechunk:"));
         }
+        if let Some(set) = text.strip_prefix("reference:").filter(|_| !Path::new(s).exists()) {
+            return Location::references(set.strip_prefix("file://").unwrap_or(set));
+        }
         let base = Location::base(text)?;
+        if text.to_ascii_lowercase().ends_with(".json") && Path::new(text).is_file() {
+            return Location::references(text);
+        }
         if base.is_icechunk_repo() {
             return base.into_icechunk(Reference::Branch("main".into()));
         }
         Ok(if base.names_archive() { base.into_zip("")? } else { base })
+    }
+
+    /// The reference set in the file `path` (on this machine: sets on object storage are not
+    /// read yet).
+    fn references(path: &str) -> std::result::Result<Location, String> {
+        if RemoteLocation::parse(path).is_some() {
+            return Err(format!("reference:{path}: reference sets are read from local files (not yet from object storage)"));
+        }
+        // The real file: its directory is where relative targets are.
+        let set = Path::new(path).canonicalize().map_err(|e| format!("reference set {path}: {e}"))?;
+        if !set.is_file() {
+            return Err(format!("reference set {path}: not a file"));
+        }
+        Ok(Location::References { set })
     }
 
     /// Whether this is a local directory that holds an Icechunk repository (its `repo` file
@@ -135,7 +160,7 @@ impl Location {
         match self {
             Location::Local(path) => suffix && path.is_file(),
             Location::Remote(_) => suffix,
-            Location::Zip { .. } | Location::Icechunk { .. } => false,
+            Location::Zip { .. } | Location::Icechunk { .. } | Location::References { .. } => false,
         }
     }
 
@@ -157,6 +182,7 @@ impl Location {
             }
             Location::Zip { .. } => return Err(format!("{self}: an archive inside an archive is not read")),
             Location::Icechunk { .. } => return Err(format!("{self}: an archive is not read from an Icechunk repository")),
+            Location::References { .. } => return Err(format!("{self}: a reference set is not an archive")),
         };
         Ok(Location::Zip { container: Box::new(container), archive, root })
     }
@@ -172,6 +198,8 @@ impl Location {
             Location::Remote(remote) => Location::Remote(remote.beneath(path)),
             Location::Zip { container, archive, root } => Location::Zip { container, archive, root: join(&root, path) },
             Location::Icechunk { repo, reference, root } => Location::Icechunk { repo, reference, root: join(&root, path) },
+            // Pipelines do not make reference sets: one is mounted whole.
+            whole @ Location::References { .. } => whole,
         }
     }
 
@@ -181,6 +209,7 @@ impl Location {
             Location::Remote(_) => true,
             Location::Zip { container, .. } => container.is_remote(),
             Location::Icechunk { repo, .. } => repo.is_remote(),
+            Location::References { .. } => false,
         }
     }
 
@@ -191,6 +220,7 @@ impl Location {
             Location::Remote(_) => None,
             Location::Zip { container, archive, .. } => Some(container.local_path()?.join(archive)),
             Location::Icechunk { repo, .. } => repo.local_path(),
+            Location::References { set } => Some(set.clone()),
         }
     }
 
@@ -200,7 +230,7 @@ impl Location {
         match self {
             Location::Local(_) => false,
             Location::Remote(r) => r.read_only(),
-            Location::Zip { .. } => true,
+            Location::Zip { .. } | Location::References { .. } => true,
             Location::Icechunk { reference, .. } => reference.read_only(),
         }
     }
@@ -224,6 +254,7 @@ impl Location {
             Location::Icechunk { repo, reference, root } => {
                 Location::Icechunk { repo: Box::new(repo.absolute()), reference: reference.clone(), root: root.clone() }
             }
+            Location::References { set } => Location::References { set: set.clone() },
         }
     }
 }
@@ -244,6 +275,7 @@ impl std::fmt::Display for Location {
                 write!(f, "{repo}|icechunk:{reference}")?;
                 if root.is_empty() { Ok(()) } else { write!(f, "|zarr3:{root}") }
             }
+            Location::References { set } => write!(f, "reference:{}", set.display()),
         }
     }
 }

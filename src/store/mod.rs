@@ -10,6 +10,7 @@ mod memory;
 #[cfg(feature = "object-store")]
 mod object;
 mod pack;
+mod references;
 mod remote;
 mod zip;
 
@@ -21,6 +22,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 pub use object::{ObjectStore, RequestCounts};
 pub use pack::{PackOptions, Packed, ZipWriter, pack};
+pub use references::ReferenceStore;
 pub use remote::{RemoteLocation, RemoteOptions};
 pub use zip::ZipStore;
 
@@ -375,6 +377,13 @@ impl Location {
                 let container = container.open(options)?;
                 let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
                 Ok(Arc::new(zip))
+            }
+            Location::References { set } => {
+                let (Some(dir), Some(name)) = (set.parent(), set.file_name().and_then(|n| n.to_str())) else {
+                    return Err(format!("{self}: not a file"));
+                };
+                let container = Arc::new(LocalStore::open(dir).map_err(|e| format!("{self}: {e}"))?);
+                Ok(Arc::new(ReferenceStore::open(container, name, dir, &options.targets).map_err(|e| format!("{self}: {e}"))?))
             }
             #[cfg(feature = "icechunk")]
             Location::Icechunk { repo, reference, root } => {

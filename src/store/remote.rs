@@ -137,6 +137,9 @@ pub struct RemoteOptions {
     /// The bytes of values kept whole for a server that ignores Range requests (the mount's
     /// cache size; 1 GiB if not given).
     pub whole_values_budget: Option<u64>,
+    /// Reference sets: prefixes (local directories) their targets may lie beneath, besides the
+    /// set's own directory.
+    pub targets: Vec<String>,
 }
 
 #[cfg(test)]

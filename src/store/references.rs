@@ -1,0 +1,399 @@
+//! A kerchunk reference set as a read-only store: each key is a value written inline in the
+//! set (text, or `base64:` bytes) or a range of another file (`[url, offset, size]`, or the
+//! whole file, `[url]`) — how kerchunk and VirtualiZarr describe the chunks of netCDF4, HDF5
+//! and netCDF3 files as a Zarr store. JSON version 0 (flat) and version 1 (`refs` with
+//! `templates`) are read; `gen` entries and parquet reference sets are not (refused by name).
+//!
+//! A reference set is an instruction to read arbitrary files, so targets are read only beneath
+//! the allowed prefixes: the reference file's own directory, and those `--targets` adds. A
+//! target is resolved (links, `..`) before it is checked; one outside is refused on its read
+//! with EACCES, logged with the prefix that would allow it. Targets on object storage are not
+//! read yet. Open target files are kept (at most `OPEN_TARGETS`), so many small reads into one
+//! file share a descriptor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+
+use super::{ByteRange, Entry, Head, Permissions, Store, Usage, Value, Version, resolve_range};
+use crate::{Error, Result};
+
+/// The largest reference file read (a JSON set of some millions of references).
+const MAX_REFERENCE_FILE: u64 = 1 << 30;
+/// Target files kept open.
+const OPEN_TARGETS: usize = 64;
+
+/// Where a key's bytes are.
+#[derive(Debug)]
+enum Ref {
+    Inline(Vec<u8>),
+    /// `len: None`: the whole target file.
+    Range {
+        target: u32,
+        offset: u64,
+        len: Option<u64>,
+    },
+}
+
+pub struct ReferenceStore {
+    container: Arc<dyn Store>,
+    file: String,
+    version: Version,
+    refs: HashMap<String, Ref>,
+    /// Each target as the set names it (after templates), by index.
+    targets: Vec<String>,
+    /// The names under each directory (`""`: the root), `true` for a directory.
+    dirs: HashMap<String, BTreeMap<String, bool>>,
+    /// Where relative targets are, and the resolved prefixes targets must lie beneath.
+    base: PathBuf,
+    allowed: Vec<PathBuf>,
+    open: Mutex<lru::LruCache<u32, Arc<std::fs::File>>>,
+}
+
+/// Why a reference set cannot be read.
+fn bad(file: &str, why: impl std::fmt::Display) -> Error {
+    Error::metadata(format!("reference set {file}: {why}"))
+}
+
+impl ReferenceStore {
+    /// The set `file` (a key of `container`, whose local directory is `base`), reading targets
+    /// beneath `base` and the prefixes in `targets`.
+    pub fn open(container: Arc<dyn Store>, file: &str, base: &Path, targets: &[String]) -> Result<ReferenceStore> {
+        let value = container.get_value(file, MAX_REFERENCE_FILE)?.ok_or(Error::NotFound)?;
+        let doc: serde_json::Value = serde_json::from_slice(&value.bytes).map_err(|e| bad(file, format!("not JSON: {e}")))?;
+        let mut allowed = vec![base.canonicalize().map_err(|e| bad(file, format!("{}: {e}", base.display())))?];
+        for t in targets {
+            let path = Path::new(t.strip_prefix("file://").unwrap_or(t));
+            // A prefix that does not exist allows nothing; it is not an error to name one.
+            if let Ok(p) = path.canonicalize() {
+                allowed.push(p);
+            }
+        }
+        let mut store = ReferenceStore {
+            container,
+            file: file.to_string(),
+            version: value.version,
+            refs: HashMap::new(),
+            targets: Vec::new(),
+            dirs: HashMap::new(),
+            base: base.to_path_buf(),
+            allowed,
+            open: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(OPEN_TARGETS).unwrap_or(std::num::NonZeroUsize::MIN))),
+        };
+        store.read_set(&doc)?;
+        Ok(store)
+    }
+
+    fn read_set(&mut self, doc: &serde_json::Value) -> Result<()> {
+        let obj = doc.as_object().ok_or_else(|| bad(&self.file, "not a JSON object"))?;
+        let (refs, templates) = match obj.get("version") {
+            None => (obj, serde_json::Map::new()),
+            Some(v) if v.as_u64() == Some(1) => {
+                if obj.get("gen").and_then(|g| g.as_array()).is_some_and(|g| !g.is_empty()) {
+                    return Err(Error::Unsupported(format!("reference set {}: `gen` entries are not read", self.file)));
+                }
+                let refs = obj.get("refs").and_then(|r| r.as_object()).ok_or_else(|| bad(&self.file, "version 1 without `refs`"))?;
+                (refs, obj.get("templates").and_then(|t| t.as_object()).cloned().unwrap_or_default())
+            }
+            Some(v) => return Err(bad(&self.file, format!("version {v} (zarrfs reads 0 and 1)"))),
+        };
+        let mut target_ids: HashMap<String, u32> = HashMap::new();
+        for (key, value) in refs {
+            let key = key.trim_matches('/');
+            if key.is_empty() || key.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+                return Err(bad(&self.file, format!("key {key:?} is not a store key")));
+            }
+            let r = self.reference(key, value, &templates, &mut target_ids)?;
+            self.refs.insert(key.to_string(), r);
+            let mut dir = String::new();
+            for part in key.split('/') {
+                let is_last = dir.len() + part.len() >= key.len();
+                let entry = self.dirs.entry(dir.clone()).or_default();
+                let was_dir = entry.get(part).copied().unwrap_or(false);
+                entry.insert(part.to_string(), was_dir || !is_last);
+                dir = super::join(&dir, part);
+            }
+        }
+        Ok(())
+    }
+
+    fn reference(
+        &mut self,
+        key: &str,
+        value: &serde_json::Value,
+        templates: &serde_json::Map<String, serde_json::Value>,
+        ids: &mut HashMap<String, u32>,
+    ) -> Result<Ref> {
+        let err = |why: String| bad(&self.file, format!("key {key}: {why}"));
+        match value {
+            serde_json::Value::String(s) => match s.strip_prefix("base64:") {
+                Some(b) => {
+                    Ok(Ref::Inline(base64::engine::general_purpose::STANDARD.decode(b).map_err(|e| err(format!("bad base64: {e}")))?))
+                }
+                None => Ok(Ref::Inline(s.clone().into_bytes())),
+            },
+            // A document written as JSON rather than as a string of it.
+            serde_json::Value::Object(_) => Ok(Ref::Inline(value.to_string().into_bytes())),
+            serde_json::Value::Array(parts) => {
+                let url = parts.first().and_then(|u| u.as_str()).ok_or_else(|| err(format!("{value} does not start with a URL")))?;
+                let url = expand(url, templates).map_err(err)?;
+                let (offset, len) = match parts.len() {
+                    1 => (0, None),
+                    3 => {
+                        let n = |i: usize| parts[i].as_u64().ok_or_else(|| err(format!("{value}: offset and size must be whole numbers")));
+                        (n(1)?, Some(n(2)?))
+                    }
+                    _ => return Err(err(format!("{value}: a reference is [url] or [url, offset, size]"))),
+                };
+                let next = self.targets.len() as u32;
+                let target = *ids.entry(url.clone()).or_insert(next);
+                if target == next {
+                    self.targets.push(url);
+                }
+                Ok(Ref::Range { target, offset, len })
+            }
+            other => Err(err(format!("{other} is not a reference"))),
+        }
+    }
+
+    /// The open target file `id`, once it is found to lie beneath an allowed prefix.
+    fn target(&self, key: &str, id: u32) -> Result<Arc<std::fs::File>> {
+        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
+            return Ok(f.clone());
+        }
+        let url = self.targets.get(id as usize).ok_or_else(|| Error::Internal(format!("no target {id}")))?;
+        let path = match url.split_once("://") {
+            Some(("file", rest)) => PathBuf::from(rest),
+            Some((scheme, _)) => {
+                return Err(Error::Unsupported(format!("{key}: target {url}: {scheme}:// targets are not read yet (local files only)")));
+            }
+            None => self.base.join(url),
+        };
+        let real = path.canonicalize().map_err(|e| Error::corrupt(key, format!("target {}: {e}", path.display())))?;
+        if !self.allowed.iter().any(|p| real.starts_with(p)) {
+            tracing::warn!(
+                "{key}: target {} is outside the allowed prefixes (the reference file's directory {}; --targets adds others): not read",
+                real.display(),
+                self.base.display()
+            );
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EACCES)));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&real)
+            .map_err(|e| Error::corrupt(key, format!("target {}: {e}", real.display())))?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(Error::refused(key, format!("target {} is not a regular file", real.display())));
+        }
+        let file = Arc::new(file);
+        if let Ok(mut open) = self.open.lock() {
+            open.put(id, file.clone());
+        }
+        Ok(file)
+    }
+
+    /// The length of `r`'s bytes.
+    fn len_of(&self, key: &str, r: &Ref) -> Result<u64> {
+        match r {
+            Ref::Inline(b) => Ok(b.len() as u64),
+            Ref::Range { len: Some(n), .. } => Ok(*n),
+            Ref::Range { target, len: None, .. } => Ok(self.target(key, *target)?.metadata()?.len()),
+        }
+    }
+
+    /// Bytes `start..end` of `r`'s value.
+    fn read(&self, key: &str, r: &Ref, start: u64, end: u64) -> Result<Vec<u8>> {
+        match r {
+            Ref::Inline(b) => Ok(b[start as usize..end as usize].to_vec()),
+            Ref::Range { target, offset, .. } => {
+                let file = self.target(key, *target)?;
+                let at = offset.checked_add(start).ok_or_else(|| Error::corrupt(key, "offset past 2^64"))?;
+                let n = usize::try_from(end - start).map_err(|_| crate::limits::out_of_memory())?;
+                let mut buf = Vec::new();
+                buf.try_reserve_exact(n).map_err(|_| crate::limits::out_of_memory())?;
+                buf.resize(n, 0);
+                file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => {
+                        Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at + (end - start)))
+                    }
+                    _ => Error::Io(e),
+                })?;
+                Ok(buf)
+            }
+        }
+    }
+
+    fn version_of(&self, key: &str) -> Version {
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut h);
+        Version([self.version.0[0], self.version.0[1], self.version.0[2], self.version.0[3], std::hash::Hasher::finish(&h)])
+    }
+}
+
+/// `url` with each `{{name}}` replaced by its template.
+fn expand(url: &str, templates: &serde_json::Map<String, serde_json::Value>) -> std::result::Result<String, String> {
+    if !url.contains("{{") {
+        return Ok(url.to_string());
+    }
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(i) = rest.find("{{") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let j = after.find("}}").ok_or_else(|| format!("{url}: an unclosed {{{{"))?;
+        let name = after[..j].trim();
+        let value = templates.get(name).and_then(|v| v.as_str()).ok_or_else(|| format!("{url}: no template {name:?}"))?;
+        // Templates are not expanded again: a template naming itself cannot loop.
+        out.push_str(value);
+        rest = &after[j + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl Store for ReferenceStore {
+    fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        let Some(r) = self.refs.get(key) else { return Ok(None) };
+        let len = self.len_of(key, r)?;
+        if len > max {
+            return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
+        }
+        Ok(Some(Value { bytes: self.read(key, r, 0, len)?, version: self.version_of(key) }))
+    }
+
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        let Some(r) = self.refs.get(key) else { return Ok(None) };
+        Ok(Some(Head { len: self.len_of(key, r)?, version: self.version_of(key) }))
+    }
+
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
+        let Some(r) = self.refs.get(key) else { return Ok(None) };
+        let (start, end) = resolve_range(key, range, self.len_of(key, r)?)?;
+        Ok(Some((self.read(key, r, start, end)?, self.version_of(key))))
+    }
+
+    fn set(&self, _key: &str, _value: &[u8]) -> Result<Version> {
+        Err(Error::ReadOnly)
+    }
+
+    fn delete(&self, _key: &str) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    fn set_if(&self, _key: &str, _value: &[u8], _expect: super::Expect) -> Result<Version> {
+        Err(Error::ReadOnly)
+    }
+
+    fn delete_if(&self, _key: &str, _expect: super::Expect) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
+        Ok(self
+            .dirs
+            .get(prefix)
+            .map(|names| names.iter().map(|(name, &is_dir)| Entry { name: name.clone(), is_dir }).collect())
+            .unwrap_or_default())
+    }
+
+    fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
+        let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        let mut usage = Usage { complete: true, ..Usage::default() };
+        for (key, r) in &self.refs {
+            if key.starts_with(&lead) {
+                if usage.values >= most {
+                    usage.complete = false;
+                    break;
+                }
+                usage.values += 1;
+                usage.bytes += match r {
+                    Ref::Inline(b) => b.len() as u64,
+                    Ref::Range { len, .. } => len.unwrap_or(0),
+                };
+            }
+        }
+        Ok(Some(usage))
+    }
+
+    fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
+        let present = key.is_empty() || self.refs.contains_key(key) || self.dirs.contains_key(key);
+        let Some(set) = self.container.permissions(&self.file)?.filter(|_| present) else { return Ok(None) };
+        // Who may read the reference set may read what it shows (targets are checked on read).
+        let mode = if set.link { 0o600 } else { set.mode & 0o444 };
+        Ok(Some(Permissions { mode: mode | ((mode & 0o444) >> 2), gid: set.gid, link: false }))
+    }
+
+    fn hold_lock(self: Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
+        Err(Error::ReadOnly)
+    }
+
+    fn sync(&self, _keys: &[String]) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::LocalStore;
+
+    fn set(dir: &Path, json: &str) -> Result<ReferenceStore> {
+        std::fs::write(dir.join("refs.json"), json).unwrap();
+        let container: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
+        ReferenceStore::open(container, "refs.json", dir, &[])
+    }
+
+    #[test]
+    fn inline_ranges_templates_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("data.bin"), b"0123456789").unwrap();
+        let s = set(
+            dir.path(),
+            r#"{"version": 1, "templates": {"u": "data.bin"}, "refs": {
+                ".zgroup": "{\"zarr_format\": 2}", "a/0": ["{{u}}", 2, 3], "a/1": "base64:AAE=", "a/2": ["data.bin"],
+                "a/3": ["data.bin", 8, 5], "a/4": ["/etc/hostname"], "a/5": ["s3://b/k", 0, 1]}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.get("a/0", 100).unwrap().unwrap(), b"234");
+        assert_eq!(s.get("a/1", 100).unwrap().unwrap(), [0, 1]);
+        assert_eq!(s.get("a/2", 100).unwrap().unwrap(), b"0123456789");
+        assert_eq!(s.get_range("a/2", ByteRange::Range { start: 4, len: 2 }).unwrap().unwrap(), b"45");
+        assert!(s.get("a/3", 100).unwrap_err().to_string().contains("past the end"));
+        assert_eq!(s.get("a/4", 100).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(s.get("a/5", 100).unwrap_err().errno(), libc::EOPNOTSUPP);
+        assert!(s.get("a/2", 5).is_err());
+        let names: Vec<String> = s.list_dir("").unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, [".zgroup", "a"]);
+        assert_eq!(s.list_dir("a").unwrap().len(), 6);
+        assert_eq!(s.set("a/0", b"x").unwrap_err().errno(), libc::EROFS);
+        // A link inside the directory to a file outside it is outside.
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link")).unwrap();
+        let s = set(dir.path(), r#"{"x": ["link"], "y": ["../../etc/passwd"], "z": ["missing", 0, 1]}"#).unwrap();
+        assert_eq!(s.get("x", 100).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(s.get("y", 100).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(s.get("z", 100).unwrap_err().errno(), libc::EIO);
+        // Bad sets fail whole, with a reason.
+        for (json, why) in [
+            (r#"{"a": "base64:!!"}"#, "base64"),
+            (r#"{"a": ["u", -1, 2]}"#, "whole numbers"),
+            (r#"{"a": ["u", 1]}"#, "[url, offset, size]"),
+            (r#"{"version": 1, "refs": {"a": ["{{t}}"]}}"#, "no template"),
+            (r#"{"version": 1, "templates": {"t": "{{t}}"}, "refs": {"a": ["{{t"]}}"#, "unclosed"),
+            (r#"{"version": 2}"#, "version 2"),
+            (r#"{"../a": "x"}"#, "not a store key"),
+            (r#"{"version": 1, "refs": {}, "gen": [{"key": "a"}]}"#, "gen"),
+            ("[1]", "not a JSON object"),
+        ] {
+            let e = set(dir.path(), json).err().unwrap().to_string();
+            assert!(e.contains(why), "{json}: {e}");
+        }
+        // A template naming itself is replaced once, never again.
+        let s = set(dir.path(), r#"{"version": 1, "templates": {"t": "{{t}}"}, "refs": {"a": ["{{t}}"]}}"#).unwrap();
+        assert!(s.get("a", 100).is_err());
+    }
+}
