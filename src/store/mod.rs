@@ -3,6 +3,7 @@
 
 #[cfg(feature = "icechunk")]
 mod icechunk;
+mod key_tree;
 mod lease;
 mod local;
 mod location;

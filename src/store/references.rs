@@ -11,7 +11,7 @@
 //! read yet. Open target files are kept (at most `OPEN_TARGETS`), so many small reads into one
 //! file share a descriptor.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -45,8 +45,7 @@ pub struct ReferenceStore {
     refs: HashMap<String, Ref>,
     /// Each target as the set names it (after templates), by index.
     targets: Vec<String>,
-    /// The names under each directory (`""`: the root), `true` for a directory.
-    dirs: HashMap<String, BTreeMap<String, bool>>,
+    dirs: super::key_tree::KeyTree,
     /// Where relative targets are, and the resolved prefixes targets must lie beneath.
     base: PathBuf,
     allowed: Vec<PathBuf>,
@@ -78,7 +77,7 @@ impl ReferenceStore {
             version: value.version,
             refs: HashMap::new(),
             targets: Vec::new(),
-            dirs: HashMap::new(),
+            dirs: Default::default(),
             base: base.to_path_buf(),
             allowed,
             open: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(OPEN_TARGETS).unwrap_or(std::num::NonZeroUsize::MIN))),
@@ -108,14 +107,7 @@ impl ReferenceStore {
             }
             let r = self.reference(key, value, &templates, &mut target_ids)?;
             self.refs.insert(key.to_string(), r);
-            let mut dir = String::new();
-            for part in key.split('/') {
-                let is_last = dir.len() + part.len() >= key.len();
-                let entry = self.dirs.entry(dir.clone()).or_default();
-                let was_dir = entry.get(part).copied().unwrap_or(false);
-                entry.insert(part.to_string(), was_dir || !is_last);
-                dir = super::join(&dir, part);
-            }
+            self.dirs.add(key, false);
         }
         Ok(())
     }
@@ -294,11 +286,7 @@ impl Store for ReferenceStore {
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
-        Ok(self
-            .dirs
-            .get(prefix)
-            .map(|names| names.iter().map(|(name, &is_dir)| Entry { name: name.clone(), is_dir }).collect())
-            .unwrap_or_default())
+        Ok(self.dirs.list(prefix))
     }
 
     fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
@@ -321,7 +309,7 @@ impl Store for ReferenceStore {
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
-        let present = key.is_empty() || self.refs.contains_key(key) || self.dirs.contains_key(key);
+        let present = key.is_empty() || self.refs.contains_key(key) || self.dirs.is_dir(key);
         let Some(set) = self.container.permissions(&self.file)?.filter(|_| present) else { return Ok(None) };
         // Who may read the reference set may read what it shows (targets are checked on read).
         let mode = if set.link { 0o600 } else { set.mode & 0o444 };

@@ -8,7 +8,7 @@
 //! the central directory is served. Whole reads check the entry's CRC-32; an archive that
 //! changes while it is mounted fails its reads (remount to see the new one).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
 
@@ -58,8 +58,7 @@ pub struct ZipStore {
     version: Version,
     len: u64,
     files: HashMap<String, ZipEntry>,
-    /// The names under each directory (`""`: the root), `true` for a directory.
-    dirs: HashMap<String, BTreeMap<String, bool>>,
+    dirs: super::key_tree::KeyTree,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -155,7 +154,7 @@ impl ZipStore {
             dir_end.checked_sub(dir_len).and_then(|s| s.checked_sub(dir_start)).ok_or_else(|| bad("a central directory past its end"))?;
         let directory = read(dir_start + shift, dir_len)?;
         let prefix = if root.is_empty() { String::new() } else { format!("{}/", root.trim_matches('/')) };
-        let mut store = ZipStore { container, archive: archive.to_string(), version, len, files: HashMap::new(), dirs: HashMap::new() };
+        let mut store = ZipStore { container, archive: archive.to_string(), version, len, files: HashMap::new(), dirs: Default::default() };
         let mut at = 0usize;
         let mut seen = 0u64;
         while at < directory.len() {
@@ -192,7 +191,7 @@ impl ZipStore {
                 }
                 continue;
             };
-            store.add_parents(key, is_dir);
+            store.dirs.add(key, is_dir);
             if is_dir {
                 continue;
             }
@@ -228,22 +227,6 @@ impl ZipStore {
             tracing::warn!(archive, entries, seen, "the end record counts another number of entries than the central directory holds");
         }
         Ok(store)
-    }
-
-    /// Record `key` and every directory above it in the listings.
-    fn add_parents(&mut self, key: &str, is_dir: bool) {
-        let mut parent = String::new();
-        let parts: Vec<&str> = key.split('/').collect();
-        for (i, part) in parts.iter().enumerate() {
-            let dir = is_dir || i + 1 < parts.len();
-            let names = self.dirs.entry(parent.clone()).or_default();
-            let slot = names.entry(part.to_string()).or_insert(dir);
-            *slot |= dir;
-            parent = super::join(&parent, part);
-        }
-        if is_dir {
-            self.dirs.entry(key.to_string()).or_default();
-        }
     }
 
     /// `len` bytes of the archive from `start`, of the version that was opened.
@@ -403,11 +386,7 @@ impl Store for ZipStore {
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
-        Ok(self
-            .dirs
-            .get(prefix)
-            .map(|names| names.iter().map(|(name, &is_dir)| Entry { name: name.clone(), is_dir }).collect())
-            .unwrap_or_default())
+        Ok(self.dirs.list(prefix))
     }
 
     fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
@@ -427,7 +406,7 @@ impl Store for ZipStore {
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
-        let present = key.is_empty() || self.files.contains_key(key) || self.dirs.contains_key(key);
+        let present = key.is_empty() || self.files.contains_key(key) || self.dirs.is_dir(key);
         let Some(archive) = self.container.permissions(&self.archive)?.filter(|_| present) else { return Ok(None) };
         // Who may read the archive may read all of it: its directories are entered as it is read.
         // An archive named through a link is its owner's alone (the link's bits say nothing).

@@ -1,4 +1,4 @@
-//! numcodecs' 32-bit checksums (bytes→bytes): the data with a little-endian checksum of it at
+//! numcodecs' 32-bit checksums, and the spec's `crc32c` (bytes→bytes): the data with a little-endian checksum of it at
 //! the start (`crc32`, `adler32` by default) or at the end (`crc32c`, `fletcher32`,
 //! `jenkins_lookup3`). A mismatch on read fails the chunk (EIO, logged with its key).
 //! v2 `{"id": "crc32", "location": "start"}`; v3 `{"name": "numcodecs.crc32", ...}`.
@@ -189,6 +189,8 @@ impl CodecTraits for Checksum32Codec {
         match self.algorithm {
             Algorithm::JenkinsLookup3 { initval } => json!({"initval": initval, "prefix": self.prefix}),
             Algorithm::Fletcher32 => json!({}),
+            // The default place is left unsaid (the spec's `crc32c` has no configuration).
+            Algorithm::Crc32c if !self.at_start => json!({}),
             _ => json!({"location": if self.at_start { "start" } else { "end" }}),
         }
     }
@@ -256,6 +258,9 @@ mod tests {
         assert!(Checksum32Codec::parse("fletcher32", &json!({"location": "start"})).is_err());
         assert!(Checksum32Codec::parse("crc32", &json!({"location": "middle"})).is_err());
         assert!(Checksum32Codec::parse("crc32", &json!({})).unwrap().decode(vec![1, 2], 9).is_err());
+        // RFC 3720's vector: the CRC-32C of 32 zero bytes.
+        let c = Checksum32Codec::parse("crc32c", &json!({})).unwrap();
+        assert_eq!(&c.encode(vec![0; 32]).unwrap()[32..], &0x8a9136aau32.to_le_bytes());
         let long: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
         for (id, which) in [("fletcher32", "FLETCHER_LONG"), ("jenkins_lookup3", "JENKINS_LONG"), ("adler32", "ADLER_LONG")] {
             let enc = Checksum32Codec::parse(id, &json!({})).unwrap().encode(long.clone()).unwrap();

@@ -7,8 +7,8 @@ use super::numeric::Typed;
 use super::typed_filter::TypedFilter;
 use super::{
     ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec, Checksum32Codec,
-    Crc32cCodec, DeltaCodec, FixedScaleOffsetCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec, ScaleOffsetCodec,
-    ShardingCodec, ShuffleCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
+    DeltaCodec, FixedScaleOffsetCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec, ScaleOffsetCodec, ShardingCodec,
+    ShuffleCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -104,7 +104,8 @@ fn v3_constructor(name: &str) -> Option<V3Constructor> {
         "blosc" => |c, dtype, _| Ok(BytesToBytes(Box::new(BloscCodec::parse_v3(c, dtype)?))),
         "zstd" => |c, _, _| Ok(BytesToBytes(Box::new(ZstdCodec::parse(c)?))),
         "gzip" => |c, _, _| Ok(BytesToBytes(Box::new(GzipCodec::parse(c)?))),
-        "crc32c" => |_, _, _| Ok(BytesToBytes(Box::new(Crc32cCodec))),
+        // The spec's crc32c is numcodecs' with its checksum at the end (its default).
+        "crc32c" => |c, _, _| Ok(BytesToBytes(Box::new(Checksum32Codec::parse("crc32c", c)?))),
         "scale_offset" => |c, dtype, _| {
             let transform = Box::new(ScaleOffsetCodec::parse(c, Typed::native("scale_offset", dtype)?)?);
             Ok(ArrayToArray(Box::new(TypedFilter { transform, encoded: None, packs_bits: false })))
