@@ -6,7 +6,8 @@ coords, attributes but those netCDF cannot hold, CF-decoded times); `ncdump -h`/
 zarr-python; `cdo showname`/`sinfo` and `ncks -m` run clean; GDAL (rasterio) reads every
 georeferenced array through `data.vrt` and ENVI as an N-band raster with the CRS, transform,
 no-data value and band names its coordinates say, and `data.tif` with its GeoTIFF keys. Then,
-on a copy, the view follows a write and a prepend.
+on a copy, the view follows a write and a prepend. A kerchunk reference set of two netCDF4 files
+mounts with a `dataset.nc` that ncdump, cdo and xarray read as the original files.
 
     scripts/check-climate.py target/release/zarrfs
 """
@@ -205,6 +206,26 @@ try:
         unmount(mnt)
     out = subprocess.run([binary, "info", store], capture_output=True, text=True).stdout
     check("no dataset.nc: dimension time is" in out, f"info says why there is no dataset.nc: {out[:300]}")
+
+    # A kerchunk reference set of two netCDF4 files (MultiZarrToZarr along time): its
+    # dataset.nc is what ncdump and xarray read of the two original files, side by side.
+    refs = os.path.join(fixtures, "..", "kerchunk")
+    mnt = os.path.join(work, "mnt-series")
+    mount(os.path.join(refs, "series.json"), mnt)
+    try:
+        nc = os.path.join(mnt, "dataset.nc")
+        code, out, err = tool("ncdump", "-h", nc)
+        check(code == 0 and "float air(time, lat, lon)" in out and 'air:units = "K"' in out, f"series: ncdump -h: {err}{out[:400]}")
+        originals = xr.concat([xr.open_dataset(os.path.join(refs, f"day{i}.nc"), decode_times=False) for i in range(2)], dim="time")
+        check(ncdump_values(nc, "time") == originals["time"].values.tolist(), "series: ncdump -v time")
+        with xr.open_dataset(nc, decode_times=False) as d:
+            check(np.array_equal(d["air"].values, originals["air"].values), "series: air through dataset.nc equals the netCDF4 files'")
+            check(d["air"].attrs.get("units") == "K" and d["time"].attrs.get("units") == "days since 2020-01-01",
+                  f"series: the files' attributes: {d['air'].attrs} {d['time'].attrs}")
+        code, out, err = tool("cdo", "-s", "showname", nc)
+        check(code == 0 and "air" in out.split(), f"series: cdo showname: {out} {err[:200]}")
+    finally:
+        unmount(mnt)
 finally:
     checks.detach_beneath(work)
     shutil.rmtree(work, ignore_errors=True)
