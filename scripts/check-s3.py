@@ -26,8 +26,10 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 
     scripts/check-s3.py target/release/zarrfs
 """
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -979,8 +981,47 @@ def plain_http():
           f"an https store whose certificate nothing trusts is refused in one line ({r.returncode}, {r.stderr!r})")
 
 
+def reference_sets():
+    """Kerchunk reference sets (tests/fixtures/kerchunk) with targets on the bucket: a set on the
+    bucket with relative targets, a local set naming s3:// targets (read once --targets allows
+    the bucket), and a set whose target is in another bucket (refused, EACCES)."""
+    import boto3
+    import netCDF4
+    s3 = boto3.client("s3", endpoint_url=EP, region_name=REGION)
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "kerchunk")
+    prefix = f"refs-{uuid.uuid4().hex[:8]}"
+    for name in ["day0.nc", "day0.json"]:
+        s3.upload_file(os.path.join(fixtures, name), BUCKET, f"{prefix}/{name}")
+    with netCDF4.Dataset(os.path.join(fixtures, "day0.nc")) as ds:
+        want = {v: le_bytes(np.ma.getdata(ds[v][...])) for v in ["air", "mask", "time"]}
+    with Mount(f"reference:s3://{BUCKET}/{prefix}/day0.json") as m:
+        for v, b in want.items():
+            check(open(m.path(f"{v}/data"), "rb").read() == b, f"a set on the bucket reads {v} from its relative target")
+    work = tempfile.mkdtemp(prefix="zarrfs-refs-")
+    text = open(os.path.join(fixtures, "day0.json")).read().replace('"day0.nc"', f'"s3://{BUCKET}/{prefix}/day0.nc"')
+    with open(os.path.join(work, "local.json"), "w") as f:
+        f.write(text)
+    with Mount(os.path.join(work, "local.json")) as m:
+        try:
+            open(m.path("air/data"), "rb").read()
+            check(False, "an s3:// target outside the allowed prefixes is refused")
+        except OSError as e:
+            check(e.errno == errno.EACCES, f"an s3:// target outside the allowed prefixes is EACCES ({e})")
+    with Mount(os.path.join(work, "local.json"), "--targets", f"s3://{BUCKET}/{prefix}") as m:
+        check(open(m.path("air/data"), "rb").read() == want["air"], "--targets allows the bucket's prefix")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/other.json", Body=text.replace(f"s3://{BUCKET}/", "s3://another-bucket/"))
+    with Mount(f"reference:s3://{BUCKET}/{prefix}/other.json") as m:
+        try:
+            open(m.path("air/data"), "rb").read()
+            check(False, "a target in another bucket is refused")
+        except OSError as e:
+            check(e.errno == errno.EACCES, f"a target in another bucket is EACCES ({e})")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     proxy = S3Proxy(EP)
+    reference_sets()
     interop()
     requests_counted(proxy)
     faults(proxy)

@@ -37,10 +37,11 @@ pub enum Location {
         reference: Reference,
         root: String,
     },
-    /// A kerchunk reference set (a local JSON file), read-only, mounted whole; `targets` are
-    /// the prefixes its targets may lie beneath besides the file's own directory.
+    /// A kerchunk reference set (the JSON value `file` of the store at `container`, a local
+    /// directory or an object store), read-only, mounted whole.
     References {
-        set: PathBuf,
+        container: Box<Location>,
+        file: String,
     },
 }
 
@@ -91,18 +92,20 @@ impl Location {
         Ok(if base.names_archive() { base.into_zip("")? } else { base })
     }
 
-    /// The reference set in the file `path` (on this machine: sets on object storage are not
-    /// read yet).
+    /// The reference set in the file or object `path`.
     fn references(path: &str) -> std::result::Result<Location, String> {
-        if RemoteLocation::parse(path).is_some() {
-            return Err(format!("reference:{path}: reference sets are read from local files (not yet from object storage)"));
+        if let Some(remote) = RemoteLocation::parse(path) {
+            let (container, file) = remote?.split_last().ok_or_else(|| format!("reference:{path}: names no file"))?;
+            return Ok(Location::References { container: Box::new(Location::Remote(container)), file });
         }
         // The real file: its directory is where relative targets are.
         let set = Path::new(path).canonicalize().map_err(|e| format!("reference set {path}: {e}"))?;
-        if !set.is_file() {
-            return Err(format!("reference set {path}: not a file"));
+        match (set.is_file(), set.parent(), set.file_name().and_then(|n| n.to_str())) {
+            (true, Some(dir), Some(name)) => {
+                Ok(Location::References { container: Box::new(Location::Local(dir.to_path_buf())), file: name.to_string() })
+            }
+            _ => Err(format!("reference set {path}: not a file")),
         }
-        Ok(Location::References { set })
     }
 
     /// Whether this is a local directory that holds an Icechunk repository (its `repo` file
@@ -209,7 +212,7 @@ impl Location {
             Location::Remote(_) => true,
             Location::Zip { container, .. } => container.is_remote(),
             Location::Icechunk { repo, .. } => repo.is_remote(),
-            Location::References { .. } => false,
+            Location::References { container, .. } => container.is_remote(),
         }
     }
 
@@ -220,7 +223,7 @@ impl Location {
             Location::Remote(_) => None,
             Location::Zip { container, archive, .. } => Some(container.local_path()?.join(archive)),
             Location::Icechunk { repo, .. } => repo.local_path(),
-            Location::References { set } => Some(set.clone()),
+            Location::References { container, file } => Some(container.local_path()?.join(file)),
         }
     }
 
@@ -254,7 +257,9 @@ impl Location {
             Location::Icechunk { repo, reference, root } => {
                 Location::Icechunk { repo: Box::new(repo.absolute()), reference: reference.clone(), root: root.clone() }
             }
-            Location::References { set } => Location::References { set: set.clone() },
+            Location::References { container, file } => {
+                Location::References { container: Box::new(container.absolute()), file: file.clone() }
+            }
         }
     }
 }
@@ -275,7 +280,10 @@ impl std::fmt::Display for Location {
                 write!(f, "{repo}|icechunk:{reference}")?;
                 if root.is_empty() { Ok(()) } else { write!(f, "|zarr3:{root}") }
             }
-            Location::References { set } => write!(f, "reference:{}", set.display()),
+            Location::References { container, file } => match container.as_ref() {
+                Location::Local(dir) => write!(f, "reference:{}", dir.join(file).display()),
+                other => write!(f, "reference:{other}/{file}"),
+            },
         }
     }
 }

@@ -23,7 +23,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 pub use object::{ObjectStore, RequestCounts};
 pub use pack::{PackOptions, Packed, ZipWriter, pack};
-pub use references::ReferenceStore;
+pub use references::{ReferenceStore, SetDirectory};
 pub use remote::{RemoteLocation, RemoteOptions};
 pub use zip::ZipStore;
 
@@ -379,12 +379,14 @@ impl Location {
                 let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
                 Ok(Arc::new(zip))
             }
-            Location::References { set } => {
-                let (Some(dir), Some(name)) = (set.parent(), set.file_name().and_then(|n| n.to_str())) else {
-                    return Err(format!("{self}: not a file"));
+            Location::References { container, file } => {
+                let base = match container.as_ref() {
+                    Location::Local(dir) => SetDirectory::Local(dir.clone()),
+                    Location::Remote(dir) => SetDirectory::Remote(dir.clone()),
+                    other => return Err(format!("{self}: a reference set is read from a directory or an object store, not {other}")),
                 };
-                let container = Arc::new(LocalStore::open(dir).map_err(|e| format!("{self}: {e}"))?);
-                Ok(Arc::new(ReferenceStore::open(container, name, dir, &options.targets).map_err(|e| format!("{self}: {e}"))?))
+                let store = container.open(options)?;
+                Ok(Arc::new(ReferenceStore::open(store, file, base, options).map_err(|e| format!("{self}: {e}"))?))
             }
             #[cfg(feature = "icechunk")]
             Location::Icechunk { repo, reference, root } => {

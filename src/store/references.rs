@@ -4,12 +4,15 @@
 //! and netCDF3 files as a Zarr store. JSON version 0 (flat) and version 1 (`refs` with
 //! `templates`) are read; `gen` entries and parquet reference sets are not (refused by name).
 //!
-//! A reference set is an instruction to read arbitrary files, so targets are read only beneath
-//! the allowed prefixes: the reference file's own directory, and those `--targets` adds. A
-//! target is resolved (links, `..`) before it is checked; one outside is refused on its read
-//! with EACCES, logged with the prefix that would allow it. Targets on object storage are not
-//! read yet. Open target files are kept (at most `OPEN_TARGETS`), so many small reads into one
-//! file share a descriptor.
+//! The set is a local file or an object (`s3://`, `gs://`, `az://`, `https://`); targets are
+//! local files (absolute paths, `file://`), objects, or paths relative to the set's own
+//! directory. A reference set is an instruction to read arbitrary files, so targets are read
+//! only beneath the allowed prefixes: the set's own directory (a local set) or its own bucket,
+//! container or host (a set on object storage), and those `--targets` adds. A local target is
+//! resolved (links, `..`) before it is checked; one outside is refused on its read with EACCES,
+//! logged with the prefix that would allow it. Open target files are kept (at most
+//! `OPEN_TARGETS`), so many small reads into one file share a descriptor; object targets are
+//! read through one client per bucket or host.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -18,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 
-use super::{ByteRange, Entry, Head, Permissions, Store, Usage, Value, Version, resolve_range};
+use super::{ByteRange, Entry, Head, Location, Permissions, RemoteLocation, RemoteOptions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
 /// The largest reference file read (a JSON set of some millions of references).
@@ -38,6 +41,28 @@ enum Ref {
     },
 }
 
+/// Where a reference set is: relative targets are read from there.
+#[derive(Clone, Debug)]
+pub enum SetDirectory {
+    Local(PathBuf),
+    Remote(RemoteLocation),
+}
+
+/// A prefix targets may lie beneath.
+#[derive(Debug)]
+enum Allowed {
+    /// A local directory, resolved.
+    Dir(PathBuf),
+    /// A URL without its trailing slash (`s3://bucket`, `https://host/dir`).
+    Url(String),
+}
+
+/// Where a target's bytes are.
+enum Place {
+    File(PathBuf),
+    Object { root: RemoteLocation, key: String },
+}
+
 pub struct ReferenceStore {
     container: Arc<dyn Store>,
     file: String,
@@ -46,10 +71,13 @@ pub struct ReferenceStore {
     /// Each target as the set names it (after templates), by index.
     targets: Vec<String>,
     dirs: super::key_tree::KeyTree,
-    /// Where relative targets are, and the resolved prefixes targets must lie beneath.
-    base: PathBuf,
-    allowed: Vec<PathBuf>,
+    /// Where relative targets are, and the prefixes targets must lie beneath.
+    base: SetDirectory,
+    allowed: Vec<Allowed>,
     open: Mutex<lru::LruCache<u32, Arc<std::fs::File>>>,
+    /// How object targets are reached, and a client for each bucket or host read.
+    options: RemoteOptions,
+    clients: Mutex<HashMap<String, Arc<dyn Store>>>,
 }
 
 /// Why a reference set cannot be read.
@@ -58,17 +86,20 @@ fn bad(file: &str, why: impl std::fmt::Display) -> Error {
 }
 
 impl ReferenceStore {
-    /// The set `file` (a key of `container`, whose local directory is `base`), reading targets
-    /// beneath `base` and the prefixes in `targets`.
-    pub fn open(container: Arc<dyn Store>, file: &str, base: &Path, targets: &[String]) -> Result<ReferenceStore> {
+    /// The set `file` (a key of `container`, which is `base`), reading targets beneath `base`
+    /// (or in its bucket) and the prefixes in `options.targets`.
+    pub fn open(container: Arc<dyn Store>, file: &str, base: SetDirectory, options: &RemoteOptions) -> Result<ReferenceStore> {
         let value = container.get_value(file, MAX_REFERENCE_FILE)?.ok_or(Error::NotFound)?;
         let doc: serde_json::Value = serde_json::from_slice(&value.bytes).map_err(|e| bad(file, format!("not JSON: {e}")))?;
-        let mut allowed = vec![base.canonicalize().map_err(|e| bad(file, format!("{}: {e}", base.display())))?];
-        for t in targets {
-            let path = Path::new(t.strip_prefix("file://").unwrap_or(t));
-            // A prefix that does not exist allows nothing; it is not an error to name one.
-            if let Ok(p) = path.canonicalize() {
-                allowed.push(p);
+        let mut allowed = vec![match &base {
+            SetDirectory::Local(dir) => Allowed::Dir(dir.canonicalize().map_err(|e| bad(file, format!("{}: {e}", dir.display())))?),
+            SetDirectory::Remote(dir) => Allowed::Url(dir.root_and_path().0.to_string()),
+        }];
+        for t in &options.targets {
+            match RemoteLocation::parse(t) {
+                Some(remote) => allowed.push(Allowed::Url(remote.map_err(Error::Invalid)?.to_string())),
+                // A directory that does not exist allows nothing; it is not an error to name one.
+                None => allowed.extend(Path::new(t.strip_prefix("file://").unwrap_or(t)).canonicalize().ok().map(Allowed::Dir)),
             }
         }
         let mut store = ReferenceStore {
@@ -78,9 +109,11 @@ impl ReferenceStore {
             refs: HashMap::new(),
             targets: Vec::new(),
             dirs: Default::default(),
-            base: base.to_path_buf(),
+            base,
             allowed,
             open: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(OPEN_TARGETS).unwrap_or(std::num::NonZeroUsize::MIN))),
+            options: options.clone(),
+            clients: Mutex::new(HashMap::new()),
         };
         store.read_set(&doc)?;
         Ok(store)
@@ -151,36 +184,81 @@ impl ReferenceStore {
         }
     }
 
-    /// The open target file `id`, once it is found to lie beneath an allowed prefix.
-    fn target(&self, key: &str, id: u32) -> Result<Arc<std::fs::File>> {
-        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
-            return Ok(f.clone());
-        }
+    /// Where target `id` is, once it is found to lie beneath an allowed prefix.
+    fn place(&self, key: &str, id: u32) -> Result<Place> {
         let url = self.targets.get(id as usize).ok_or_else(|| Error::Internal(format!("no target {id}")))?;
-        let path = match url.split_once("://") {
-            Some(("file", rest)) => PathBuf::from(rest),
-            Some((scheme, _)) => {
-                return Err(Error::Unsupported(format!("{key}: target {url}: {scheme}:// targets are not read yet (local files only)")));
+        let place = if let Some(path) = url.strip_prefix("file://") {
+            Place::File(PathBuf::from(path))
+        } else if let Some(remote) = RemoteLocation::parse(url) {
+            let (root, key) = remote.map_err(|e| Error::corrupt(key, e))?.root_and_path();
+            Place::Object { root, key }
+        } else if let Some((scheme, _)) = url.split_once("://") {
+            return Err(Error::Unsupported(format!("{key}: target {url}: zarrfs does not read {scheme}:// targets")));
+        } else {
+            match &self.base {
+                SetDirectory::Local(dir) => Place::File(dir.join(url)),
+                SetDirectory::Remote(_) if url.starts_with('/') => Place::File(PathBuf::from(url)),
+                SetDirectory::Remote(dir) => {
+                    if url.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+                        return Err(Error::corrupt(key, format!("target {url}: not a path beneath the set's directory")));
+                    }
+                    let (root, key) = dir.beneath(url).root_and_path();
+                    Place::Object { root, key }
+                }
             }
-            None => self.base.join(url),
         };
-        let real = path.canonicalize().map_err(|e| Error::corrupt(key, format!("target {}: {e}", path.display())))?;
-        if !self.allowed.iter().any(|p| real.starts_with(p)) {
+        let (allowed, what) = match &place {
+            Place::File(path) => {
+                let real = path.canonicalize().map_err(|e| Error::corrupt(key, format!("target {}: {e}", path.display())))?;
+                let allowed = self.allowed.iter().any(|a| matches!(a, Allowed::Dir(p) if real.starts_with(p)));
+                (allowed, real.display().to_string())
+            }
+            Place::Object { root, key } => {
+                let url = format!("{root}/{key}");
+                let allowed = self
+                    .allowed
+                    .iter()
+                    .any(|a| matches!(a, Allowed::Url(p) if url.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with('/'))));
+                (allowed, url)
+            }
+        };
+        if !allowed {
             tracing::warn!(
-                "{key}: target {} is outside the allowed prefixes (the reference file's directory {}; --targets adds others): not read",
-                real.display(),
-                self.base.display()
+                "{key}: target {what} is outside the allowed prefixes ({}; --targets adds others): not read",
+                self.allowed_text()
             );
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EACCES)));
+        }
+        Ok(match place {
+            Place::File(path) => Place::File(path.canonicalize()?),
+            object => object,
+        })
+    }
+
+    fn allowed_text(&self) -> String {
+        let names: Vec<String> = self
+            .allowed
+            .iter()
+            .map(|a| match a {
+                Allowed::Dir(p) => p.display().to_string(),
+                Allowed::Url(u) => u.clone(),
+            })
+            .collect();
+        names.join(", ")
+    }
+
+    /// The open target file `id` (a local file).
+    fn file(&self, key: &str, id: u32, path: &Path) -> Result<Arc<std::fs::File>> {
+        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
+            return Ok(f.clone());
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&real)
-            .map_err(|e| Error::corrupt(key, format!("target {}: {e}", real.display())))?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(Error::refused(key, format!("target {} is not a regular file", real.display())));
+            .open(path)
+            .map_err(|e| Error::corrupt(key, format!("target {}: {e}", path.display())))?;
+        if !file.metadata()?.is_file() {
+            return Err(Error::refused(key, format!("target {} is not a regular file", path.display())));
         }
         let file = Arc::new(file);
         if let Ok(mut open) = self.open.lock() {
@@ -189,12 +267,39 @@ impl ReferenceStore {
         Ok(file)
     }
 
+    /// The client of the bucket, container or host `root`.
+    fn client(&self, root: &RemoteLocation) -> Result<Arc<dyn Store>> {
+        let name = root.to_string();
+        let mut clients = self.clients.lock().map_err(|_| Error::Internal("target clients poisoned".into()))?;
+        if let Some(c) = clients.get(&name) {
+            return Ok(c.clone());
+        }
+        let client = Location::Remote(root.clone()).open(&self.options).map_err(Error::Invalid)?;
+        clients.insert(name, client.clone());
+        Ok(client)
+    }
+
+    /// Where target `id` is, open: a local file, or an object store and key.
+    fn open_target(&self, key: &str, id: u32) -> Result<Opened> {
+        // A file already open was checked when it was opened.
+        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
+            return Ok(Opened::File(f.clone()));
+        }
+        Ok(match self.place(key, id)? {
+            Place::File(path) => Opened::File(self.file(key, id, &path)?),
+            Place::Object { root, key: object } => Opened::Object(self.client(&root)?, object),
+        })
+    }
+
     /// The length of `r`'s bytes.
     fn len_of(&self, key: &str, r: &Ref) -> Result<u64> {
         match r {
             Ref::Inline(b) => Ok(b.len() as u64),
             Ref::Range { len: Some(n), .. } => Ok(*n),
-            Ref::Range { target, len: None, .. } => Ok(self.target(key, *target)?.metadata()?.len()),
+            Ref::Range { target, len: None, .. } => match self.open_target(key, *target)? {
+                Opened::File(f) => Ok(f.metadata()?.len()),
+                Opened::Object(store, object) => Ok(store.head(&object)?.ok_or_else(|| missing(key, &object))?.len),
+            },
         }
     }
 
@@ -203,19 +308,30 @@ impl ReferenceStore {
         match r {
             Ref::Inline(b) => Ok(b[start as usize..end as usize].to_vec()),
             Ref::Range { target, offset, .. } => {
-                let file = self.target(key, *target)?;
                 let at = offset.checked_add(start).ok_or_else(|| Error::corrupt(key, "offset past 2^64"))?;
-                let n = usize::try_from(end - start).map_err(|_| crate::limits::out_of_memory())?;
-                let mut buf = Vec::new();
-                buf.try_reserve_exact(n).map_err(|_| crate::limits::out_of_memory())?;
-                buf.resize(n, 0);
-                file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::UnexpectedEof => {
-                        Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at + (end - start)))
+                let past_end = || Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at + (end - start)));
+                match self.open_target(key, *target)? {
+                    Opened::File(file) => {
+                        let n = usize::try_from(end - start).map_err(|_| crate::limits::out_of_memory())?;
+                        let mut buf = Vec::new();
+                        buf.try_reserve_exact(n).map_err(|_| crate::limits::out_of_memory())?;
+                        buf.resize(n, 0);
+                        file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
+                            std::io::ErrorKind::UnexpectedEof => past_end(),
+                            _ => Error::Io(e),
+                        })?;
+                        Ok(buf)
                     }
-                    _ => Error::Io(e),
-                })?;
-                Ok(buf)
+                    Opened::Object(store, object) => {
+                        let range = ByteRange::Range { start: at, len: end - start };
+                        match store.get_range(&object, range) {
+                            Ok(Some(bytes)) => Ok(bytes),
+                            Ok(None) => Err(missing(key, &object)),
+                            Err(Error::Corrupt { .. }) => Err(past_end()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                }
             }
         }
     }
@@ -225,6 +341,16 @@ impl ReferenceStore {
         std::hash::Hash::hash(key, &mut h);
         Version([self.version.0[0], self.version.0[1], self.version.0[2], self.version.0[3], std::hash::Hasher::finish(&h)])
     }
+}
+
+/// A target opened for reading.
+enum Opened {
+    File(Arc<std::fs::File>),
+    Object(Arc<dyn Store>, String),
+}
+
+fn missing(key: &str, object: &str) -> Error {
+    Error::corrupt(key, format!("target object {object} is missing"))
 }
 
 /// `url` with each `{{name}}` replaced by its template.
@@ -333,7 +459,7 @@ mod tests {
     fn set(dir: &Path, json: &str) -> Result<ReferenceStore> {
         std::fs::write(dir.join("refs.json"), json).unwrap();
         let container: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
-        ReferenceStore::open(container, "refs.json", dir, &[])
+        ReferenceStore::open(container, "refs.json", SetDirectory::Local(dir.to_path_buf()), &RemoteOptions::default())
     }
 
     #[test]
@@ -344,7 +470,7 @@ mod tests {
             dir.path(),
             r#"{"version": 1, "templates": {"u": "data.bin"}, "refs": {
                 ".zgroup": "{\"zarr_format\": 2}", "a/0": ["{{u}}", 2, 3], "a/1": "base64:AAE=", "a/2": ["data.bin"],
-                "a/3": ["data.bin", 8, 5], "a/4": ["/etc/hostname"], "a/5": ["s3://b/k", 0, 1]}}"#,
+                "a/3": ["data.bin", 8, 5], "a/4": ["/etc/hostname"], "a/5": ["s3://bkt/k", 0, 1], "a/6": ["ftp://h/k"]}}"#,
         )
         .unwrap();
         assert_eq!(s.get("a/0", 100).unwrap().unwrap(), b"234");
@@ -353,11 +479,12 @@ mod tests {
         assert_eq!(s.get_range("a/2", ByteRange::Range { start: 4, len: 2 }).unwrap().unwrap(), b"45");
         assert!(s.get("a/3", 100).unwrap_err().to_string().contains("past the end"));
         assert_eq!(s.get("a/4", 100).unwrap_err().errno(), libc::EACCES);
-        assert_eq!(s.get("a/5", 100).unwrap_err().errno(), libc::EOPNOTSUPP);
+        assert_eq!(s.get("a/5", 100).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(s.get("a/6", 100).unwrap_err().errno(), libc::EOPNOTSUPP);
         assert!(s.get("a/2", 5).is_err());
         let names: Vec<String> = s.list_dir("").unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(names, [".zgroup", "a"]);
-        assert_eq!(s.list_dir("a").unwrap().len(), 6);
+        assert_eq!(s.list_dir("a").unwrap().len(), 7);
         assert_eq!(s.set("a/0", b"x").unwrap_err().errno(), libc::EROFS);
         // A link inside the directory to a file outside it is outside.
         std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link")).unwrap();

@@ -67,6 +67,29 @@ impl RemoteLocation {
         }
     }
 
+    /// The bucket, container or host this location is in, and its path there (`s3://b/x/y.nc`:
+    /// `s3://b` and `x/y.nc`): how a reference set's target URL is read.
+    pub fn root_and_path(&self) -> (RemoteLocation, String) {
+        let mut root = self.clone();
+        let path = match &mut root {
+            RemoteLocation::S3 { prefix, .. } | RemoteLocation::Gcs { prefix, .. } | RemoteLocation::Azure { prefix, .. } => {
+                std::mem::take(prefix)
+            }
+            RemoteLocation::Http { url } => {
+                let host_at = url.find("://").map_or(0, |i| i + 3);
+                match url[host_at..].find('/') {
+                    Some(j) => {
+                        let path = url[host_at + j + 1..].to_string();
+                        url.truncate(host_at + j);
+                        path
+                    }
+                    None => String::new(),
+                }
+            }
+        };
+        (root, path)
+    }
+
     /// The location's last path part (an object's name) and the location of what holds it.
     pub fn split_last(&self) -> Option<(RemoteLocation, String)> {
         let mut parent = self.clone();
@@ -151,6 +174,13 @@ mod tests {
         let s3 = |b: &str, p: &str| Some(Ok(RemoteLocation::S3 { bucket: b.into(), prefix: p.into() }));
         assert_eq!(RemoteLocation::parse("s3://bkt/a/b.zarr/"), s3("bkt", "a/b.zarr"));
         assert_eq!(RemoteLocation::parse("s3a://bkt"), s3("bkt", ""));
+        let root_and_path = |u: &str| {
+            let (root, path) = RemoteLocation::parse(u).unwrap().unwrap().root_and_path();
+            (root.to_string(), path)
+        };
+        assert_eq!(root_and_path("s3://bkt/x/y.nc"), ("s3://bkt".into(), "x/y.nc".into()));
+        assert_eq!(root_and_path("https://h:8/d/f.nc"), ("https://h:8".into(), "d/f.nc".into()));
+        assert_eq!(root_and_path("https://h"), ("https://h".into(), String::new()));
         assert!(matches!(RemoteLocation::parse("s3://ab/x"), Some(Err(_))));
         assert_eq!(RemoteLocation::parse("https://h/s.zarr/"), Some(Ok(RemoteLocation::Http { url: "https://h/s.zarr".into() })));
         assert_eq!(RemoteLocation::parse("/tmp/s3://x"), None);
