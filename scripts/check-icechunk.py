@@ -295,6 +295,40 @@ def virtual_chunks(check, binary, work):
             unmount(binary, mnt)
 
 
+def virtualizarr_repository(check, binary, work):
+    """A repository VirtualiZarr wrote from a netCDF4 file (chunked with shuffle + zlib, with
+    fletcher32, contiguous) reads through --virtual-chunks as netCDF4 reads the file."""
+    import netCDF4
+    from obstore.store import LocalStore
+    from virtualizarr import open_virtual_dataset
+    from virtualizarr.parsers import HDFParser
+    from virtualizarr.registry import ObjectStoreRegistry
+    files = os.path.join(work, "netcdf")
+    os.makedirs(files)
+    source = os.path.join(files, "day0.nc")
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "kerchunk", "day0.nc"), source)
+    prefix = f"file://{files}/"
+    vds = open_virtual_dataset(f"file://{source}", registry=ObjectStoreRegistry({prefix: LocalStore(files)}), parser=HDFParser())
+    config = icechunk.RepositoryConfig.default()
+    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(files)))
+    path = os.path.join(work, "virtualizarr-repo")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(path), config, authorize_virtual_chunk_access={prefix: None})
+    session = repo.writable_session("main")
+    vds.vz.to_icechunk(session.store)
+    session.commit("virtualizarr")
+    mnt = os.path.join(work, "mnt-virtualizarr")
+    mount(binary, path, mnt, "--read-only", "--virtual-chunks")
+    try:
+        with netCDF4.Dataset(source) as ds:
+            for var in ["air", "q", "mask", "time"]:
+                want = np.ascontiguousarray(np.ma.getdata(ds[var][...]))
+                want = want.astype(want.dtype.newbyteorder("<")).tobytes()
+                with open(os.path.join(mnt, var, "data"), "rb") as f:
+                    check(f.read() == want, f"VirtualiZarr's {var} reads as netCDF4 reads the file")
+    finally:
+        unmount(binary, mnt)
+
+
 def main():
     binary = os.path.abspath(sys.argv[1])
     check = Checks("check-icechunk")
@@ -309,6 +343,7 @@ def main():
             two_writers(check, binary, work, where)
             many_writers(check, binary, work, where)
         virtual_chunks(check, binary, work)
+        virtualizarr_repository(check, binary, work)
     finally:
         detach_beneath(work)
         shutil.rmtree(work, ignore_errors=True)
