@@ -276,8 +276,10 @@ def virtual_chunks(check, binary, work):
     session.store.set_virtual_ref("v/c/0", f"{prefix}chunk.bin", offset=0, length=4)
     session.commit("virtual")
     log = os.path.join(work, "virtual.log")
-    for extra, want in (((), None), (("--virtual-chunks",), b"ABCD" + bytes(4))):
-        mnt = os.path.join(work, f"mnt-virtual{len(extra)}")
+    # --targets follows only the containers beneath its prefixes, as a reference set's targets.
+    for extra, want in (((), None), (("--virtual-chunks",), b"ABCD" + bytes(4)), (("--targets", outside), b"ABCD" + bytes(4)),
+                        (("--targets", os.path.join(work, "elsewhere")), None)):
+        mnt = os.path.join(work, f"mnt-virtual{len(extra)}-{abs(hash(extra))}")
         mount(binary, path, mnt, "--read-only", "--log-file", log, *extra)
         try:
             try:

@@ -215,8 +215,9 @@ struct RemoteArgs {
     /// the repository. Without it such chunks fail to read (EIO, said in the log).
     #[arg(long)]
     virtual_chunks: bool,
-    /// Reference sets: also read targets beneath this directory (repeatable); only those beneath
-    /// the reference file's own directory are read otherwise.
+    /// Reference sets: also read targets beneath this directory or URL prefix (repeatable); only
+    /// those beneath the set's own directory (or in its bucket) are read otherwise. Icechunk:
+    /// follow the virtual chunk containers beneath it (as --virtual-chunks does for all).
     #[arg(long = "targets", value_name = "PREFIX")]
     targets: Vec<String>,
 }

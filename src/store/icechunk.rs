@@ -102,9 +102,10 @@ fn failed(key: &str, e: StoreError) -> Error {
         }
         StoreErrorKind::InvalidIndex { .. } => Error::refused(key, "outside the array's chunk grid"),
         // A virtual chunk, outside the repository: followed only when asked for.
-        other if other.to_string().contains("authorize the virtual chunk container") => {
-            Error::refused(key, "a virtual chunk reference to a container outside the repository: mount with --virtual-chunks to follow it")
-        }
+        other if other.to_string().contains("authorize the virtual chunk container") => Error::refused(
+            key,
+            "a virtual chunk reference to a container outside the repository: mount with --virtual-chunks to follow it (or --targets PREFIX, for the containers beneath PREFIX)",
+        ),
         other => Error::Io(std::io::Error::other(format!("{key}: {other}"))),
     }
 }
@@ -152,13 +153,26 @@ fn commit_failed(e: SessionError) -> Error {
     }
 }
 
-/// Access to every virtual chunk container the repository's configuration names that this
-/// build can read: local files, S3 (with the credentials of the environment) and HTTP(S).
-fn virtual_chunk_access(config: &icechunk::RepositoryConfig) -> HashMap<String, Option<Credentials>> {
+/// Access to the virtual chunk containers the repository's configuration names that this
+/// build can read: local files, S3 (with the credentials of the environment) and HTTP(S). With
+/// `targets` (`--targets`), only containers that lie beneath one of them, as a reference
+/// set's targets must.
+fn virtual_chunk_access(config: &icechunk::RepositoryConfig, targets: &[String]) -> HashMap<String, Option<Credentials>> {
+    let beneath = |prefix: &str, target: &str| {
+        let target = match target.contains("://") {
+            true => target.to_string(),
+            false => format!("file://{}", std::path::Path::new(target).canonicalize().unwrap_or_else(|_| target.into()).display()),
+        };
+        let (prefix, target) = (prefix.trim_end_matches('/'), target.trim_end_matches('/'));
+        prefix == target || prefix.strip_prefix(target).is_some_and(|rest| rest.starts_with('/'))
+    };
     config
         .virtual_chunk_containers()
         .filter_map(|c| {
             let prefix = c.url_prefix();
+            if !targets.is_empty() && !targets.iter().any(|t| beneath(prefix, t)) {
+                return None;
+            }
             let access = match prefix.split_once("://").map(|(scheme, _)| scheme) {
                 Some("file") => Credentials::LocalFileSystemAccess,
                 Some("s3") => Credentials::S3(S3Credentials::FromEnv),
@@ -213,9 +227,9 @@ impl IcechunkStore {
             };
             let mut repository =
                 Repository::open(storage).execute().await.map_err(|e| icechunk_error("not an Icechunk repository", e.kind))?;
-            if options.virtual_chunks {
+            if options.virtual_chunks || !options.targets.is_empty() {
                 repository = repository
-                    .reopen(None, Some(virtual_chunk_access(repository.config())))
+                    .reopen(None, Some(virtual_chunk_access(repository.config(), &options.targets)))
                     .await
                     .map_err(|e| icechunk_error("virtual chunk containers", e.kind))?;
             }
