@@ -806,6 +806,9 @@ def kerchunk_sets():
         combined = MultiZarrToZarr(["day0.json", "day1.json"], concat_dims=["time"], identical_dims=["lat", "lon"]).translate()
         with open("series.json", "w") as f:
             json.dump(combined, f)
+        # The same series as a parquet set, 5 references to a record file (several per variable).
+        import kerchunk.df
+        kerchunk.df.refs_to_dataframe("series.json", "series.parq", record_size=5)
     finally:
         os.chdir(here)
     def held(name):
@@ -822,7 +825,8 @@ def kerchunk_sets():
             record_array("kerchunk/classic.json", var, ds[var][...])
     days = [netCDF4.Dataset(os.path.join(out, f"day{i}.nc")) for i in range(2)]
     for var in held("series.json") & {"air", "q", "time"}:
-        record_array("kerchunk/series.json", var, np.concatenate([np.ma.getdata(d[var][...]) for d in days]))
+        for name in ["series.json", "series.parq"]:
+            record_array(f"kerchunk/{name}", var, np.concatenate([np.ma.getdata(d[var][...]) for d in days]))
     for d in days:
         d.close()
 

@@ -89,13 +89,13 @@ fn lossy_codecs_are_read_only_and_checksums_catch_damage() {
     }
 }
 
-/// The kerchunk sets of tests/fixtures/kerchunk, each mounted (by its name, and as
+/// The kerchunk sets of tests/fixtures/kerchunk (JSON, and a parquet set), each mounted (by its name, and as
 /// `reference:` with absolute targets), read as netCDF4 reads the files they describe.
 #[test]
 fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     let dir = fixtures().join("kerchunk");
     let all: Vec<common::Expected> = expected().into_iter().filter(|e| e.store == "kerchunk").collect();
-    for set in ["day0.json", "day1.json", "classic.json", "series.json"] {
+    for set in ["day0.json", "day1.json", "classic.json", "series.json", "series.parq"] {
         let arrays: Vec<&common::Expected> = all.iter().filter(|e| e.path.starts_with(&format!("{set}/"))).collect();
         assert!(!arrays.is_empty(), "{set}");
         let m = Mount::new(&dir.join(set), &[]);

@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 
 use super::{RemoteLocation, join};
 
+/// The document a parquet reference set's directory is read by.
+pub const PARQUET_SET: &str = ".zmetadata";
+
 /// Where a store is: a local directory, an object store, a zip archive in either, or an
 /// Icechunk repository in either.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +86,7 @@ impl Location {
             return Location::references(set.strip_prefix("file://").unwrap_or(set));
         }
         let base = Location::base(text)?;
-        if text.to_ascii_lowercase().ends_with(".json") && Path::new(text).is_file() {
+        if (text.to_ascii_lowercase().ends_with(".json") && Path::new(text).is_file()) || base.is_parquet_set() {
             return Location::references(text);
         }
         if base.is_icechunk_repo() {
@@ -92,20 +95,38 @@ impl Location {
         Ok(if base.names_archive() { base.into_zip("")? } else { base })
     }
 
-    /// The reference set in the file or object `path`.
+    /// The reference set in the file or object `path`: a JSON file, or a parquet set's directory
+    /// (whose `.zmetadata` is read).
     fn references(path: &str) -> std::result::Result<Location, String> {
         if let Some(remote) = RemoteLocation::parse(path) {
-            let (container, file) = remote?.split_last().ok_or_else(|| format!("reference:{path}: names no file"))?;
+            let remote = remote?;
+            if !path.to_ascii_lowercase().ends_with(".json") {
+                return Ok(Location::References { container: Box::new(Location::Remote(remote)), file: PARQUET_SET.into() });
+            }
+            let (container, file) = remote.split_last().ok_or_else(|| format!("reference:{path}: names no file"))?;
             return Ok(Location::References { container: Box::new(Location::Remote(container)), file });
         }
         // The real file: its directory is where relative targets are.
         let set = Path::new(path).canonicalize().map_err(|e| format!("reference set {path}: {e}"))?;
-        match (set.is_file(), set.parent(), set.file_name().and_then(|n| n.to_str())) {
-            (true, Some(dir), Some(name)) => {
-                Ok(Location::References { container: Box::new(Location::Local(dir.to_path_buf())), file: name.to_string() })
-            }
+        if set.is_dir() {
+            return Ok(Location::References { container: Box::new(Location::Local(set)), file: PARQUET_SET.into() });
+        }
+        match (set.parent(), set.file_name().and_then(|n| n.to_str())) {
+            (Some(dir), Some(name)) => Ok(Location::References { container: Box::new(Location::Local(dir.to_path_buf())), file: name.to_string() }),
             _ => Err(format!("reference set {path}: not a file")),
         }
+    }
+
+    /// Whether this is a local directory that holds a kerchunk parquet reference set: its
+    /// `.zmetadata` says `record_size`, and no Zarr document stands beside it.
+    fn is_parquet_set(&self) -> bool {
+        let Location::Local(dir) = self else { return false };
+        if !dir.join(PARQUET_SET).is_file() || [".zgroup", ".zarray", "zarr.json"].iter().any(|d| dir.join(d).exists()) {
+            return false;
+        }
+        let Ok(file) = std::fs::File::open(dir.join(PARQUET_SET)) else { return false };
+        let doc: Option<serde_json::Value> = serde_json::from_reader(std::io::Read::take(std::io::BufReader::new(file), 64 << 20)).ok();
+        doc.is_some_and(|d| d.get("record_size").is_some())
     }
 
     /// Whether this is a local directory that holds an Icechunk repository (its `repo` file
@@ -223,6 +244,7 @@ impl Location {
             Location::Remote(_) => None,
             Location::Zip { container, archive, .. } => Some(container.local_path()?.join(archive)),
             Location::Icechunk { repo, .. } => repo.local_path(),
+            Location::References { container, file } if file == PARQUET_SET => container.local_path(),
             Location::References { container, file } => Some(container.local_path()?.join(file)),
         }
     }
@@ -280,6 +302,7 @@ impl std::fmt::Display for Location {
                 write!(f, "{repo}|icechunk:{reference}")?;
                 if root.is_empty() { Ok(()) } else { write!(f, "|zarr3:{root}") }
             }
+            Location::References { container, file } if file == PARQUET_SET => write!(f, "reference:{container}"),
             Location::References { container, file } => match container.as_ref() {
                 Location::Local(dir) => write!(f, "reference:{}", dir.join(file).display()),
                 other => write!(f, "reference:{other}/{file}"),

@@ -24,21 +24,28 @@ use base64::Engine;
 use super::{ByteRange, Entry, Head, Location, Permissions, RemoteLocation, RemoteOptions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
+#[cfg(feature = "parquet")]
+mod records;
+
 /// The largest reference file read (a JSON set of some millions of references).
 const MAX_REFERENCE_FILE: u64 = 1 << 30;
 /// Target files kept open.
 const OPEN_TARGETS: usize = 64;
 
 /// Where a key's bytes are.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Ref {
     Inline(Vec<u8>),
-    /// `len: None`: the whole target file.
-    Range {
-        target: u32,
-        offset: u64,
-        len: Option<u64>,
-    },
+    /// `len: None`: the whole target file. The target as the set names it (after templates),
+    /// one allocation shared by the references into one file.
+    Range { target: Arc<str>, offset: u64, len: Option<u64> },
+}
+
+/// The references of a set: all of a JSON set's, or a parquet set's read a record at a time.
+enum Set {
+    Json(HashMap<String, Ref>),
+    #[cfg(feature = "parquet")]
+    Parquet(records::Records),
 }
 
 /// Where a reference set is: relative targets are read from there.
@@ -67,14 +74,12 @@ pub struct ReferenceStore {
     container: Arc<dyn Store>,
     file: String,
     version: Version,
-    refs: HashMap<String, Ref>,
-    /// Each target as the set names it (after templates), by index.
-    targets: Vec<String>,
+    refs: Set,
     dirs: super::key_tree::KeyTree,
     /// Where relative targets are, and the prefixes targets must lie beneath.
     base: SetDirectory,
     allowed: Vec<Allowed>,
-    open: Mutex<lru::LruCache<u32, Arc<std::fs::File>>>,
+    open: Mutex<lru::LruCache<Arc<str>, Arc<std::fs::File>>>,
     /// How object targets are reached, and a client for each bucket or host read.
     options: RemoteOptions,
     clients: Mutex<HashMap<String, Arc<dyn Store>>>,
@@ -106,8 +111,7 @@ impl ReferenceStore {
             container,
             file: file.to_string(),
             version: value.version,
-            refs: HashMap::new(),
-            targets: Vec::new(),
+            refs: Set::Json(HashMap::new()),
             dirs: Default::default(),
             base,
             allowed,
@@ -121,6 +125,9 @@ impl ReferenceStore {
 
     fn read_set(&mut self, doc: &serde_json::Value) -> Result<()> {
         let obj = doc.as_object().ok_or_else(|| bad(&self.file, "not a JSON object"))?;
+        if obj.contains_key("record_size") {
+            return self.read_parquet_set(doc);
+        }
         let (refs, templates) = match obj.get("version") {
             None => (obj, serde_json::Map::new()),
             Some(v) if v.as_u64() == Some(1) => {
@@ -132,17 +139,35 @@ impl ReferenceStore {
             }
             Some(v) => return Err(bad(&self.file, format!("version {v} (zarrfs reads 0 and 1)"))),
         };
-        let mut target_ids: HashMap<String, u32> = HashMap::new();
+        let mut interned: HashMap<String, Arc<str>> = HashMap::new();
+        let mut all = HashMap::new();
         for (key, value) in refs {
             let key = key.trim_matches('/');
             if key.is_empty() || key.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
                 return Err(bad(&self.file, format!("key {key:?} is not a store key")));
             }
-            let r = self.reference(key, value, &templates, &mut target_ids)?;
-            self.refs.insert(key.to_string(), r);
+            let r = self.reference(key, value, &templates, &mut interned)?;
+            all.insert(key.to_string(), r);
             self.dirs.add(key, false);
         }
+        self.refs = Set::Json(all);
         Ok(())
+    }
+
+    /// A parquet set (`.zmetadata` with `record_size`): its documents now, its records as read.
+    #[cfg(feature = "parquet")]
+    fn read_parquet_set(&mut self, doc: &serde_json::Value) -> Result<()> {
+        let records = records::Records::open(self.container.clone(), doc)?;
+        for key in records.document_keys() {
+            self.dirs.add(key, false);
+        }
+        self.refs = Set::Parquet(records);
+        Ok(())
+    }
+
+    #[cfg(not(feature = "parquet"))]
+    fn read_parquet_set(&mut self, _doc: &serde_json::Value) -> Result<()> {
+        Err(Error::Unsupported(format!("reference set {}: parquet sets need a build with the parquet feature", self.file)))
     }
 
     fn reference(
@@ -150,7 +175,7 @@ impl ReferenceStore {
         key: &str,
         value: &serde_json::Value,
         templates: &serde_json::Map<String, serde_json::Value>,
-        ids: &mut HashMap<String, u32>,
+        interned: &mut HashMap<String, Arc<str>>,
     ) -> Result<Ref> {
         let err = |why: String| bad(&self.file, format!("key {key}: {why}"));
         match value {
@@ -173,20 +198,15 @@ impl ReferenceStore {
                     }
                     _ => return Err(err(format!("{value}: a reference is [url] or [url, offset, size]"))),
                 };
-                let next = self.targets.len() as u32;
-                let target = *ids.entry(url.clone()).or_insert(next);
-                if target == next {
-                    self.targets.push(url);
-                }
+                let target = interned.entry(url.clone()).or_insert_with(|| Arc::from(url.as_str())).clone();
                 Ok(Ref::Range { target, offset, len })
             }
             other => Err(err(format!("{other} is not a reference"))),
         }
     }
 
-    /// Where target `id` is, once it is found to lie beneath an allowed prefix.
-    fn place(&self, key: &str, id: u32) -> Result<Place> {
-        let url = self.targets.get(id as usize).ok_or_else(|| Error::Internal(format!("no target {id}")))?;
+    /// Where the target `url` is, once it is found to lie beneath an allowed prefix.
+    fn place(&self, key: &str, url: &str) -> Result<Place> {
         let place = if let Some(path) = url.strip_prefix("file://") {
             Place::File(PathBuf::from(path))
         } else if let Some(remote) = RemoteLocation::parse(url) {
@@ -247,11 +267,8 @@ impl ReferenceStore {
         names.join(", ")
     }
 
-    /// The open target file `id` (a local file).
-    fn file(&self, key: &str, id: u32, path: &Path) -> Result<Arc<std::fs::File>> {
-        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
-            return Ok(f.clone());
-        }
+    /// The target `url`, the local file at `path`, opened.
+    fn file(&self, key: &str, url: &Arc<str>, path: &Path) -> Result<Arc<std::fs::File>> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -262,7 +279,7 @@ impl ReferenceStore {
         }
         let file = Arc::new(file);
         if let Ok(mut open) = self.open.lock() {
-            open.put(id, file.clone());
+            open.put(url.clone(), file.clone());
         }
         Ok(file)
     }
@@ -279,14 +296,14 @@ impl ReferenceStore {
         Ok(client)
     }
 
-    /// Where target `id` is, open: a local file, or an object store and key.
-    fn open_target(&self, key: &str, id: u32) -> Result<Opened> {
+    /// The target `url`, open: a local file, or an object store and key.
+    fn open_target(&self, key: &str, url: &Arc<str>) -> Result<Opened> {
         // A file already open was checked when it was opened.
-        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(&id) {
+        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(url) {
             return Ok(Opened::File(f.clone()));
         }
-        Ok(match self.place(key, id)? {
-            Place::File(path) => Opened::File(self.file(key, id, &path)?),
+        Ok(match self.place(key, url)? {
+            Place::File(path) => Opened::File(self.file(key, url, &path)?),
             Place::Object { root, key: object } => Opened::Object(self.client(&root)?, object),
         })
     }
@@ -296,7 +313,7 @@ impl ReferenceStore {
         match r {
             Ref::Inline(b) => Ok(b.len() as u64),
             Ref::Range { len: Some(n), .. } => Ok(*n),
-            Ref::Range { target, len: None, .. } => match self.open_target(key, *target)? {
+            Ref::Range { target, len: None, .. } => match self.open_target(key, target)? {
                 Opened::File(f) => Ok(f.metadata()?.len()),
                 Opened::Object(store, object) => Ok(store.head(&object)?.ok_or_else(|| missing(key, &object))?.len),
             },
@@ -310,7 +327,7 @@ impl ReferenceStore {
             Ref::Range { target, offset, .. } => {
                 let at = offset.checked_add(start).ok_or_else(|| Error::corrupt(key, "offset past 2^64"))?;
                 let past_end = || Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at + (end - start)));
-                match self.open_target(key, *target)? {
+                match self.open_target(key, target)? {
                     Opened::File(file) => {
                         let n = usize::try_from(end - start).map_err(|_| crate::limits::out_of_memory())?;
                         let mut buf = Vec::new();
@@ -374,9 +391,21 @@ fn expand(url: &str, templates: &serde_json::Map<String, serde_json::Value>) -> 
     Ok(out)
 }
 
+impl ReferenceStore {
+    /// Where `key`'s bytes are, if the set has it.
+    fn lookup(&self, key: &str) -> Result<Option<Ref>> {
+        match &self.refs {
+            Set::Json(refs) => Ok(refs.get(key).cloned()),
+            #[cfg(feature = "parquet")]
+            Set::Parquet(records) => records.lookup(key),
+        }
+    }
+}
+
 impl Store for ReferenceStore {
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
-        let Some(r) = self.refs.get(key) else { return Ok(None) };
+        let Some(r) = self.lookup(key)? else { return Ok(None) };
+        let r = &r;
         let len = self.len_of(key, r)?;
         if len > max {
             return Err(Error::refused(key, format!("{len} bytes, more than the {max} it can hold (not read)")));
@@ -385,14 +414,14 @@ impl Store for ReferenceStore {
     }
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
-        let Some(r) = self.refs.get(key) else { return Ok(None) };
-        Ok(Some(Head { len: self.len_of(key, r)?, version: self.version_of(key) }))
+        let Some(r) = self.lookup(key)? else { return Ok(None) };
+        Ok(Some(Head { len: self.len_of(key, &r)?, version: self.version_of(key) }))
     }
 
     fn get_range_versioned(&self, key: &str, range: ByteRange) -> Result<Option<(Vec<u8>, Version)>> {
-        let Some(r) = self.refs.get(key) else { return Ok(None) };
-        let (start, end) = resolve_range(key, range, self.len_of(key, r)?)?;
-        Ok(Some((self.read(key, r, start, end)?, self.version_of(key))))
+        let Some(r) = self.lookup(key)? else { return Ok(None) };
+        let (start, end) = resolve_range(key, range, self.len_of(key, &r)?)?;
+        Ok(Some((self.read(key, &r, start, end)?, self.version_of(key))))
     }
 
     fn set(&self, _key: &str, _value: &[u8]) -> Result<Version> {
@@ -417,8 +446,14 @@ impl Store for ReferenceStore {
 
     fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
         let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        let refs = match &self.refs {
+            Set::Json(refs) => refs,
+            // A parquet set's sizes are in its record files, read only as chunks are.
+            #[cfg(feature = "parquet")]
+            Set::Parquet(_) => return Ok(None),
+        };
         let mut usage = Usage { complete: true, ..Usage::default() };
-        for (key, r) in &self.refs {
+        for (key, r) in refs {
             if key.starts_with(&lead) {
                 if usage.values >= most {
                     usage.complete = false;
@@ -435,7 +470,7 @@ impl Store for ReferenceStore {
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
-        let present = key.is_empty() || self.refs.contains_key(key) || self.dirs.is_dir(key);
+        let present = key.is_empty() || self.dirs.is_dir(key) || self.lookup(key)?.is_some();
         let Some(set) = self.container.permissions(&self.file)?.filter(|_| present) else { return Ok(None) };
         // Who may read the reference set may read what it shows (targets are checked on read).
         let mode = if set.link { 0o600 } else { set.mode & 0o444 };
