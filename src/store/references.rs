@@ -444,6 +444,19 @@ impl Store for ReferenceStore {
         Ok(self.dirs.list(prefix))
     }
 
+    /// A parquet set's chunk keys are in its record files, not in its listings: no listing
+    /// tells which chunks are absent.
+    fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
+        match &self.refs {
+            Set::Json(_) => {
+                let entries = self.dirs.list(prefix);
+                Ok((entries.len() <= max).then(|| entries.into_iter().map(|e| e.name).collect()))
+            }
+            #[cfg(feature = "parquet")]
+            Set::Parquet(_) => Ok(None),
+        }
+    }
+
     fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
         let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
         let refs = match &self.refs {
