@@ -122,6 +122,19 @@ fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     drop(m);
     let m = Mount::new(Path::new(&source), &["--targets", dir.to_str().unwrap()]);
     assert!(std::fs::read(m.path("air/data")).unwrap() == air.bytes);
+    drop(m);
+    // `gen` entries: 2 × 3 chunks of 4 int16, the chunk (i, j) at byte 8 (3i + j) + 16 of a
+    // file whose first 16 bytes are a header.
+    let body: Vec<u8> = (0..48u8).collect();
+    std::fs::write(copy.path().join("grid.bin"), [&[0xffu8; 16][..], &body].concat()).unwrap();
+    let set = r#"{"version": 1, "templates": {"f": "grid.bin"}, "refs": {
+        ".zgroup": "{\"zarr_format\": 2}",
+        "g/.zarray": "{\"shape\": [2, 12], \"chunks\": [1, 4], \"dtype\": \"<i2\", \"compressor\": null, \"filters\": null, \"fill_value\": 0, \"order\": \"C\", \"zarr_format\": 2}"},
+        "gen": [{"key": "g/{{i}}.{{j}}", "url": "{{f}}", "offset": "{{ 16 + 8 * (3 * i + j) }}", "length": "8",
+                 "dimensions": {"i": {"stop": 2}, "j": [0, 1, 2]}}]}"#;
+    std::fs::write(copy.path().join("gen.json"), set).unwrap();
+    let m = Mount::new(&copy.path().join("gen.json"), &[]);
+    assert!(std::fs::read(m.path("g/data")).unwrap() == body, "{}", m.log_text());
 }
 
 #[test]

@@ -112,7 +112,9 @@ impl Location {
             return Ok(Location::References { container: Box::new(Location::Local(set)), file: PARQUET_SET.into() });
         }
         match (set.parent(), set.file_name().and_then(|n| n.to_str())) {
-            (Some(dir), Some(name)) => Ok(Location::References { container: Box::new(Location::Local(dir.to_path_buf())), file: name.to_string() }),
+            (Some(dir), Some(name)) => {
+                Ok(Location::References { container: Box::new(Location::Local(dir.to_path_buf())), file: name.to_string() })
+            }
             _ => Err(format!("reference set {path}: not a file")),
         }
     }

@@ -382,10 +382,14 @@ impl Location {
             Location::References { container, file } => {
                 // Relative targets are beside the set: a JSON file's directory, a parquet set
                 // directory's parent.
-                let beside = |dir: &std::path::Path| if file == location::PARQUET_SET { dir.parent().unwrap_or(dir).to_path_buf() } else { dir.to_path_buf() };
+                let beside = |dir: &std::path::Path| {
+                    if file == location::PARQUET_SET { dir.parent().unwrap_or(dir).to_path_buf() } else { dir.to_path_buf() }
+                };
                 let base = match container.as_ref() {
                     Location::Local(dir) => SetDirectory::Local(beside(dir)),
-                    Location::Remote(dir) if file == location::PARQUET_SET => SetDirectory::Remote(dir.split_last().map_or_else(|| dir.clone(), |(parent, _)| parent)),
+                    Location::Remote(dir) if file == location::PARQUET_SET => {
+                        SetDirectory::Remote(dir.split_last().map_or_else(|| dir.clone(), |(parent, _)| parent))
+                    }
                     Location::Remote(dir) => SetDirectory::Remote(dir.clone()),
                     other => return Err(format!("{self}: a reference set is read from a directory or an object store, not {other}")),
                 };

@@ -2,7 +2,7 @@
 //! set (text, or `base64:` bytes) or a range of another file (`[url, offset, size]`, or the
 //! whole file, `[url]`) — how kerchunk and VirtualiZarr describe the chunks of netCDF4, HDF5
 //! and netCDF3 files as a Zarr store. JSON version 0 (flat) and version 1 (`refs` with
-//! `templates`) are read; `gen` entries and parquet reference sets are not (refused by name).
+//! `templates` and `gen`) are read, and parquet sets (`records`).
 //!
 //! The set is a local file or an object (`s3://`, `gs://`, `az://`, `https://`); targets are
 //! local files (absolute paths, `file://`), objects, or paths relative to the set's own
@@ -24,6 +24,7 @@ use base64::Engine;
 use super::{ByteRange, Entry, Head, Location, Permissions, RemoteLocation, RemoteOptions, Store, Usage, Value, Version, resolve_range};
 use crate::{Error, Result};
 
+mod generated;
 #[cfg(feature = "parquet")]
 mod records;
 
@@ -38,7 +39,11 @@ enum Ref {
     Inline(Vec<u8>),
     /// `len: None`: the whole target file. The target as the set names it (after templates),
     /// one allocation shared by the references into one file.
-    Range { target: Arc<str>, offset: u64, len: Option<u64> },
+    Range {
+        target: Arc<str>,
+        offset: u64,
+        len: Option<u64>,
+    },
 }
 
 /// The references of a set: all of a JSON set's, or a parquet set's read a record at a time.
@@ -131,9 +136,6 @@ impl ReferenceStore {
         let (refs, templates) = match obj.get("version") {
             None => (obj, serde_json::Map::new()),
             Some(v) if v.as_u64() == Some(1) => {
-                if obj.get("gen").and_then(|g| g.as_array()).is_some_and(|g| !g.is_empty()) {
-                    return Err(Error::Unsupported(format!("reference set {}: `gen` entries are not read", self.file)));
-                }
                 let refs = obj.get("refs").and_then(|r| r.as_object()).ok_or_else(|| bad(&self.file, "version 1 without `refs`"))?;
                 (refs, obj.get("templates").and_then(|t| t.as_object()).cloned().unwrap_or_default())
             }
@@ -141,14 +143,22 @@ impl ReferenceStore {
         };
         let mut interned: HashMap<String, Arc<str>> = HashMap::new();
         let mut all = HashMap::new();
+        let generated = match obj.get("gen").filter(|_| obj.contains_key("version")) {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::Array(entries)) => generated::expand(entries, &templates).map_err(|e| bad(&self.file, e))?,
+            Some(other) => return Err(bad(&self.file, format!("gen {other} is not a list"))),
+        };
+        // Generated references first: a key the set also names is the set's own (kerchunk
+        // renders `gen` into the references it is given).
+        for g in generated {
+            let value = match g.range {
+                Some((offset, len)) => serde_json::json!([g.url, offset, len]),
+                None => serde_json::json!([g.url]),
+            };
+            self.add_reference(&mut all, &g.key, &value, &templates, &mut interned)?;
+        }
         for (key, value) in refs {
-            let key = key.trim_matches('/');
-            if key.is_empty() || key.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
-                return Err(bad(&self.file, format!("key {key:?} is not a store key")));
-            }
-            let r = self.reference(key, value, &templates, &mut interned)?;
-            all.insert(key.to_string(), r);
-            self.dirs.add(key, false);
+            self.add_reference(&mut all, key, value, &templates, &mut interned)?;
         }
         self.refs = Set::Json(all);
         Ok(())
@@ -168,6 +178,24 @@ impl ReferenceStore {
     #[cfg(not(feature = "parquet"))]
     fn read_parquet_set(&mut self, _doc: &serde_json::Value) -> Result<()> {
         Err(Error::Unsupported(format!("reference set {}: parquet sets need a build with the parquet feature", self.file)))
+    }
+
+    fn add_reference(
+        &mut self,
+        all: &mut HashMap<String, Ref>,
+        key: &str,
+        value: &serde_json::Value,
+        templates: &serde_json::Map<String, serde_json::Value>,
+        interned: &mut HashMap<String, Arc<str>>,
+    ) -> Result<()> {
+        let key = key.trim_matches('/');
+        if key.is_empty() || key.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+            return Err(bad(&self.file, format!("key {key:?} is not a store key")));
+        }
+        let r = self.reference(key, value, templates, interned)?;
+        all.insert(key.to_string(), r);
+        self.dirs.add(key, false);
+        Ok(())
     }
 
     fn reference(
@@ -549,7 +577,7 @@ mod tests {
             (r#"{"version": 1, "templates": {"t": "{{t}}"}, "refs": {"a": ["{{t"]}}"#, "unclosed"),
             (r#"{"version": 2}"#, "version 2"),
             (r#"{"../a": "x"}"#, "not a store key"),
-            (r#"{"version": 1, "refs": {}, "gen": [{"key": "a"}]}"#, "gen"),
+            (r#"{"version": 1, "refs": {}, "gen": [{"key": "a"}]}"#, "without a url"),
             ("[1]", "not a JSON object"),
         ] {
             let e = set(dir.path(), json).err().unwrap().to_string();

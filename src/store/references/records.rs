@@ -29,8 +29,11 @@ pub struct Records {
     documents: HashMap<String, Vec<u8>>,
     /// Each variable's number of chunks along each axis.
     grids: HashMap<String, Vec<u64>>,
-    kept: Mutex<lru::LruCache<(String, u64), Arc<Vec<Option<Ref>>>>>,
+    kept: Mutex<lru::LruCache<(String, u64), Rows>>,
 }
+
+/// A record's rows (`None`: no chunk there).
+type Rows = Arc<Vec<Option<Ref>>>;
 
 impl Records {
     /// The set whose `.zmetadata` is `doc`, its record files in `container`.
@@ -73,7 +76,8 @@ impl Records {
         }
         // The variable is the longest leading part that has a grid (v2 keys: `VAR/0.1`, or
         // `VAR/0/1` with the `/` separator).
-        let Some((field, chunk)) = key.match_indices('/').rev().map(|(i, _)| (&key[..i], &key[i + 1..])).find(|(f, _)| self.grids.contains_key(*f))
+        let Some((field, chunk)) =
+            key.match_indices('/').rev().map(|(i, _)| (&key[..i], &key[i + 1..])).find(|(f, _)| self.grids.contains_key(*f))
         else {
             return Ok(None);
         };
@@ -87,7 +91,7 @@ impl Records {
     }
 
     /// The rows of record `record` of `field`, read at the first need.
-    fn record(&self, field: &str, record: u64) -> Result<Arc<Vec<Option<Ref>>>> {
+    fn record(&self, field: &str, record: u64) -> Result<Rows> {
         let id = (field.to_string(), record);
         if let Some(rows) = self.kept.lock().map_err(|_| Error::Internal("records poisoned".into()))?.get(&id) {
             return Ok(rows.clone());
@@ -108,7 +112,11 @@ impl Records {
 /// The number of chunks along each axis of the array `.zarray` describes (`[1]` for a scalar).
 fn grid_of(key: &str, array: &serde_json::Value) -> std::result::Result<Vec<u64>, String> {
     let numbers = |name: &str| -> std::result::Result<Vec<u64>, String> {
-        array.get(name).and_then(|v| v.as_array()).and_then(|a| a.iter().map(|n| n.as_u64()).collect()).ok_or_else(|| format!("{key}: no {name}"))
+        array
+            .get(name)
+            .and_then(|v| v.as_array())
+            .and_then(|a| a.iter().map(|n| n.as_u64()).collect())
+            .ok_or_else(|| format!("{key}: no {name}"))
     };
     let (shape, chunks) = (numbers("shape")?, numbers("chunks")?);
     if shape.len() != chunks.len() || chunks.contains(&0) {
@@ -133,7 +141,9 @@ fn read_rows(key: &str, bytes: Vec<u8>, record_size: u64) -> std::result::Result
         for (name, field) in row.get_column_iter() {
             match (name.as_str(), field) {
                 ("path", Field::Str(s)) => path = Some(s.clone()),
-                ("path", Field::Bytes(b)) => path = Some(String::from_utf8(b.data().to_vec()).map_err(|_| format!("{key}: a path that is not UTF-8"))?),
+                ("path", Field::Bytes(b)) => {
+                    path = Some(String::from_utf8(b.data().to_vec()).map_err(|_| format!("{key}: a path that is not UTF-8"))?)
+                }
                 ("offset", Field::Long(n)) => offset = *n,
                 ("offset", Field::Int(n)) => offset = i64::from(*n),
                 ("size", Field::Long(n)) => size = *n,
@@ -148,7 +158,10 @@ fn read_rows(key: &str, bytes: Vec<u8>, record_size: u64) -> std::result::Result
             (Some(raw), _) => Some(Ref::Inline(raw)),
             (None, None) => None,
             (None, Some(path)) => {
-                let (offset, size) = (u64::try_from(offset).map_err(|_| format!("offset {offset}"))?, u64::try_from(size).map_err(|_| format!("size {size}"))?);
+                let (offset, size) = (
+                    u64::try_from(offset).map_err(|_| format!("offset {offset}"))?,
+                    u64::try_from(size).map_err(|_| format!("size {size}"))?,
+                );
                 let target = targets.entry(path.clone()).or_insert_with(|| Arc::from(path.as_str())).clone();
                 // [url] alone is written with offset and size 0: the whole file.
                 let len = (offset != 0 || size != 0).then_some(size);
