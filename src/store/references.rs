@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 
 use super::{ByteRange, Entry, Head, Location, Permissions, RemoteLocation, RemoteOptions, Store, Usage, Value, Version, resolve_range};
+use crate::error::lock;
 use crate::{Error, Result};
 
 mod generated;
@@ -306,16 +307,14 @@ impl ReferenceStore {
             return Err(Error::refused(key, format!("target {} is not a regular file", path.display())));
         }
         let file = Arc::new(file);
-        if let Ok(mut open) = self.open.lock() {
-            open.put(url.clone(), file.clone());
-        }
+        lock(&self.open).put(url.clone(), file.clone());
         Ok(file)
     }
 
     /// The client of the bucket, container or host `root`.
     fn client(&self, root: &RemoteLocation) -> Result<Arc<dyn Store>> {
         let name = root.to_string();
-        let mut clients = self.clients.lock().map_err(|_| Error::Internal("target clients poisoned".into()))?;
+        let mut clients = lock(&self.clients);
         if let Some(c) = clients.get(&name) {
             return Ok(c.clone());
         }
@@ -327,7 +326,7 @@ impl ReferenceStore {
     /// The target `url`, open: a local file, or an object store and key.
     fn open_target(&self, key: &str, url: &Arc<str>) -> Result<Opened> {
         // A file already open was checked when it was opened.
-        if let Some(f) = self.open.lock().map_err(|_| Error::Internal("target cache poisoned".into()))?.get(url) {
+        if let Some(f) = lock(&self.open).get(url) {
             return Ok(Opened::File(f.clone()));
         }
         Ok(match self.place(key, url)? {
@@ -354,16 +353,23 @@ impl ReferenceStore {
             Ref::Inline(b) => Ok(b[start as usize..end as usize].to_vec()),
             Ref::Range { target, offset, .. } => {
                 let at = offset.checked_add(start).ok_or_else(|| Error::corrupt(key, "offset past 2^64"))?;
-                let past_end = || Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at + (end - start)));
+                let past_end =
+                    || Error::corrupt(key, format!("bytes {at}..{} are past the end of the target", at.saturating_add(end - start)));
                 match self.open_target(key, target)? {
                     Opened::File(file) => {
+                        // Checked against the file's length first: an offset past what pread
+                        // takes (2^63) is the set's fault, not the request's.
+                        if at.checked_add(end - start).is_none_or(|last| last > file.metadata().map_or(0, |m| m.len())) {
+                            return Err(past_end());
+                        }
                         let n = usize::try_from(end - start).map_err(|_| crate::limits::out_of_memory())?;
                         let mut buf = Vec::new();
                         buf.try_reserve_exact(n).map_err(|_| crate::limits::out_of_memory())?;
                         buf.resize(n, 0);
                         file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
+                            // Shortened since the length was read.
                             std::io::ErrorKind::UnexpectedEof => past_end(),
-                            _ => Error::Io(e),
+                            _ => Error::corrupt(key, format!("target {target}: {e}")),
                         })?;
                         Ok(buf)
                     }
@@ -546,7 +552,8 @@ mod tests {
             dir.path(),
             r#"{"version": 1, "templates": {"u": "data.bin"}, "refs": {
                 ".zgroup": "{\"zarr_format\": 2}", "a/0": ["{{u}}", 2, 3], "a/1": "base64:AAE=", "a/2": ["data.bin"],
-                "a/3": ["data.bin", 8, 5], "a/4": ["/etc/hostname"], "a/5": ["s3://bkt/k", 0, 1], "a/6": ["ftp://h/k"]}}"#,
+                "a/3": ["data.bin", 8, 5], "a/4": ["/etc/hostname"], "a/5": ["s3://bkt/k", 0, 1], "a/6": ["ftp://h/k"],
+                "a/7": ["data.bin", 9223372036854775807, 2]}}"#,
         )
         .unwrap();
         assert_eq!(s.get("a/0", 100).unwrap().unwrap(), b"234");
@@ -554,20 +561,27 @@ mod tests {
         assert_eq!(s.get("a/2", 100).unwrap().unwrap(), b"0123456789");
         assert_eq!(s.get_range("a/2", ByteRange::Range { start: 4, len: 2 }).unwrap().unwrap(), b"45");
         assert!(s.get("a/3", 100).unwrap_err().to_string().contains("past the end"));
+        // An offset pread cannot take is the set's fault: EIO, not EINVAL.
+        assert!(s.get("a/7", 100).unwrap_err().to_string().contains("past the end"));
         assert_eq!(s.get("a/4", 100).unwrap_err().errno(), libc::EACCES);
         assert_eq!(s.get("a/5", 100).unwrap_err().errno(), libc::EACCES);
         assert_eq!(s.get("a/6", 100).unwrap_err().errno(), libc::EOPNOTSUPP);
         assert!(s.get("a/2", 5).is_err());
         let names: Vec<String> = s.list_dir("").unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(names, [".zgroup", "a"]);
-        assert_eq!(s.list_dir("a").unwrap().len(), 7);
+        assert_eq!(s.list_dir("a").unwrap().len(), 8);
         assert_eq!(s.set("a/0", b"x").unwrap_err().errno(), libc::EROFS);
         // A link inside the directory to a file outside it is outside.
         std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link")).unwrap();
-        let s = set(dir.path(), r#"{"x": ["link"], "y": ["../../etc/passwd"], "z": ["missing", 0, 1]}"#).unwrap();
+        let s = set(dir.path(), r#"{"x": ["link"], "z": ["missing", 0, 1]}"#).unwrap();
         assert_eq!(s.get("x", 100).unwrap_err().errno(), libc::EACCES);
-        assert_eq!(s.get("y", 100).unwrap_err().errno(), libc::EACCES);
         assert_eq!(s.get("z", 100).unwrap_err().errno(), libc::EIO);
+        // `..` out of the set's directory, to a file that is there.
+        let inner = dir.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        let s = set(&inner, r#"{"y": ["../data.bin"], "w": ["../inner/../data.bin"]}"#).unwrap();
+        assert_eq!(s.get("y", 100).unwrap_err().errno(), libc::EACCES);
+        assert_eq!(s.get("w", 100).unwrap_err().errno(), libc::EACCES);
         // Bad sets fail whole, with a reason.
         for (json, why) in [
             (r#"{"a": "base64:!!"}"#, "base64"),

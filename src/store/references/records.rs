@@ -13,6 +13,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 
 use super::Ref;
+use crate::error::lock;
 use crate::store::Store;
 use crate::{Error, Result};
 
@@ -93,7 +94,7 @@ impl Records {
     /// The rows of record `record` of `field`, read at the first need.
     fn record(&self, field: &str, record: u64) -> Result<Rows> {
         let id = (field.to_string(), record);
-        if let Some(rows) = self.kept.lock().map_err(|_| Error::Internal("records poisoned".into()))?.get(&id) {
+        if let Some(rows) = lock(&self.kept).get(&id) {
             return Ok(rows.clone());
         }
         let key = format!("{field}/refs.{record}.parq");
@@ -102,9 +103,7 @@ impl Records {
             None => Arc::new(Vec::new()),
             Some(value) => Arc::new(read_rows(&key, value.bytes, self.record_size).map_err(|why| Error::corrupt(&key, why))?),
         };
-        if let Ok(mut kept) = self.kept.lock() {
-            kept.put(id, rows.clone());
-        }
+        lock(&self.kept).put(id, rows.clone());
         Ok(rows)
     }
 }
