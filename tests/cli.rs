@@ -217,6 +217,7 @@ fn the_command_line_behaves_like_the_tools_users_know() {
     for command in ["adopt", "log"] {
         let (_, out, _) = run(&[&os(command), &os("--help")]);
         assert!(!out.contains("--virtual-chunks"), "{command} reads no chunk, yet offers --virtual-chunks:\n{out}");
+        assert!(!out.contains("--targets"), "{command} reads no chunk, yet offers --targets:\n{out}");
     }
     let pages = dir.path().join("man");
     let (code, _, err) = run(&[&os("man"), pages.as_os_str()]);

@@ -94,7 +94,7 @@ enum Command {
     },
     /// Switch an array to the offset chunk key encoding with zero offsets (metadata only), so
     /// that it can be prepended to.
-    #[command(mut_arg("virtual_chunks", |a| a.hide(true)))]
+    #[command(mut_arg("virtual_chunks", |a| a.hide(true)), mut_arg("targets", |a| a.hide(true)))]
     Adopt {
         /// The store: a directory, an s3://, gs://, az:// or http(s):// URL, a .zip/.ozx archive,
         /// icechunk:PATH_OR_URL, or a URL pipeline (docs/stores.md).
@@ -155,8 +155,8 @@ enum Command {
     /// List the snapshots of an Icechunk repository, newest first from the branch, tag or
     /// snapshot named: ID, time, message. Mount one with SOURCE|icechunk:@ID (read-only); a
     /// mount of the repository shows each as .zarrfs/snapshots/ID.
-    // A log reads no chunk: following virtual ones means nothing to it.
-    #[command(mut_arg("virtual_chunks", |a| a.hide(true)))]
+    // A log reads no chunk: following virtual ones (or targets) means nothing to it.
+    #[command(mut_arg("virtual_chunks", |a| a.hide(true)), mut_arg("targets", |a| a.hide(true)))]
     #[command(
         after_help = "Examples:\n  zarrfs log icechunk:/data/repo\n  zarrfs log 's3://bucket/repo|icechunk:@branch.dev'\n  zarrfs mount '/data/repo|icechunk:@R67A35M91PE2DEW4QAF0' /mnt/then"
     )]

@@ -417,6 +417,37 @@ impl Location {
     }
 }
 
+/// The writing half of `Store` for stores nothing is written to (zip archives, reference sets):
+/// every change is EROFS, and there is nothing to make durable.
+macro_rules! read_only_writes {
+    () => {
+        fn set(&self, _key: &str, _value: &[u8]) -> $crate::Result<$crate::store::Version> {
+            Err($crate::Error::ReadOnly)
+        }
+
+        fn delete(&self, _key: &str) -> $crate::Result<()> {
+            Err($crate::Error::ReadOnly)
+        }
+
+        fn set_if(&self, _key: &str, _value: &[u8], _expect: $crate::store::Expect) -> $crate::Result<$crate::store::Version> {
+            Err($crate::Error::ReadOnly)
+        }
+
+        fn delete_if(&self, _key: &str, _expect: $crate::store::Expect) -> $crate::Result<()> {
+            Err($crate::Error::ReadOnly)
+        }
+
+        fn hold_lock(self: std::sync::Arc<Self>, _key: &str, _wait: std::time::Duration) -> $crate::Result<$crate::store::Held> {
+            Err($crate::Error::ReadOnly)
+        }
+
+        fn sync(&self, _keys: &[String]) -> $crate::Result<()> {
+            Ok(())
+        }
+    };
+}
+pub(crate) use read_only_writes;
+
 /// Whether `name` is a temporary name a local store's `set` writes through (one left by a
 /// crash): `.NAME.zarrfs-PID-N.tmp`.
 pub fn is_temporary(name: &str) -> bool {

@@ -437,6 +437,8 @@ impl ReferenceStore {
 }
 
 impl Store for ReferenceStore {
+    super::read_only_writes!();
+
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
         let Some(r) = self.lookup(key)? else { return Ok(None) };
         let r = &r;
@@ -456,22 +458,6 @@ impl Store for ReferenceStore {
         let Some(r) = self.lookup(key)? else { return Ok(None) };
         let (start, end) = resolve_range(key, range, self.len_of(key, &r)?)?;
         Ok(Some((self.read(key, &r, start, end)?, self.version_of(key))))
-    }
-
-    fn set(&self, _key: &str, _value: &[u8]) -> Result<Version> {
-        Err(Error::ReadOnly)
-    }
-
-    fn delete(&self, _key: &str) -> Result<()> {
-        Err(Error::ReadOnly)
-    }
-
-    fn set_if(&self, _key: &str, _value: &[u8], _expect: super::Expect) -> Result<Version> {
-        Err(Error::ReadOnly)
-    }
-
-    fn delete_if(&self, _key: &str, _expect: super::Expect) -> Result<()> {
-        Err(Error::ReadOnly)
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
@@ -522,14 +508,6 @@ impl Store for ReferenceStore {
         // Who may read the reference set may read what it shows (targets are checked on read).
         let mode = if set.link { 0o600 } else { set.mode & 0o444 };
         Ok(Some(Permissions { mode: mode | ((mode & 0o444) >> 2), gid: set.gid, link: false }))
-    }
-
-    fn hold_lock(self: Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
-        Err(Error::ReadOnly)
-    }
-
-    fn sync(&self, _keys: &[String]) -> Result<()> {
-        Ok(())
     }
 }
 

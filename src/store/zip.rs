@@ -338,6 +338,8 @@ fn extra_field(mut extra: &[u8], id: u16) -> Option<&[u8]> {
 }
 
 impl Store for ZipStore {
+    super::read_only_writes!();
+
     fn get_value(&self, key: &str, max: u64) -> Result<Option<Value>> {
         let Some((e, method)) = self.entry(key)? else { return Ok(None) };
         if e.size > max || e.compressed > max.saturating_mul(1032).max(1 << 20) {
@@ -369,22 +371,6 @@ impl Store for ZipStore {
         Ok(Some((bytes, self.version_of(e))))
     }
 
-    fn set(&self, _key: &str, _value: &[u8]) -> Result<Version> {
-        Err(Error::ReadOnly)
-    }
-
-    fn delete(&self, _key: &str) -> Result<()> {
-        Err(Error::ReadOnly)
-    }
-
-    fn set_if(&self, _key: &str, _value: &[u8], _expect: super::Expect) -> Result<Version> {
-        Err(Error::ReadOnly)
-    }
-
-    fn delete_if(&self, _key: &str, _expect: super::Expect) -> Result<()> {
-        Err(Error::ReadOnly)
-    }
-
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
         Ok(self.dirs.list(prefix))
     }
@@ -412,14 +398,6 @@ impl Store for ZipStore {
         // An archive named through a link is its owner's alone (the link's bits say nothing).
         let mode = if archive.link { 0o600 } else { archive.mode };
         Ok(Some(Permissions { mode: mode | ((mode & 0o444) >> 2), gid: archive.gid, link: false }))
-    }
-
-    fn hold_lock(self: std::sync::Arc<Self>, _key: &str, _wait: std::time::Duration) -> Result<super::Held> {
-        Err(Error::ReadOnly)
-    }
-
-    fn sync(&self, _keys: &[String]) -> Result<()> {
-        Ok(())
     }
 
     fn requests(&self) -> Option<serde_json::Value> {
