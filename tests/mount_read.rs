@@ -89,8 +89,9 @@ fn lossy_codecs_are_read_only_and_checksums_catch_damage() {
     }
 }
 
-/// The kerchunk sets of tests/fixtures/kerchunk (JSON, and a parquet set), each mounted (by its name, and as
-/// `reference:` with absolute targets), read as netCDF4 reads the files they describe.
+/// The kerchunk sets of tests/fixtures/kerchunk (JSON, and a parquet set), each mounted (by its
+/// name, or from the bucket; and as `reference:` with absolute targets), read as netCDF4 reads
+/// the files they describe.
 #[test]
 fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     let dir = fixtures().join("kerchunk");
@@ -98,7 +99,12 @@ fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     for set in ["day0.json", "day1.json", "classic.json", "series.json", "series.parq"] {
         let arrays: Vec<&common::Expected> = all.iter().filter(|e| e.path.starts_with(&format!("{set}/"))).collect();
         assert!(!arrays.is_empty(), "{set}");
-        let m = Mount::new(&dir.join(set), &[]);
+        // By name (a local .json file or parquet directory is a set); on a bucket, the set and
+        // its targets mirrored there, as `reference:s3://…`.
+        let m = match common::backend::is_s3() {
+            false => Mount::new(&dir.join(set), &[]),
+            true => Mount::new(Path::new(&format!("reference:{}/{set}", common::backend::mount_source(&dir).to_string_lossy())), &[]),
+        };
         for e in &arrays {
             let var = &e.path[set.len() + 1..];
             let got = std::fs::read(m.path(&format!("{var}/data"))).unwrap_or_else(|err| panic!("{set} {var}: {err}\n{}", m.log_text()));
@@ -133,7 +139,7 @@ fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
         "gen": [{"key": "g/{{i}}.{{j}}", "url": "{{f}}", "offset": "{{ 16 + 8 * (3 * i + j) }}", "length": "8",
                  "dimensions": {"i": {"stop": 2}, "j": [0, 1, 2]}}]}"#;
     std::fs::write(copy.path().join("gen.json"), set).unwrap();
-    let m = Mount::new(&copy.path().join("gen.json"), &[]);
+    let m = Mount::new(Path::new(&format!("reference:{}", copy.path().join("gen.json").display())), &[]);
     assert!(std::fs::read(m.path("g/data")).unwrap() == body, "{}", m.log_text());
 }
 
