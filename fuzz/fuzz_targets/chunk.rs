@@ -73,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
     let all = arrays();
     let meta = &all[pick as usize % all.len()];
     let coords = vec![0u64; meta.shape.len()];
-    let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: &meta.fill };
+    let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: (&meta.fill[..]).into() };
     if meta.dtype.is_variable() {
         let n = repr.num_elements() as usize;
         let bound = zarrfs::limits::text_chunk_bound(n as u64, 1 << 30);

@@ -26,7 +26,7 @@ fn exercise(meta: &ArrayMetadata) {
     let first = vec![0u64; grid.len()];
     let last: Vec<u64> = grid.iter().map(|n| n.saturating_sub(1)).collect();
     for coords in [first, last] {
-        let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: &meta.fill };
+        let repr = ChunkRepr { shape: meta.grid.chunk_shape(&coords), dtype: &meta.dtype, fill: (&meta.fill[..]).into() };
         assert!(repr.num_elements() as u128 * meta.item_size() as u128 <= zarrfs::limits::max_chunk_bytes() as u128);
         let _ = meta.codecs.encoded_bound(&repr);
         let mut key = String::new();

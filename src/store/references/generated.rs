@@ -130,7 +130,7 @@ fn render(template: &str, vars: &HashMap<String, Val>) -> Result<String, String>
         out.push_str(&rest[..i]);
         let after = &rest[i + 2..];
         let j = after.find("}}").ok_or_else(|| format!("{template}: an unclosed {{{{"))?;
-        let mut p = Parser { text: &after.as_bytes()[..j], at: 0, vars };
+        let mut p = Parser { text: &after.as_bytes()[..j], at: 0, vars, depth: 0 };
         let v = p.expr()?;
         p.space();
         if p.at != p.text.len() {
@@ -147,7 +147,12 @@ struct Parser<'a> {
     text: &'a [u8],
     at: usize,
     vars: &'a HashMap<String, Val>,
+    /// Parentheses and signs open: bounded, so that no template exhausts the stack.
+    depth: u32,
 }
+
+/// The most parentheses and signs an expression may nest.
+const MAX_DEPTH: u32 = 64;
 
 impl Parser<'_> {
     fn space(&mut self) {
@@ -220,11 +225,19 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Val, String> {
+        if self.depth >= MAX_DEPTH {
+            return Err(format!("more than {MAX_DEPTH} parentheses or signs nested"));
+        }
         if self.eat("-") {
-            return Ok(Val::Int(int(self.unary()?)?.checked_neg().ok_or("an overflow")?));
+            self.depth += 1;
+            let v = int(self.unary()?)?.checked_neg().ok_or("an overflow");
+            self.depth -= 1;
+            return Ok(Val::Int(v?));
         }
         if self.eat("(") {
+            self.depth += 1;
             let v = self.expr()?;
+            self.depth -= 1;
             return if self.eat(")") { Ok(v) } else { Err("an unclosed (".into()) };
         }
         self.space();
@@ -291,6 +304,11 @@ mod tests {
         let vars = HashMap::new();
         assert_eq!(render("{{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 'a' ~ 1 * 2 }} {{ 2 + 3 * 4 }}", &vars).unwrap(), "-4 2 -2 a2 14");
         assert!(render("{{ 'a' ~ 1 + 2 }}", &vars).is_err());
+        // Nesting is bounded: no template exhausts the stack.
+        let deep = format!("{{{{{}1{}}}}}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(render(&deep, &vars).unwrap_err().contains("nested"));
+        assert!(render(&format!("{{{{{}1}}}}", "-".repeat(100_000)), &vars).unwrap_err().contains("nested"));
+        assert_eq!(render("{{ --((2)) }}", &vars).unwrap(), "2");
         for (bad, why) in [
             (json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"stop": 1 << 30}}}]), "more than"),
             (json!([{"key": "k{{i}}", "url": "u", "offset": "1", "dimensions": {"i": [1]}}]), "alone"),
