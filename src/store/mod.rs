@@ -251,7 +251,8 @@ pub trait Store: Send + Sync {
     /// holder, then fails with `Error::Busy` naming it. A holder that died (a killed daemon, a
     /// lost host) does not hold it for ever.
     fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> Result<Held>;
-    /// Whether `delete_if` deletes (object storage has no conditional DELETE).
+    /// Whether `delete_if` deletes over a version (an object store whose server ignores a
+    /// DELETE's condition does not).
     fn deletes_conditionally(&self) -> bool {
         true
     }

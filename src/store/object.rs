@@ -27,8 +27,8 @@ use object_store::{GetOptions, GetRange, ObjectStore as Remote, ObjectStoreExt, 
 mod client;
 mod errors;
 mod listed;
-mod listing;
 mod metered;
+mod raw;
 mod versions;
 mod walks;
 mod whole;
@@ -84,7 +84,7 @@ enum Listing {
 pub struct ObjectStore {
     remote: Arc<dyn Remote>,
     /// A bucket's listings where object_store cannot parse a key (S3 only).
-    raw: Option<listing::RawListing>,
+    raw: Option<raw::RawRequests>,
     runtime: tokio::runtime::Runtime,
     location: RemoteLocation,
     listing: Listing,
@@ -194,7 +194,7 @@ impl ObjectStore {
 
     /// Whether the server keeps `If-Match` on a DELETE: a probe object of its own, deleted over
     /// an ETag it does not have (412 expected), then deleted.
-    fn probe_conditional_delete(&self, raw: &listing::RawListing) -> std::result::Result<bool, String> {
+    fn probe_conditional_delete(&self, raw: &raw::RawRequests) -> std::result::Result<bool, String> {
         let key = format!(
             ".zarrfs-delete-probe-{}-{}.tmp",
             std::process::id(),
@@ -203,9 +203,11 @@ impl ObjectStore {
         debug_assert!(super::is_temporary(&key));
         let path = Self::path(&key).map_err(|e| e.to_string())?;
         self.run(self.remote.put(&path, bytes::Bytes::from_static(b"probe").into())).map_err(|e| explain(&e))?;
-        let asked = self.runtime.block_on(raw.delete_if_match(&key, "\"00000000000000000000000000000000\""));
+        // An ETag and a generation no value has.
+        let other = UpdateVersion { e_tag: Some("\"00000000000000000000000000000000\"".into()), version: Some("1".into()) };
+        let asked = self.runtime.block_on(raw.delete_if_match(&key, &other));
         let _ = self.run(self.remote.delete(&path));
-        Ok(asked? == listing::Deleted::OtherVersion)
+        Ok(asked? == raw::Deleted::OtherVersion)
     }
 
     fn path(key: &str) -> Result<ObjectPath> {
@@ -354,8 +356,8 @@ impl Store for ObjectStore {
         })
     }
 
-    /// Over a version: S3's `If-Match` on DeleteObject, where the server keeps it
-    /// (`deletes_conditionally`).
+    /// Over a version: `If-Match` (S3, Azure) or the generation (GCS) on the DELETE, where the
+    /// server keeps it (`deletes_conditionally`).
     fn delete_if(&self, key: &str, expect: Expect) -> Result<()> {
         match expect {
             Expect::Any => self.delete(key),
@@ -367,12 +369,10 @@ impl Store for ObjectStore {
                 let (Some(raw), true) = (&self.raw, self.deletes_conditionally()) else {
                     return Err(Error::Unsupported(format!("{key}: this object store deletes no value conditionally")));
                 };
-                let Some(etag) = self.update_version(key, version)?.e_tag else {
-                    return Err(Error::Unsupported(format!("{key}: the server gives no ETag to delete it over")));
-                };
+                let over = self.update_version(key, version)?;
                 self.count(&self.requests.delete);
-                match self.runtime.block_on(raw.delete_if_match(key, &etag)) {
-                    Ok(listing::Deleted::Yes) => {
+                match self.runtime.block_on(raw.delete_if_match(key, &over)) {
+                    Ok(raw::Deleted::Yes) => {
                         self.remember_etag(key, Some(None));
                         self.listed.changed(key, None);
                         Ok(())
@@ -384,9 +384,10 @@ impl Store for ObjectStore {
         }
     }
 
-    /// On S3 (If-Match on DeleteObject, since 2025), once a probe showed the server keeps the
-    /// condition: a server that deletes regardless of it (or refuses it) gets chunks of fill
-    /// stored instead, said once.
+    /// On S3 (If-Match on DeleteObject, since 2025), Azure (If-Match on Delete Blob) and GCS
+    /// (`x-goog-if-generation-match`), once a probe showed the server keeps the condition: a
+    /// server that deletes regardless of it (or refuses it) gets chunks of fill stored instead,
+    /// said once.
     fn deletes_conditionally(&self) -> bool {
         let Some(raw) = &self.raw else { return false };
         if self.location.read_only() {
@@ -395,8 +396,8 @@ impl Store for ObjectStore {
         *self.conditional_deletes.get_or_init(|| {
             let kept = self.probe_conditional_delete(raw);
             match &kept {
-                Ok(true) => tracing::debug!(store = %self.location, "the server deletes conditionally (If-Match)"),
-                Ok(false) => tracing::info!(store = %self.location, "the server deletes regardless of If-Match: chunks made all fill are stored as fill, not deleted"),
+                Ok(true) => tracing::debug!(store = %self.location, "the server deletes conditionally"),
+                Ok(false) => tracing::info!(store = %self.location, "the server deletes regardless of a DELETE's condition: chunks made all fill are stored as fill, not deleted"),
                 Err(e) => tracing::info!(store = %self.location, "no conditional deletes ({e}): chunks made all fill are stored as fill, not deleted"),
             }
             kept.unwrap_or(false)

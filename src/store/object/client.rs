@@ -10,15 +10,16 @@ use std::time::Duration;
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientOptions, ObjectStore as Remote, RetryConfig};
 
-use super::listing::{self, RawListing};
 use super::metered::MeteredConnector;
+use super::raw::{RawRequests, Signer};
 use super::{DOCUMENTS_IN_FLIGHT, Listing};
 use crate::store::{RemoteLocation, RemoteOptions};
 use crate::{Error, Result};
 
-/// The client of `location`, how its directories are listed, and (S3) the listing that
-/// survives keys object_store cannot parse. Nothing is requested yet.
-pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Result<(Arc<dyn Remote>, Listing, Option<RawListing>)> {
+/// The client of `location`, how its directories are listed, and (S3, GCS, Azure) the raw
+/// requests: conditional deletes, and S3's listing that survives keys object_store cannot parse.
+/// Nothing is requested yet.
+pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Result<(Arc<dyn Remote>, Listing, Option<RawRequests>)> {
     let client = ClientOptions::new()
         .with_timeout(Duration::from_secs(30))
         .with_connect_timeout(Duration::from_secs(5))
@@ -85,7 +86,7 @@ pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Res
             }
             let s3 = Arc::new(b.build().map_err(invalid)?);
             let raw_client = client.with_allow_http(base.starts_with("http://"));
-            let raw = listing::RawListing::new(s3.clone(), &raw_client, base, region, prefix.clone(), sign).map_err(invalid)?;
+            let raw = RawRequests::new(Signer::S3 { s3: s3.clone(), region }, &raw_client, base, prefix.clone(), sign).map_err(invalid)?;
             (prefixed(s3, prefix)?, Listing::Bucket, Some(raw))
         }
         RemoteLocation::Gcs { bucket, prefix } => {
@@ -104,7 +105,14 @@ pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Res
             if options.no_sign_request {
                 b = b.with_skip_signature(true);
             }
-            (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
+            use object_store::gcp::GoogleConfigKey as Key;
+            let base = b.get_config_value(&Key::BaseUrl).unwrap_or_else(|| "https://storage.googleapis.com".into());
+            let base = format!("{}/{bucket}", base.trim_end_matches('/'));
+            let sign = b.get_config_value(&Key::SkipSignature).is_none_or(|v| v != "true");
+            let gcs = Arc::new(b.build().map_err(invalid)?);
+            let raw_client = client.with_allow_http(base.starts_with("http://"));
+            let raw = RawRequests::new(Signer::Gcs { gcs: gcs.clone() }, &raw_client, base, prefix.clone(), sign).map_err(invalid)?;
+            (prefixed(gcs, prefix)?, Listing::Bucket, Some(raw))
         }
         RemoteLocation::Azure { container, account, prefix } => {
             let mut b = object_store::azure::MicrosoftAzureBuilder::new()
@@ -126,7 +134,27 @@ pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Res
             if options.no_sign_request {
                 b = b.with_skip_signature(true);
             }
-            (prefixed(Arc::new(b.build().map_err(invalid)?), prefix)?, Listing::Bucket, None)
+            // The container's URL as the builder makes it (Azurite's: the account after the host).
+            use object_store::azure::AzureConfigKey as Key;
+            let value = |key: Key| b.get_config_value(&key).filter(|v| !v.is_empty());
+            let emulator = value(Key::UseEmulator).is_some_and(|v| v == "true");
+            let account_name = value(Key::AccountName).or_else(|| emulator.then(|| "devstoreaccount1".into())).unwrap_or_default();
+            let service = if emulator {
+                let url = std::env::var("AZURITE_BLOB_STORAGE_URL").unwrap_or_else(|_| "http://127.0.0.1:10000".into());
+                format!("{}/{account_name}", url.trim_end_matches('/'))
+            } else {
+                value(Key::Endpoint)
+                    .unwrap_or_else(|| format!("https://{account_name}.blob.core.windows.net"))
+                    .trim_end_matches('/')
+                    .to_string()
+            };
+            let base = format!("{service}/{container}");
+            let sign = value(Key::SkipSignature).is_none_or(|v| v != "true");
+            let azure = Arc::new(b.build().map_err(invalid)?);
+            let raw_client = client.with_allow_http(base.starts_with("http://"));
+            let signer = Signer::Azure { azure: azure.clone(), account: account_name };
+            let raw = RawRequests::new(signer, &raw_client, base, prefix.clone(), sign).map_err(invalid)?;
+            (prefixed(azure, prefix)?, Listing::Bucket, Some(raw))
         }
         RemoteLocation::Http { url } => {
             let allow_http = url.starts_with("http://");

@@ -1,5 +1,6 @@
-//! Requests object_store does not make, signed as it signs them: a conditional DELETE (S3's
-//! `If-Match` on DeleteObject), and a bucket listing that survives keys object_store cannot parse. S3 keys may hold `..`, `.` or
+//! Requests object_store does not make, signed as it signs them: a conditional DELETE (S3's and
+//! Azure's `If-Match`, GCS's `x-goog-if-generation-match`), and an S3 bucket listing that
+//! survives keys object_store cannot parse. S3 keys may hold `..`, `.` or
 //! empty segments (`s/grp/../x`, `s/arr/c//junk`: legal keys sloppy path joins make), and
 //! object_store refuses a whole page of a listing for one of them. When that happens the same
 //! ListObjectsV2 request is made here, signed as object_store signs, and the keys that cannot
@@ -8,18 +9,28 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use object_store::UpdateVersion;
 use object_store::aws::{AmazonS3, AwsAuthorizer};
+use object_store::azure::{AzureAuthorizer, MicrosoftAzure};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
+use object_store::gcp::GoogleCloudStorage;
 
 use super::metered::MeteredConnector;
 
-/// How to make the listing requests of one bucket.
-pub struct RawListing {
-    s3: Arc<AmazonS3>,
+/// Whose credentials sign a request, and how.
+pub enum Signer {
+    S3 { s3: Arc<AmazonS3>, region: String },
+    Azure { azure: Arc<MicrosoftAzure>, account: String },
+    Gcs { gcs: Arc<GoogleCloudStorage> },
+}
+
+/// How to make the raw requests of one bucket or container.
+pub struct RawRequests {
+    signer: Signer,
     client: HttpClient,
-    /// `https://host/bucket` (path style) or `https://bucket.host` (virtual hosted).
+    /// The URL of the bucket: `https://host/bucket` (path style), `https://bucket.host`
+    /// (virtual hosted), `https://account.blob.core.windows.net/container`.
     base: String,
-    region: String,
     /// The store's prefix in the bucket (`""`, or ending without `/`).
     prefix: String,
     sign: bool,
@@ -43,21 +54,49 @@ pub struct Names {
     pub files: Vec<String>,
 }
 
-impl RawListing {
+impl RawRequests {
     pub fn new(
-        s3: Arc<AmazonS3>,
+        signer: Signer,
         options: &object_store::ClientOptions,
         base: String,
-        region: String,
         prefix: String,
         sign: bool,
-    ) -> object_store::Result<RawListing> {
+    ) -> object_store::Result<RawRequests> {
         let client = MeteredConnector.connect(options)?;
-        Ok(RawListing { s3, client, base, region, prefix, sign, said: Mutex::new(HashSet::new()) })
+        Ok(RawRequests { signer, client, base, prefix, sign, said: Mutex::new(HashSet::new()) })
     }
 
-    /// The names directly under `dir` (relative to the store), odd ones passed over.
+    /// `request` signed as object_store signs for its cloud (unless unsigned), and its answer.
+    async fn execute(&self, mut request: http::Request<HttpRequestBody>) -> Result<(u16, String), String> {
+        if self.sign {
+            match &self.signer {
+                Signer::S3 { s3, region } => {
+                    let credential = s3.credentials().get_credential().await.map_err(|e| e.to_string())?;
+                    AwsAuthorizer::new(&credential, "s3", region).try_authorize(&mut request, None).map_err(|e| e.to_string())?;
+                }
+                Signer::Azure { azure, account } => {
+                    let credential = azure.credentials().get_credential().await.map_err(|e| e.to_string())?;
+                    AzureAuthorizer::new(&credential, account).try_authorize(&mut request).map_err(|e| e.to_string())?;
+                }
+                Signer::Gcs { gcs } => {
+                    let credential = gcs.credentials().get_credential().await.map_err(|e| e.to_string())?;
+                    let bearer = http::HeaderValue::from_str(&format!("Bearer {}", credential.bearer)).map_err(|e| e.to_string())?;
+                    request.headers_mut().insert(http::header::AUTHORIZATION, bearer);
+                }
+            }
+        }
+        let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// The names directly under `dir` (relative to the store), odd ones passed over: S3's
+    /// ListObjectsV2 (the other clouds' listings have no such failure).
     pub async fn list(&self, dir: &str) -> Result<Names, String> {
+        if !matches!(self.signer, Signer::S3 { .. }) {
+            return Err("only S3 listings are made raw".into());
+        }
         let lead = [self.prefix.as_str(), dir].iter().filter(|p| !p.is_empty()).map(|p| format!("{p}/")).collect::<String>();
         let (mut names, mut token) = (Names { dirs: Vec::new(), files: Vec::new() }, None::<String>);
         loop {
@@ -65,16 +104,9 @@ impl RawListing {
             if let Some(t) = &token {
                 url.push_str(&format!("&continuation-token={}", encode(t)));
             }
-            let mut request = http::Request::builder().method("GET").uri(&url).body(HttpRequestBody::empty()).map_err(|e| e.to_string())?;
-            if self.sign {
-                let credential = self.s3.credentials().get_credential().await.map_err(|e| e.to_string())?;
-                AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None).map_err(|e| e.to_string())?;
-            }
-            let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
-            let status = response.status();
-            let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
-            let body = String::from_utf8_lossy(&body);
-            if !status.is_success() {
+            let request = http::Request::builder().method("GET").uri(&url).body(HttpRequestBody::empty()).map_err(|e| e.to_string())?;
+            let (status, body) = self.execute(request).await?;
+            if !(200..300).contains(&status) {
                 return Err(format!("LIST {lead}: {status}: {}", body.chars().take(300).collect::<String>()));
             }
             for key in tags(&body, "Key").map(|k| decode(&k)) {
@@ -92,31 +124,29 @@ impl RawListing {
         }
     }
 
-    /// DELETE of `key` (relative to the store) only while its ETag is `etag`.
-    pub async fn delete_if_match(&self, key: &str, etag: &str) -> Result<Deleted, String> {
+    /// DELETE of `key` (relative to the store) only while it is at `version`: its ETag
+    /// (`If-Match`, S3 and Azure) or its generation (GCS).
+    pub async fn delete_if_match(&self, key: &str, version: &UpdateVersion) -> Result<Deleted, String> {
         let full = [self.prefix.as_str(), key].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("/");
         let path: Vec<String> = full.split('/').map(encode).collect();
         let url = format!("{}/{}", self.base, path.join("/"));
-        let mut request = http::Request::builder()
+        let (header, value) = match self.signer {
+            Signer::Gcs { .. } => ("x-goog-if-generation-match", &version.version),
+            Signer::S3 { .. } | Signer::Azure { .. } => ("If-Match", &version.e_tag),
+        };
+        let value = value.as_deref().ok_or_else(|| format!("{key}: the server gave no {header} value to delete it over"))?;
+        let request = http::Request::builder()
             .method("DELETE")
             .uri(&url)
-            .header("If-Match", etag)
+            .header(header, value)
             .body(HttpRequestBody::empty())
             .map_err(|e| e.to_string())?;
-        if self.sign {
-            let credential = self.s3.credentials().get_credential().await.map_err(|e| e.to_string())?;
-            AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None).map_err(|e| e.to_string())?;
-        }
-        let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
-        match status {
-            200 | 204 => Ok(Deleted::Yes),
-            412 => Ok(Deleted::OtherVersion),
-            404 => Ok(Deleted::Absent),
-            _ => {
-                Err(format!("DELETE {key} (If-Match): {status}: {}", String::from_utf8_lossy(&body).chars().take(300).collect::<String>()))
-            }
+        match self.execute(request).await? {
+            // Azure answers a deletion 202.
+            (200 | 202 | 204, _) => Ok(Deleted::Yes),
+            (412, _) => Ok(Deleted::OtherVersion),
+            (404, _) => Ok(Deleted::Absent),
+            (status, body) => Err(format!("DELETE {key} ({header}): {status}: {}", body.chars().take(300).collect::<String>())),
         }
     }
 
