@@ -48,8 +48,6 @@ impl KeyLock {
             }
             let fd = match open_lock(&dir, &lock_name) {
                 Ok(fd) => fd,
-                // Made or removed by another writer meanwhile: look again.
-                Err(Errno::EXIST | Errno::NOENT) => continue,
                 // A link, a socket or device, a directory: planted.
                 Err(Errno::LOOP | Errno::NXIO | Errno::ISDIR) => {
                     replace(&dir, &lock_name, key)?;
@@ -101,14 +99,12 @@ impl KeyLock {
     }
 }
 
-/// Open the lock file `name` in `dir`, or make it: never through a link (`O_NOFOLLOW`), never
-/// blocking on a FIFO, and a new one only where none is (`O_EXCL`).
+/// Open the lock file `name` in `dir`, or make it, in one call: never through a link
+/// (`O_NOFOLLOW` with `O_CREAT` fails on one, dangling or not), never blocking on a FIFO. What
+/// is opened is checked after (a regular file with one name), so a planted one is never used.
 fn open_lock(dir: &OwnedFd, name: &str) -> std::result::Result<OwnedFd, Errno> {
-    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-        Err(Errno::NOENT) => rustix::fs::openat(dir, name, flags | OFlags::CREATE | OFlags::EXCL, Mode::from_raw_mode(0o666)),
-        other => other,
-    }
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o666))
 }
 
 /// Take the name `name` back from what stands there and is no writer's lock file (a link, a
