@@ -159,6 +159,10 @@ pub(crate) enum Base {
     /// mount's bytes alone stored (merged with another writer's, or unknown yet): read again
     /// when stored; `written` are the elements changed here since the copy.
     Reread { written: ElementMask },
+    /// Never read: started from fill so that a write into part of a chunk waits for no store.
+    /// Only the `written` elements are this mount's; the rest are the stored chunk's, read
+    /// when the chunk is stored (as `Reread`) or first read here (`complete`).
+    Unread { written: ElementMask },
 }
 
 /// How a store of a chunk ended, for the copy made while it was under way.
@@ -177,25 +181,46 @@ impl Base {
         Ok(Base::Read { version, written: ElementMask::new(elements)? })
     }
 
-    /// The base of a copy made while a store with this base was under way.
+    /// A chunk of `elements` not read, nothing written yet.
+    pub fn unread(elements: usize) -> Result<Base> {
+        Ok(Base::Unread { written: ElementMask::new(elements)? })
+    }
+
+    /// The base of a copy made while a store with this base was under way. A copy of a chunk
+    /// never read is as incomplete as the chunk: its other elements are still the store's.
     pub fn for_copy(&self) -> Result<Base> {
         Ok(match self {
             Base::Whole => Base::Whole,
             Base::Read { written, .. } | Base::Reread { written } => Base::Reread { written: ElementMask::new(written.len())? },
+            Base::Unread { written } => Base::Unread { written: ElementMask::new(written.len())? },
         })
+    }
+
+    /// The elements written into a chunk never read (`Unread`): a read of it needs the stored
+    /// chunk beneath them (`ElementMask::copy_marked`).
+    pub fn unread_written(&self) -> Option<&ElementMask> {
+        match self {
+            Base::Unread { written } => Some(written),
+            _ => None,
+        }
     }
 
     /// The elements written here since the chunk was read, where they count.
     pub fn written_mut(&mut self) -> Option<&mut ElementMask> {
         match self {
             Base::Whole => None,
-            Base::Read { written, .. } | Base::Reread { written } => Some(written),
+            Base::Read { written, .. } | Base::Reread { written } | Base::Unread { written } => Some(written),
         }
     }
 
     /// This copy's base once the store under way when it was made ended as `stored`.
     pub fn after_store(self, stored: Stored) -> Base {
         match (self, stored) {
+            // Still not read; what the store did not keep counts as written here again.
+            (Base::Unread { mut written }, Stored::Failed(Base::Unread { written: before })) => {
+                written.union(&before);
+                Base::Unread { written }
+            }
             (Base::Reread { written }, Stored::Exactly(version)) => Base::Read { version, written },
             (Base::Reread { mut written }, Stored::Failed(Base::Read { version, written: before })) => {
                 written.union(&before);
@@ -216,27 +241,29 @@ const MERGES: usize = 8;
 
 /// Store (or delete, when all fill) the decoded chunk at `coords` as `base` allows: over
 /// anything (`Base::Whole`), or only over the version it was read at, merging into another
-/// writer's version when that changed. Returns what was stored and whether another writer's
-/// bytes were merged in (then `decoded` is not what the store holds).
-pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &Base) -> Result<(StoredChunk, bool)> {
+/// writer's version when that changed. Returns what was stored and, where another writer's
+/// bytes (or, of a chunk never read, the stored ones) were merged in, the bytes stored: then
+/// `decoded` is not what the store holds.
+pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &Base) -> Result<(StoredChunk, Option<Vec<u8>>)> {
     let (mut expect, written) = match base {
-        Base::Whole => return Ok((array.store_chunk_if(coords, decoded, Expect::Any)?, false)),
+        Base::Whole => return Ok((array.store_chunk_if(coords, decoded, Expect::Any)?, None)),
         Base::Read { version, written } => (Some(Expect::seen(*version)), written),
-        Base::Reread { written } => (None, written),
+        Base::Reread { written } | Base::Unread { written } => (None, written),
     };
     let mut merged: Option<Vec<u8>> = None;
-    for _ in 0..MERGES {
+    for attempt in 0..MERGES {
         if let Some(expect) = expect {
             match array.store_chunk_if(coords, merged.as_deref().unwrap_or(decoded), expect) {
                 Err(Error::Conflict { .. }) => {
                     COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
+                    back_off(attempt);
                 }
-                other => return other.map(|stored| (stored, merged.is_some())),
+                other => return other.map(|stored| (stored, merged)),
             }
         }
         // Another writer's version: ours goes into it, element by element.
         let item = array.meta.item_size().max(1);
-        let (mut fresh, now) = match array.retrieve_chunk(coords)? {
+        let (mut fresh, now) = match array.retrieve_current_chunk(coords)? {
             Some((fresh, version)) => (fresh, Some(version)),
             None => (crate::zarr::region::filled(decoded.len() / item, &array.meta.fill)?, None),
         };
@@ -250,9 +277,20 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
     ))
 }
 
+/// Wait a while before merge `attempt` + 1: writers that collided on a chunk all read it again
+/// at once, and would collide again, in step, until their tries run out. A random wait, longer
+/// after each collision (up to some 100 ms), lets one of them through at a time.
+fn back_off(attempt: usize) {
+    use std::hash::{BuildHasher, Hasher};
+    let most_us = 1000u64 << attempt.min(7);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(attempt);
+    std::thread::sleep(std::time::Duration::from_micros(h.finish() % most_us));
+}
+
 /// Store the change of the chunk at `coords`: `decoded` (`None`: to be deleted, all fill) as
 /// `base` allows (`store_chunk`).
-pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
+pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, Option<Vec<u8>>)> {
     let counted = match store_edit_uncounted(array, coords, decoded, base) {
         Ok(stored) => (&COUNTERS.written_back, Ok(stored)),
         Err(e) => (&COUNTERS.write_back_failures, Err(e)),
@@ -261,7 +299,7 @@ pub(crate) fn store_edit(array: &Array, coords: &[u64], decoded: Option<&[u8]>, 
     counted.1
 }
 
-fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, bool)> {
+fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, base: &Base) -> Result<(StoredChunk, Option<Vec<u8>>)> {
     // Fill written into another writer's version of the chunk.
     let into_theirs = |written: &ElementMask| {
         let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
@@ -269,7 +307,7 @@ fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, b
     };
     match (decoded, base) {
         (Some(decoded), base) => store_chunk(array, coords, decoded, base),
-        (None, Base::Whole) => Ok((array.delete_chunk_if(coords, Expect::Any)?, false)),
+        (None, Base::Whole) => Ok((array.delete_chunk_if(coords, Expect::Any)?, None)),
         // Fill written into a chunk read at `version`: deleted if it is still that version, no
         // buffer of fill made for it.
         (None, Base::Read { version, written }) if version.is_none() || array.store.deletes_conditionally() => {
@@ -278,10 +316,10 @@ fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, b
                     COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
                     into_theirs(written)
                 }
-                other => other.map(|stored| (stored, false)),
+                other => other.map(|stored| (stored, None)),
             }
         }
-        (None, Base::Read { written, .. } | Base::Reread { written }) => into_theirs(written),
+        (None, Base::Read { written, .. } | Base::Reread { written } | Base::Unread { written }) => into_theirs(written),
     }
 }
 

@@ -8,6 +8,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray};
+use super::write::{Completed, complete};
 use crate::Result;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
@@ -382,6 +383,8 @@ fn read_units(
     let (meta, grid) = (&array.meta, array.unit_grid());
     // Units inside chunks changed in memory are served from there; the rest are loaded.
     let mut to_load = Vec::new();
+    // Units of chunks written here but never read: the stored chunk beneath is read first.
+    let mut unread: Vec<usize> = Vec::new();
     let edits = lock(&open.edits);
     if edits.chunks.is_empty() {
         to_load.extend(0..units.len());
@@ -389,6 +392,7 @@ fn read_units(
         for i in 0..units.len() {
             let outer = array.chunk_of_unit(units.coords(i)).0;
             match edits.chunks.get(outer.as_ref()) {
+                Some(ChunkEdit::Dirty(_, base) | ChunkEdit::Storing(_, base)) if base.unread_written().is_some() => unread.push(i),
                 Some(ChunkEdit::Dirty(c, _)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
                 Some(ChunkEdit::Storing(c, _)) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
                 Some(ChunkEdit::Deleted(_)) => {}
@@ -397,6 +401,19 @@ fn read_units(
         }
     }
     drop(edits);
+    // Once per chunk (a shard holds several units).
+    let mut completed: HashMap<Cow<[u64]>, Completed> = HashMap::new();
+    for i in unread {
+        let outer = array.chunk_of_unit(units.coords(i)).0;
+        if !completed.contains_key(&outer) {
+            completed.insert(outer.clone(), complete(open, array, cache, &outer)?);
+        }
+        match &completed[&outer] {
+            Completed::Bytes(c) => buf.copy_from_chunk(&meta.grid, &outer, c, units.boxes(i)),
+            Completed::Fill => buf.fill_box_of(&meta.grid, &outer, units.boxes(i), &meta.fill),
+            Completed::Stored => to_load.push(i),
+        }
+    }
     // Units neither cached nor on their way may be absent: when many, one listing tells which,
     // and those it finds absent are held as missing (if worth it). A listing error leaves every
     // unit to its own probe, which reports it precisely.

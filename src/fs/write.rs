@@ -22,7 +22,7 @@ use crate::{Error, Result};
 /// version read (`None`: absent, fill). A cached copy serves only while it is the stored
 /// version: another program may have rewritten the chunk since, and merging into a stale copy
 /// would put its old bytes back.
-fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Vec<u8>, Option<Version>)> {
+pub(super) fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Vec<u8>, Option<Version>)> {
     let log = |e: &Error| tracing::error!(array = %display_path(&array.path), "read for write failed: {e}");
     let repr = array.chunk_repr(coords);
     let fill = || chunk_buffer(repr.num_elements() as usize, &repr.fill);
@@ -44,6 +44,64 @@ fn stored_chunk(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u
     }
 }
 
+/// What a read finds of a chunk written here but never read (`Base::Unread`).
+pub(super) enum Completed {
+    /// The chunk's bytes: the stored chunk with the elements written here put in.
+    Bytes(Vec<u8>),
+    /// To be deleted: fill.
+    Fill,
+    /// Stored and no longer changed here: read as any chunk.
+    Stored,
+}
+
+/// The chunk at `coords`, which was written here without being read, as a read sees it: the
+/// stored chunk with this mount's written elements put in. A chunk changed in memory keeps
+/// that (it becomes `Base::Read`, as if it had been read first); of a copy made while a store
+/// of it is under way, that store is waited for (it holds the elements written before it).
+pub(super) fn complete(open: &OpenArray, array: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<Completed> {
+    let item = array.meta.item_size().max(1);
+    loop {
+        {
+            let mut edits = lock(&open.edits);
+            while edits.storing.contains(coords)
+                && matches!(edits.chunks.get(coords), Some(ChunkEdit::Dirty(_, base)) if base.unread_written().is_some())
+            {
+                edits = open.stored.wait(edits).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        let (mut stored, version) = stored_chunk(open, array, cache, coords)?;
+        let mut edits = lock(&open.edits);
+        let storing = edits.storing.contains(coords);
+        let differs = || Error::Stale(format!("{}: the stored chunk is not the size of the one written", array.chunk_key(coords)));
+        return Ok(match edits.chunks.get_mut(coords) {
+            Some(ChunkEdit::Dirty(chunk, base)) => match base {
+                // A store began meanwhile: wait for it, and read again.
+                Base::Unread { .. } if storing => continue,
+                Base::Unread { written } => {
+                    if chunk.len() != stored.len() {
+                        return Err(differs());
+                    }
+                    written.copy_marked(chunk, &mut stored, item);
+                    let written = std::mem::take(written);
+                    *base = Base::Read { version, written };
+                    chunk.copy_from_slice(&stored);
+                    Completed::Bytes(stored)
+                }
+                _ => Completed::Bytes(chunk.clone()),
+            },
+            Some(ChunkEdit::Storing(chunk, base)) => match base.unread_written() {
+                Some(written) => {
+                    written.copy_marked(chunk, &mut stored, item);
+                    Completed::Bytes(stored)
+                }
+                None => Completed::Bytes(chunk.to_vec()),
+            },
+            Some(ChunkEdit::Deleted(_)) => Completed::Fill,
+            None => Completed::Stored,
+        });
+    }
+}
+
 /// Elements of the chunk at `coords` inside the array (its padding excluded).
 fn elements_inside(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
     coords
@@ -55,8 +113,10 @@ fn elements_inside(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
 
 /// Run `change` on the decoded chunk at `coords`, making it dirty: from memory when it is
 /// already changed, from fill when `from_fill` (the change overwrites all of it) or it is to
-/// be deleted, otherwise from the store. `change` marks what it writes in the mask it is given
-/// (where the chunk was read, not written whole).
+/// be deleted, otherwise from the cached copy (stored over its version: a change since is
+/// merged then), or from fill, not read (`Base::Unread`): the stored chunk is read when it is
+/// stored or first read, so a write waits for no store. `change` marks what it writes in the
+/// mask it is given (where the chunk was not written whole).
 fn edit_chunk(
     open: &OpenArray,
     array: &Array,
@@ -74,8 +134,17 @@ fn edit_chunk(
             None if from_fill => Some((fresh()?, Base::Whole)),
             None => {
                 drop(edits);
-                let (chunk, version) = stored_chunk(open, array, cache, coords)?;
-                Some((chunk, Base::read(version, elements)?))
+                // What a read of the stored chunk would be refused, its write is too.
+                open.check_value(array, &array.chunk_key(coords))?;
+                let cached = match array.read_units() {
+                    ReadUnits::Chunks => cache.peek(&open.unit_key(coords, false)),
+                    ReadUnits::InnerChunks { .. } => None,
+                };
+                Some(match cached.as_deref() {
+                    Some(Cached::Chunk { decoded, version: Some(v) }) => (decoded.clone(), Base::read(Some(*v), elements)?),
+                    Some(Cached::Missing) => (fresh()?, Base::read(None, elements)?),
+                    _ => (fresh()?, Base::unread(elements)?),
+                })
             }
         }
     };

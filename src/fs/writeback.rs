@@ -86,8 +86,12 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         done += 1;
         match result {
             Ok((stored, merged)) => {
-                // Merged with another writer's bytes: the cache does not hold what is stored.
-                cache_stored(open, &array, cache, &coords, edit, stored.version.filter(|_| !merged));
+                // Merged with another writer's (or the stored) bytes: those are what the cache holds.
+                let edit = match merged {
+                    Some(bytes) => ChunkEdit::Dirty(bytes, Base::Whole),
+                    None => edit,
+                };
+                cache_stored(open, &array, cache, &coords, edit, stored.version);
                 lock(&open.edits).unsynced.insert(stored.key);
             }
             Err(e) => {
@@ -239,7 +243,7 @@ pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool:
                         cache_stored(&open, &array, &cache, &coords, ChunkEdit::Deleted(Base::Whole), None);
                         edits.forget(&coords);
                     } else if let Some(copy) = edits.base_mut(&coords) {
-                        let ended = if merged { Stored::Merged } else { Stored::Exactly(stored.version) };
+                        let ended = if merged.is_some() { Stored::Merged } else { Stored::Exactly(stored.version) };
                         *copy = std::mem::replace(copy, Base::Whole).after_store(ended);
                     }
                 }

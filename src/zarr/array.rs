@@ -216,10 +216,22 @@ impl Array {
     /// A whole decoded chunk and the version it was stored at, or `None` when its key is
     /// absent (fill).
     pub fn retrieve_chunk(&self, coords: &[u64]) -> Result<Option<(Vec<u8>, Version)>> {
+        self.retrieve(coords, false)
+    }
+
+    /// `retrieve_chunk` as the store holds it now, not as a recent listing showed it: what a
+    /// merge into another writer's chunk reads.
+    pub fn retrieve_current_chunk(&self, coords: &[u64]) -> Result<Option<(Vec<u8>, Version)>> {
+        self.retrieve(coords, true)
+    }
+
+    fn retrieve(&self, coords: &[u64], current: bool) -> Result<Option<(Vec<u8>, Version)>> {
         let key = self.chunk_key(coords);
         let repr = self.chunk_repr(coords);
         let started = Instant::now();
-        let Some(value) = self.store.get_value(&key, self.meta.codecs.encoded_bound(&repr))? else {
+        let bound = self.meta.codecs.encoded_bound(&repr);
+        let value = if current { self.store.get_current(&key, bound)? } else { self.store.get_value(&key, bound)? };
+        let Some(value) = value else {
             tracing::debug!(key, took_us = started.elapsed().as_micros() as u64, "chunk absent: fill");
             return Ok(None);
         };

@@ -153,6 +153,7 @@ impl LocalStore {
             .write_all(value)
             .map_err(Error::Io)
             .and_then(|_| keep_mode(dir, name, &file))
+            .inspect(|_| stamp(&file))
             .and_then(|_| rustix::fs::fstat(&file).map_err(|e| Error::Io(io(e))));
         start_write_back(&file);
         let renamed = written.and_then(|stat| {
@@ -170,6 +171,22 @@ impl LocalStore {
         }
         renamed
     }
+}
+
+/// Give a value just written an mtime of its own, to the nanosecond: the file system stamps it
+/// with a clock that ticks every few milliseconds, and it may reuse the inode number of the
+/// value the last write replaced, so that two writes of one size in one tick would have one
+/// version, and a conditional write over the first would be taken over the second. Where the
+/// file system refuses it, the value keeps the mtime it has.
+fn stamp(file: &std::fs::File) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    // Later than any this process gave (the lock orders writers of one key across processes).
+    let ns = now.max(LAST.fetch_max(now, Ordering::Relaxed) + 1);
+    LAST.fetch_max(ns, Ordering::Relaxed);
+    let at = rustix::fs::Timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ };
+    let times = rustix::fs::Timestamps { last_access: at, last_modification: at };
+    let _ = rustix::fs::futimens(file, &times);
 }
 
 /// Have the kernel start writing a value just written to the disk, without waiting for it. The

@@ -102,7 +102,13 @@ impl ObjectStore {
     /// A failed request, after the client's retries: logged with the key and the last cause.
     pub(super) fn failed(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let why = explain(&e);
-        tracing::warn!(store = %self.location, key, "{op} failed: {why}");
+        // A refused condition is another writer's change, which the caller merges or reports:
+        // nothing went wrong here.
+        if matches!(e, object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) {
+            tracing::debug!(store = %self.location, key, "{op} refused: {why}");
+        } else {
+            tracing::warn!(store = %self.location, key, "{op} failed: {why}");
+        }
         if why.starts_with("no whole answer within") || e.to_string().contains("no whole answer within") {
             let mut timed_out = lock(&self.timed_out);
             // Bounded: a server that times out on every key forgets the oldest first.
