@@ -261,7 +261,7 @@ impl ZarrFs {
             Some(listing) => listing,
             None => {
                 let (listing, dropped) = self.listings.keep(ino, self.nodes.readdir(&self.cx, ino)?);
-                self.release_unheld(dropped);
+                self.release_unheld(ino, dropped);
                 listing
             }
         };
@@ -270,15 +270,15 @@ impl ZarrFs {
             let entries = listing.inos().to_vec();
             // Freed before the nodes go, so that their memory goes back with them.
             drop(listing);
-            self.release_unheld(entries);
+            self.release_unheld(ino, entries);
             return Ok(Listing::ended());
         }
         Ok(listing)
     }
 
-    fn release_unheld(&self, inos: Vec<u64>) {
+    fn release_unheld(&self, dir: u64, inos: Vec<u64>) {
         if !inos.is_empty() {
-            let removed = self.cx.tree.release_unheld(inos);
+            let removed = self.cx.tree.release_unheld(dir, inos);
             self.nodes_left(removed);
         }
     }

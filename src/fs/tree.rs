@@ -278,12 +278,14 @@ impl Tree {
         removed
     }
 
-    /// Listings are done with `inos`: those the kernel holds none of leave the table.
-    pub fn release_unheld(&self, inos: impl IntoIterator<Item = u64>) -> Vec<(u64, Arc<Node>)> {
+    /// The listings of the directory `dir` are done with `inos`: those the kernel holds none
+    /// of leave the table, unless they are no longer `dir`'s (a node moved out since is
+    /// another directory's listing's to let go).
+    pub fn release_unheld(&self, dir: u64, inos: impl IntoIterator<Item = u64>) -> Vec<(u64, Arc<Node>)> {
         let mut maps = self.write();
         let mut removed = Vec::new();
         for ino in inos {
-            if !maps.held(ino) {
+            if !maps.held(ino) && maps.nodes.get(&ino).is_some_and(|h| h.node.parent == dir) {
                 maps.remove(ino, &mut removed);
             }
         }
@@ -363,7 +365,7 @@ mod tests {
         // A listing's unheld entries go when it is done; numbers are not reused.
         let listed = tree.child(ROOT, "x", NodeKind::Dir, "x".into());
         assert!(listed > held);
-        assert_eq!(tree.release_unheld([listed]).len(), 1);
+        assert_eq!(tree.release_unheld(ROOT, [listed]).len(), 1);
         assert!(!tree.remember(listed), "a node that left the table is looked up again");
     }
 
@@ -387,9 +389,13 @@ mod tests {
         // Many names (the table grows and shrinks again), each found.
         let many: Vec<u64> = (0..5000).map(|i| tree.child(dir, &format!("c{i}"), NodeKind::Dir, format!("b/c{i}"))).collect();
         assert!(many.iter().enumerate().all(|(i, ino)| tree.find(dir, &format!("c{i}")) == Some(*ino)));
-        assert_eq!(tree.release_unheld(many[..4990].iter().copied()).len(), 4990);
+        assert_eq!(tree.release_unheld(dir, many[..4990].iter().copied()).len(), 4990);
         assert_eq!((tree.find(dir, "c4995"), tree.find(dir, "c0")), (Some(many[4995]), None));
         tree.unlink(dir, "c4995");
         assert_eq!((tree.find(dir, "c4995"), tree.find(dir, "data")), (None, Some(data)));
+        // A node moved out of a directory is not let go by that directory's old listing.
+        tree.rename((dir, "c4996"), (ROOT, "d"), NodeKind::Dir, "d".into());
+        assert!(tree.release_unheld(dir, [many[4996]]).is_empty());
+        assert_eq!(tree.find(ROOT, "d"), Some(many[4996]));
     }
 }
