@@ -10,7 +10,7 @@ among its blocks, unseen by readers: the files an example takes for granted, mad
 block that defines `test_` functions runs under pytest with the package's plugin. A block
 fails when it exits non-zero, or leaves a mount behind at the end of its file.
 
-    scripts/check-docs.py target/release/zarrfs
+    scripts/check-docs.py target/release/zarrfs [FILE.md ...]
 """
 import glob
 import os
@@ -88,6 +88,9 @@ def main():
     python = os.path.join(subprocess.run([os.path.join(ROOT, "scripts", "python-env")], capture_output=True, text=True,
                                          check=True).stdout.strip(), "bin", "python")
     files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    # Named files only, when some are named (`scripts/check-docs.py BIN docs/troubleshooting.md`).
+    if sys.argv[2:]:
+        files = [os.path.abspath(f) for f in sys.argv[2:]]
     for path in files:
         run_file(path, python)
     sys.exit(check.finish())

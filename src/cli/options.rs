@@ -86,13 +86,15 @@ pub(super) fn parse_size(s: &str) -> Result<u64, String> {
                 'M' => 1 << 20,
                 'G' => 1 << 30,
                 'T' => 1 << 40,
-                _ => return Err(format!("size {s:?}: unknown unit {c:?} (use K, M, G or T)")),
+                // A number with a unit of its own (`2X`), or no number at all (`lots`).
+                _ if t[..i].trim().parse::<f64>().is_ok() => return Err(format!("size {s:?}: unknown unit {c:?} (use K, M, G or T, as in 512M)")),
+                _ => return Err(format!("{s:?} is not a size: a number with an optional unit K, M, G or T (as in 512M or 2G)")),
             };
             (&t[..i], m)
         }
         _ => (t, 1),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("size {s:?} is not a number with an optional K/M/G/T unit"))?;
+    let n: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size: a number with an optional unit K, M, G or T (as in 512M or 2G)"))?;
     if n.is_nan() || n < 0.0 {
         return Err(format!("size {s:?} must not be negative"));
     }
@@ -313,7 +315,9 @@ mod tests {
         assert!(plan(args(&["--virtual-chunks"])).unwrap().remote.virtual_chunks);
         assert!(plan(args(&["-o", "virtual_chunks=1"])).is_err());
         assert!(plan(args(&["-o", "bogus"])).unwrap_err().contains("bogus"));
-        assert!(plan(args(&["-o", "cache_size=lots"])).is_err());
+        let lots = plan(args(&["-o", "cache_size=lots"])).unwrap_err();
+        assert!(lots.contains("not a size") && lots.contains("512M"), "{lots}");
+        assert!(parse_size("2X").unwrap_err().contains("unknown unit 'X'"));
         for bad in ["flush_timeout=18446744073709551615", "flush_timeout=0", "metadata_ttl=18446744073709551615", "metadata_ttl=86401"] {
             let e = plan(args(&["-o", bad])).unwrap_err();
             assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
