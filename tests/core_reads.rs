@@ -685,3 +685,31 @@ fn fsync_after_a_prepend_makes_its_chunks_and_metadata_durable() {
         assert!(synced.contains(key), "{key} was not made durable: {synced:?}");
     }
 }
+
+#[test]
+fn status_counts_the_failed_stores_a_retry_has_not_yet_stored() {
+    let (_dir, store, fs) = tiny_chunks(4, &[1], "/", Config::default());
+    let (ino, _) = open_data(&fs, "tiny");
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    let failed = || {
+        let control = fs.lookup(1, ".zarrfs").unwrap().ino;
+        let stats = fs.lookup(control, "stats").unwrap().ino;
+        let sh = fs.open(stats, false, false, 0).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&fs.read(stats, sh, 0, 1 << 20).unwrap()).unwrap();
+        fs.release(sh);
+        doc["failed_stores"].as_u64().unwrap()
+    };
+    fs.write(ino, fh, 2, &[5, 6], false).unwrap();
+    store.fail_next_set("tiny/c/1/0");
+    assert!(fs.flush(fh, 0).is_err(), "the store failed, and close must say so");
+    assert_eq!(failed(), 1, "a failure whose changes wait for a retry");
+    // What the unmount's report names: the bytes written and not stored (not the memory held).
+    store.fail_next_set("tiny/c/1/0");
+    let report = fs.flush_all();
+    assert_eq!(report.unstored.iter().map(|u| (u.array.as_str(), u.bytes)).collect::<Vec<_>>(), [("/tiny", 2)], "{report}");
+    assert!(report.to_string().contains("2 bytes written, not stored"), "{report}");
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(failed(), 0, "the retry stored them: nothing has failed any more");
+    assert_eq!(fs.read(ino, fh, 0, 8).unwrap(), [7, 7, 5, 6, 7, 7, 7, 7]);
+    fs.release(fh);
+}

@@ -87,14 +87,17 @@ pub(super) fn parse_size(s: &str) -> Result<u64, String> {
                 'G' => 1 << 30,
                 'T' => 1 << 40,
                 // A number with a unit of its own (`2X`), or no number at all (`lots`).
-                _ if t[..i].trim().parse::<f64>().is_ok() => return Err(format!("size {s:?}: unknown unit {c:?} (use K, M, G or T, as in 512M)")),
+                _ if t[..i].trim().parse::<f64>().is_ok() => {
+                    return Err(format!("size {s:?}: unknown unit {c:?} (use K, M, G or T, as in 512M)"));
+                }
                 _ => return Err(format!("{s:?} is not a size: a number with an optional unit K, M, G or T (as in 512M or 2G)")),
             };
             (&t[..i], m)
         }
         _ => (t, 1),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size: a number with an optional unit K, M, G or T (as in 512M or 2G)"))?;
+    let n: f64 =
+        num.trim().parse().map_err(|_| format!("{s:?} is not a size: a number with an optional unit K, M, G or T (as in 512M or 2G)"))?;
     if n.is_nan() || n < 0.0 {
         return Err(format!("size {s:?} must not be negative"));
     }

@@ -55,7 +55,9 @@ pub struct FlushReport {
 #[derive(Debug, Clone)]
 pub struct Unstored {
     pub array: String,
-    /// Changed bytes still held in memory (and lost when the daemon exits).
+    /// Bytes written through its file since its changes were last all stored, which this
+    /// flush did not store (held in memory, lost when the daemon exits; or dropped, another
+    /// writer having won).
     pub bytes: u64,
     pub error: String,
 }
@@ -68,7 +70,8 @@ impl FlushReport {
 
 impl std::fmt::Display for FlushReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let list: Vec<String> = self.unstored.iter().map(|u| format!("{} ({} bytes): {}", u.array, u.bytes, u.error)).collect();
+        let list: Vec<String> =
+            self.unstored.iter().map(|u| format!("{} ({} bytes written, not stored): {}", u.array, u.bytes, u.error)).collect();
         write!(f, "changes of {} array(s) could not be stored: {}", list.len(), list.join("; "))
     }
 }
@@ -685,7 +688,7 @@ impl ZarrFs {
             if let Err(e) = self.cx.flush_array(a).and_then(|_| writeback::sync(a, self.cx.store.as_ref())) {
                 let path = display_path(&a.array().path);
                 tracing::error!(array = %path, "flush at unmount failed: {e}");
-                unstored.push(Unstored { array: path, bytes: crate::error::lock(&a.edits).dirty_bytes() as u64, error: e.to_string() });
+                unstored.push(Unstored { array: path, bytes: a.written_unstored.load(Ordering::Relaxed), error: e.to_string() });
             }
         }
         // What no array carried (hierarchy edits): on Icechunk, the last commit.

@@ -175,8 +175,11 @@ pub struct OpenArray {
     cache_id: AtomicU64,
     /// Where its decoded chunks are cached: those under an id it no longer uses are dropped.
     cache: Arc<crate::cache::ChunkCache>,
-    /// Stores of its chunks or metadata that failed (their changes are kept, to be tried again).
+    /// Stores of its chunks or metadata that failed since its changes were last all stored.
     pub failed_stores: AtomicU64,
+    /// Bytes written through its file since its changes were last all stored: what a failure
+    /// at the unmount names as not stored.
+    pub written_unstored: AtomicU64,
     /// Removed from the store (`rm -r`) while files of it were still open: they read ESTALE.
     removed: std::sync::atomic::AtomicBool,
     /// When background stores last checked that no other writer changed the metadata.
@@ -237,6 +240,7 @@ impl OpenArray {
         OpenArray {
             cache,
             failed_stores: AtomicU64::new(0),
+            written_unstored: AtomicU64::new(0),
             removed: Default::default(),
             metadata_checked: Mutex::new(None),
             refreshed: Mutex::new(std::time::Instant::now()),

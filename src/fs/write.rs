@@ -197,6 +197,7 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, offset: u64, data: 
     if data.is_empty() {
         return Ok(());
     }
+    open.written_unstored.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
     if end > array.meta.byte_len() {
         let row = array.meta.row_bytes();
         if array.meta.shape.is_empty() || row == 0 {

@@ -65,6 +65,10 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
         (std::mem::take(&mut edits.chunks), edits.metadata_dirty, held)
     };
     if chunks.is_empty() && !metadata_dirty {
+        // Nothing held: no failure is waiting for a retry (a change another writer's won over
+        // was dropped and its writer told).
+        open.failed_stores.store(0, Ordering::Relaxed);
+        open.written_unstored.store(0, Ordering::Relaxed);
         return Ok(());
     }
     let n = chunks.len();
@@ -132,6 +136,12 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
             }
             None => {}
         }
+    }
+    if first_error.is_none() {
+        // Everything held is stored: what failed before (and `zarrfs status` showed) was
+        // stored by this retry.
+        open.failed_stores.store(0, Ordering::Relaxed);
+        open.written_unstored.store(0, Ordering::Relaxed);
     }
     first_error.map_or(Ok(()), Err)
 }
