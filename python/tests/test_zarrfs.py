@@ -2,9 +2,11 @@
 `zarrfs_mount` fixture and `zarrfs.mount()` mount stores zarr-python wrote, and stock zarr-python
 reads prepended arrays through the package's entry point."""
 
+import gc
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -89,3 +91,43 @@ def test_a_last_flush_that_fails_raises_from_the_with_block(tmp_path):
         assert not os.path.ismount(tmp_path / "mnt")
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+def wait_unmounted(path, seconds=20):
+    deadline = time.monotonic() + seconds
+    while os.path.ismount(path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not os.path.ismount(path)
+
+
+def test_a_mount_still_mapped_after_its_with_block_goes_once_unused(tmp_path):
+    model = make_store(tmp_path / "s.zarr")
+    with pytest.warns(RuntimeWarning, match="still in use"):
+        with zarrfs.mount(tmp_path / "s.zarr", tmp_path / "mnt") as m:
+            kept = np.memmap(m.path / "temp" / "data", dtype="<f4", mode="r+", shape=model.shape)
+            kept[0] = 5
+    # The memmap still works, and the mount stays while it is alive.
+    assert os.path.ismount(tmp_path / "mnt") and kept[0, 0] == 5
+    kept[5] = 6
+    kept.flush()
+    del kept
+    gc.collect()
+    assert wait_unmounted(tmp_path / "mnt"), "the mount outlived its last user"
+    model[0], model[5] = 5, 6
+    assert np.array_equal(zarr.open_array(str(tmp_path / "s.zarr" / "temp"))[...], model)
+
+
+def test_a_mount_a_process_kept_mapped_goes_when_the_process_exits(tmp_path):
+    model = make_store(tmp_path / "s.zarr")
+    script = f"""
+import numpy as np, zarrfs
+with zarrfs.mount({str(tmp_path / "s.zarr")!r}, {str(tmp_path / "mnt")!r}) as m:
+    kept = np.memmap(m.path / "temp" / "data", dtype="<f4", mode="r+", shape={model.shape!r})
+kept[1] = 9
+kept.flush()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and "still in use" in done.stderr, done.stderr
+    assert wait_unmounted(tmp_path / "mnt"), "the mount outlived the process that used it"
+    model[1] = 9
+    assert np.array_equal(zarr.open_array(str(tmp_path / "s.zarr" / "temp"))[...], model)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -112,8 +113,28 @@ class Mount:
                 raise UnmountError(done.stderr.strip() or f"zarrfs unmount exited {done.returncode}")
             return
 
+    def unmount_when_unused(self) -> None:
+        """Unmount as soon as nothing uses the mount any more (a memmap collected, this process
+        gone), storing every change then: a process of its own waits for that, so the mount
+        never outlives its users. What it could not store, the daemon's log says."""
+        if not self.mounted:
+            return
+        subprocess.Popen([sys.executable, "-c", _UNMOUNT_WHEN_UNUSED, self._program, str(self.path)], cwd="/",
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        self.mounted = False
+
     def __repr__(self) -> str:
         return f"Mount({self.store!r} on {str(self.path)!r})"
+
+
+# Run by `unmount_when_unused` in a process of its own, outside the mount: `zarrfs unmount`
+# again every second while the mount is busy (exit 3).
+_UNMOUNT_WHEN_UNUSED = f"""
+import subprocess, sys, time
+while subprocess.run([sys.argv[1], "unmount", sys.argv[2]], capture_output=True).returncode == {_EXIT_BUSY}:
+    time.sleep(1)
+"""
 
 
 def start(store: str | os.PathLike[str], mountpoint: str | os.PathLike[str], **options: Any) -> Mount:
@@ -136,9 +157,19 @@ def start(store: str | os.PathLike[str], mountpoint: str | os.PathLike[str], **o
 @contextlib.contextmanager
 def mount(store: str | os.PathLike[str], mountpoint: str | os.PathLike[str], **options: Any) -> Iterator[Mount]:
     """`start()` as a context manager: unmounts on exit, and raises `UnmountError` when the last
-    flush could not store everything (after the block's own exception, if it raised)."""
+    flush could not store everything (after the block's own exception, if it raised). A mount
+    still in use when the block ends (a memmap alive past it) is unmounted once it is no longer
+    used, or when the process exits, with a warning saying so (`Mount.unmount_when_unused`)."""
     m = start(store, mountpoint, **options)
     try:
         yield m
     finally:
-        m.unmount()
+        try:
+            m.unmount()
+        except UnmountError as e:
+            if not m.mounted or "busy" not in str(e):
+                raise
+            m.unmount_when_unused()
+            warnings.warn(f"{m.path} is still in use at the end of its with block ({e}): it is unmounted, every "
+                          "change stored, once nothing uses it (a memmap collected, or this process gone)",
+                          RuntimeWarning, stacklevel=3)
