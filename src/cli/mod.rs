@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod install;
 mod man;
 mod options;
 
@@ -179,6 +180,14 @@ enum Command {
         /// Write every page here instead of printing zarrfs.1.
         dir: Option<PathBuf>,
     },
+    /// Install, system-wide, what a package would for this program (one from a Python wheel in
+    /// a venv, one copied by hand): a zarrfs on PATH, mount(8)'s helper, the systemd unit
+    /// template, the manual pages and the bash completion, each running this very program
+    #[command(after_help = "Examples:
+  sudo ~/venv/bin/zarrfs install-system
+  zarrfs install-system --dry-run
+  zarrfs install-system --prefix ~/.local --sbin-dir ~/.local/sbin --systemd-dir ~/.config/systemd/user")]
+    InstallSystem(install::InstallDirs),
 }
 
 const MOUNT_EXAMPLES: &str = "\
@@ -406,6 +415,18 @@ pub fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "zarrfs", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
+        Command::InstallSystem(dirs) => match install::install_system(&dirs) {
+            Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("zarrfs: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Man { dir } => match man_pages(dir.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
