@@ -20,6 +20,7 @@ mod snapshots;
 mod spare;
 mod spool;
 pub mod stats;
+mod stored;
 pub mod tree;
 mod view;
 mod write;

@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray};
-use super::write::{Completed, complete};
+use super::stored::{Completed, complete};
 use crate::Result;
 use crate::cache::{Cached, ChunkCache};
 use crate::error::lock;
