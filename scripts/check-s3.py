@@ -5,8 +5,10 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - interop: arrays written to the bucket by zarr-python (obstore) and tensorstore (s3 kvstore)
   read through a mount; what the mount writes, grows and prepends read back by both;
 - requests, counted by a proxy in front of the server: one ranged GET per inner chunk for a
-  sharded point read (after the shard index), none for cached chunks, exactly the new chunk
-  PUTs and one metadata PUT for a prepend;
+  sharded point read (after the shard index), one GET per shard for a read of whole shards,
+  none for cached chunks, exactly the new chunk PUTs and one metadata PUT for a prepend, none
+  for an open or partial writes, and the chunks' GETs and PUTs and one HEAD of the array's
+  document for an fsync;
 - faults: 503s and dropped connections within the retry budget change nothing a reader or
   writer sees; past it, EIO, and no metadata PUT after a failed chunk PUT;
 - conditional PUTs: metadata another writer changed under the mount is not overwritten;
@@ -185,6 +187,15 @@ def requests_counted(proxy):
         os.pread(fd, 2, (40 * 64 + 41) * 2)
         check(not [e for e in proxy.entries() if e[0] == "GET"], f"a cached chunk is not fetched again ({proxy.entries()})")
         os.close(fd)
+        # A read of all of it: shards (0, 0) and (0, 1) in the first 4 KiB, each read whole in
+        # one GET, its index with it; shard (1, 1), whose index is cached, in ranges (its inner
+        # chunks are stored in order: one range); shard (1, 0) whole. Never a request per inner chunk.
+        proxy.reset()
+        check(open(data, "rb").read() == np.arange(64 * 64, dtype="<u2").tobytes(), "sharded array reads back whole")
+        shard_gets = [e for e in proxy.entries() if e[0] in ("GET", "HEAD") and "/sh/c/" in e[1]]
+        whole_gets = sorted(e[1].rsplit("/sh/", 1)[1] for e in shard_gets if not e[2])
+        check(whole_gets == ["c/0/0", "c/0/1", "c/1/0"] and len(shard_gets) == 4,
+              f"a whole read of 4 shards of 16 inner chunks: three shards whole, the fourth's inner chunks in one range ({shard_gets})")
         # A missing chunk is asked for once, however many reads touch it.
         proxy.reset()
         want = np.full((1024, 1024), -1.0, dtype="<f4")
@@ -224,13 +235,24 @@ def requests_counted(proxy):
         os.stat(m.path("rw/data"))
         proxy.reset()
         fd = os.open(m.path("rw/data"), os.O_WRONLY)
+        opened = proxy.entries()
+        check(not opened, f"opening data of an array already looked up asks the store nothing ({opened})")
         for row in range(0, 32, 4):
             os.pwrite(fd, (1000 + row).to_bytes(4, "little"), row * 8 * 4)
+        written = proxy.entries()
+        check(not written, f"writes into part of 8 chunks ask the store nothing until they are stored ({written})")
         os.fsync(fd)
+        synced = [(e[0], e[1]) for e in proxy.entries()]
         os.close(fd)
         partial = chunk_requests()
         kinds = lambda reqs: {k: sum(1 for r in reqs if r[0] == k) for k in ("GET", "HEAD", "PUT")}
         check(kinds(partial) == {"GET": 8, "HEAD": 0, "PUT": 8}, f"8 chunks changed in part: a GET and a conditional PUT each, no HEAD ({partial})")
+        # The shape did not change: the fsync stores chunks, after one HEAD of the document (no
+        # other writer changed the array's metadata since it was read: docs/consistency.md),
+        # and asks nothing else (no HEAD of a chunk, no document read or written).
+        document = [r for r in synced if "/rw/c/" not in r[1]]
+        check(sorted(synced) == sorted(partial + document) and document == [("HEAD", f"/{BUCKET}/{prefix}/rw/zarr.json")],
+              f"an fsync of 8 chunks changed in part is their 16 requests and a HEAD of the document ({synced})")
         proxy.reset()
         whole = np.arange(32 * 8, dtype="<u4") + 7
         with open(m.path("rw/data"), "r+b") as f:

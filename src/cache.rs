@@ -251,7 +251,7 @@ impl ChunkCache {
     /// memory than a tiny chunk is worth, and a million of them found by one read would hold
     /// far more than the data they stand for.
     pub fn get_or_load_holding(&self, key: &CacheKey, hold_missing: bool, load: impl FnOnce() -> Result<Cached>) -> Result<Arc<Cached>> {
-        let mine = {
+        let claim = {
             let mut s = lock(&self.state);
             if let Some(v) = s.lru.get(key) {
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -261,40 +261,30 @@ impl ChunkCache {
                 drop(s);
                 return self.wait_for(&p, load);
             }
-            let mine = Arc::new(Pending::default());
-            s.inflight.insert(key.clone(), mine.clone());
-            mine
+            self.claim_locked(&mut s, key.clone())
         };
-        self.stats.misses.fetch_add(1, Ordering::Relaxed);
         // A loader that panics must still release the readers waiting for it.
-        let result = crate::error::catch("chunk load", load).map(Arc::new);
-        {
-            let mut s = lock(&self.state);
-            let current = s.inflight.get(key).is_some_and(|p| Arc::ptr_eq(p, &mine));
-            if current {
-                s.inflight.remove(key);
-            }
-            if let Ok(v) = &result {
-                if let Cached::Chunk { decoded: c, .. } = v.as_ref() {
-                    self.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
-                }
-                // A missing chunk is held too (when the caller says it is worth its entry):
-                // finding it again is a request to the store, on object storage a round trip.
-                s.released.pop(key);
-                if current && (hold_missing || !matches!(v.as_ref(), Cached::Missing)) {
-                    s.bytes += v.cost();
-                    if let Some(old) = s.lru.put(key.clone(), v.clone()) {
-                        s.bytes -= old.cost();
-                    }
-                    self.evict(&mut s);
-                }
-            } else {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        *lock(&mine.done) = Some(result.as_ref().ok().cloned());
-        mine.cv.notify_all();
-        result
+        claim.finish(crate::error::catch("chunk load", load), hold_missing)
+    }
+
+    /// Take on the loads of those of `keys` neither cached nor being loaded: readers of them
+    /// wait for the claims, which one request may then serve together (the inner chunks of a
+    /// shard).
+    pub fn claim_absent(&self, keys: impl IntoIterator<Item = CacheKey>) -> Vec<Claim<'_>> {
+        let mut s = lock(&self.state);
+        keys.into_iter()
+            .filter(|key| !s.lru.contains(key) && !s.inflight.contains_key(key))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|key| self.claim_locked(&mut s, key))
+            .collect()
+    }
+
+    fn claim_locked(&self, s: &mut State, key: CacheKey) -> Claim<'_> {
+        let pending = Arc::new(Pending::default());
+        s.inflight.insert(key.clone(), pending.clone());
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        Claim { cache: self, key, pending, finished: false }
     }
 
     /// The result of the load `p` under way; if it fails, `load`'s own.
@@ -309,6 +299,75 @@ impl ChunkCache {
         }
         drop(done);
         load().map(Arc::new)
+    }
+}
+
+/// A load of one key taken on (`claim_absent`): readers of the key wait for its `finish`. One
+/// dropped unfinished (an error elsewhere, a panic) lets them load the key themselves.
+pub struct Claim<'a> {
+    cache: &'a ChunkCache,
+    key: CacheKey,
+    pending: Arc<Pending>,
+    finished: bool,
+}
+
+impl Claim<'_> {
+    pub fn key(&self) -> &CacheKey {
+        &self.key
+    }
+
+    /// The load's result, to its waiters and (unless the key changed meanwhile) into the cache;
+    /// a `Missing` result is held only if `hold_missing`. Errors are not cached.
+    pub fn finish(mut self, result: Result<Cached>, hold_missing: bool) -> Result<Arc<Cached>> {
+        self.finished = true;
+        let result = result.map(Arc::new);
+        let cache = self.cache;
+        {
+            let mut s = lock(&cache.state);
+            let current = s.inflight.get(&self.key).is_some_and(|p| Arc::ptr_eq(p, &self.pending));
+            if current {
+                s.inflight.remove(&self.key);
+            }
+            if let Ok(v) = &result {
+                if let Cached::Chunk { decoded: c, .. } = v.as_ref() {
+                    cache.stats.decoded_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
+                }
+                // A missing chunk is held too (when the caller says it is worth its entry):
+                // finding it again is a request to the store, on object storage a round trip.
+                s.released.pop(&self.key);
+                if current && (hold_missing || !matches!(v.as_ref(), Cached::Missing)) {
+                    s.bytes += v.cost();
+                    if let Some(old) = s.lru.put(self.key.clone(), v.clone()) {
+                        s.bytes -= old.cost();
+                    }
+                    cache.evict(&mut s);
+                }
+            } else {
+                cache.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.pending.complete(result.as_ref().ok().cloned());
+        result
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut s = lock(&self.cache.state);
+            if s.inflight.get(&self.key).is_some_and(|p| Arc::ptr_eq(p, &self.pending)) {
+                s.inflight.remove(&self.key);
+            }
+            drop(s);
+            self.pending.complete(None);
+        }
+    }
+}
+
+impl Pending {
+    fn complete(&self, value: Option<Arc<Cached>>) {
+        *lock(&self.done) = Some(value);
+        self.cv.notify_all();
     }
 }
 

@@ -177,6 +177,37 @@ fn one_element_of_a_shard_reads_its_index_and_one_inner_chunk() {
 }
 
 #[test]
+fn inner_chunks_read_together_take_one_request_per_shard_or_per_run() {
+    let (store, fs) = setup();
+    let (ino, fh) = open_data(&fs, "sharded/end");
+    let expected = common::expected().into_iter().find(|e| e.store == "v3.zarr" && e.path == "sharded/end").unwrap().bytes;
+    // float32 (10, 9), shards (4, 6), inner chunks (2, 3). Rows 0..4 are all of shard (0, 0) and
+    // the half of shard (0, 1) the array holds: each is read whole, its index with it.
+    let row = 9 * 4u32;
+    assert_eq!(fs.read(ino, fh, 0, 4 * row).unwrap(), &expected[..4 * row as usize]);
+    assert_eq!(store.take(), vec!["get sharded/end/c/0/0".to_string(), "get sharded/end/c/0/1".to_string()]);
+    // Nothing of those shards is read again, index or inner chunk.
+    assert_eq!(fs.read(ino, fh, row.into(), 2 * row).unwrap(), &expected[row as usize..3 * row as usize]);
+    assert_eq!(store.take(), Vec::<String>::new());
+
+    // A fresh mount: one inner chunk first (its index and its bytes), then rows 2 and 3 up to
+    // column 6: the two inner chunks of rows 2..4 in shard (0, 0), 33 bytes apart in it (one
+    // range for both), and one of shard (0, 1) (its index, then its bytes).
+    let (store, fs) = setup();
+    let (ino, fh) = open_data(&fs, "sharded/end");
+    let at = |row: u64, col: u64| (row * 9 + col) * 4;
+    fs.read(ino, fh, at(0, 3), 4).unwrap();
+    let log = store.take();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let (from, to) = (at(2, 0), at(3, 6));
+    assert_eq!(fs.read(ino, fh, from, (to - from) as u32).unwrap(), &expected[from as usize..to as usize]);
+    let log = store.take();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert!(log[0].starts_with("range sharded/end/c/0/0 Range"), "{log:?}");
+    assert!(log[1].starts_with("range sharded/end/c/0/1 Suffix"), "{log:?}");
+}
+
+#[test]
 fn a_read_decodes_only_the_chunks_it_touches() {
     let (store, fs) = setup();
     let (ino, fh) = open_data(&fs, "shapes/d3");

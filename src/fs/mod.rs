@@ -16,6 +16,7 @@ mod prepend;
 mod read;
 mod report;
 mod scratch;
+mod shard;
 mod snapshots;
 mod spare;
 mod spool;

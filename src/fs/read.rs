@@ -8,6 +8,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::open::{ChunkEdit, OpenArray};
+use super::shard::{load_inner, load_inner_together};
 use super::stored::{Completed, complete};
 use crate::Result;
 use crate::cache::{Cached, ChunkCache};
@@ -15,7 +16,6 @@ use crate::error::lock;
 use crate::pool::WorkerPool;
 use crate::store::Version;
 use crate::zarr::array::{Array, ReadUnits};
-use crate::zarr::codec::ShardingCodec;
 use crate::zarr::grid::ChunkGrid;
 use crate::zarr::node::display_path;
 use crate::zarr::region::{FlatRange, Region, Strided, c_strides, copy_box, fill_box, filled};
@@ -165,53 +165,6 @@ fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) ->
         tracing::error!(array = %display_path(&a.path), "read failed: {e}");
     }
     result
-}
-
-/// An inner chunk, read at the offsets of its shard's cached index from the version that index
-/// was read from. A shard another program rewrote since has its index and inner chunks dropped
-/// from the cache and is read again: never new bytes at old offsets.
-fn load_inner(
-    open: &OpenArray,
-    a: &Array,
-    cache: &ChunkCache,
-    sharding: &ShardingCodec,
-    coords: &[u64],
-) -> Result<(Arc<Cached>, Option<Version>)> {
-    let (shard, inner) = a.chunk_of_unit(coords);
-    let index_key = open.unit_key(&shard, true);
-    for _ in 0..3 {
-        let index = cache.get_or_load(&index_key, || {
-            open.check_value(a, &a.chunk_key(&shard))?;
-            a.retrieve_shard_index(sharding, &shard).map(Cached::index)
-        })?;
-        let Cached::Index { index, version } = index.as_ref() else { return Ok((Arc::new(Cached::Missing), None)) };
-        // Empty inner chunks are told by the index alone (they are not held: their version
-        // would be lost).
-        if index.range(inner).is_none() {
-            return Ok((Arc::new(Cached::Missing), Some(*version)));
-        }
-        let unit = cache.get_or_load_holding(&open.unit_key(coords, false), false, || {
-            Ok(match a.retrieve_inner_chunk(sharding, &shard, index, *version, inner)? {
-                Some(decoded) => Cached::Chunk { decoded, version: Some(*version) },
-                None => Cached::Missing,
-            })
-        });
-        match unit {
-            Ok(unit) if matches!(unit.as_ref(), Cached::Chunk { version: Some(v), .. } if v == version) => {
-                return Ok((unit, Some(*version)));
-            }
-            // Cached from another write of the shard, or the shard changed since its index was read.
-            Ok(_) | Err(crate::Error::Stale(_)) => forget_shard(open, a, cache, &shard),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(crate::Error::corrupt(a.chunk_key(&shard), "rewritten again each time it was read"))
-}
-
-/// Drop a shard's index and inner chunks from the cache.
-fn forget_shard(open: &OpenArray, a: &Array, cache: &ChunkCache, shard: &[u64]) {
-    cache.remove(&open.unit_key(shard, true));
-    a.units_of_chunk(shard).for_each(|unit| cache.remove(&open.unit_key(unit, false)));
 }
 
 /// Read units smaller than this are loaded by the reading thread, not handed to workers.
@@ -414,14 +367,19 @@ fn read_units(
             Completed::Stored => to_load.push(i),
         }
     }
+    let sharded = matches!(array.read_units(), ReadUnits::InnerChunks { .. });
     // Units neither cached nor on their way may be absent: when many, one listing tells which,
     // and those it finds absent are held as missing (if worth it). A listing error leaves every
     // unit to its own probe, which reports it precisely.
     let unknown: Vec<usize> =
         to_load.iter().copied().filter(|&i| !cache.is_present_or_loading(&open.unit_key(units.coords(i), false))).collect();
-    if unknown.len() >= ABSENT_LISTING_UNITS {
+    let chunks: Vec<Cow<[u64]>> = match unknown.len() >= ABSENT_LISTING_UNITS {
+        true => unknown.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect(),
+        false => Vec::new(),
+    };
+    // Counted in stored values: the inner chunks of a few shards are a few probes.
+    if !chunks.is_empty() && (!sharded || chunks.iter().collect::<std::collections::HashSet<_>>().len() >= ABSENT_LISTING_UNITS) {
         let since = cache.changes();
-        let chunks: Vec<Cow<[u64]>> = unknown.iter().map(|&i| array.chunk_of_unit(units.coords(i)).0).collect();
         let absent = array.known_absent(chunks.iter().map(|c| c.as_ref())).unwrap_or_default();
         let mut is_absent = vec![false; units.len()];
         for (&i, a) in unknown.iter().zip(absent) {
@@ -434,17 +392,35 @@ fn read_units(
             .map(|&i| open.unit_key(units.coords(i), false));
         cache.insert_missing(absent_keys, since);
     }
-    // The workers start on all but the first unit; this thread loads them in order, joining
-    // loads already under way and doing those not yet started. Small units are not worth a
-    // worker's round trip: this thread alone is faster at them.
-    for &i in to_load.iter().skip(1) {
-        if unit_bytes(array, units.coords(i)) >= PARALLEL_UNIT_BYTES {
-            warm(open, cache, pool, units.coords(i).to_vec());
+    // The workers start on all but the first unit (the inner chunks of a shard together, with
+    // as few requests as their layout allows); this thread loads them in order, joining loads
+    // already under way and doing those not yet started. Small units are not worth a worker's
+    // round trip: this thread alone is faster at them.
+    match array.read_units() {
+        ReadUnits::InnerChunks { sharding } => {
+            let mut mine = Vec::new();
+            for (k, (shard, group)) in shard_groups(open, cache, array, to_load.iter().map(|&i| units.coords(i))).into_iter().enumerate() {
+                if k > 0 && group_bytes(array, &group) >= PARALLEL_UNIT_BYTES {
+                    warm_shard(open, cache, pool, shard, group);
+                } else {
+                    mine.push((shard, group));
+                }
+            }
+            for (shard, group) in mine.into_iter().filter(|(_, group)| group.len() > 1) {
+                let group: Vec<&[u64]> = group.iter().map(Vec::as_slice).collect();
+                load_inner_together(open, array, cache, sharding, &shard, &group);
+            }
+        }
+        ReadUnits::Chunks => {
+            for &i in to_load.iter().skip(1) {
+                if unit_bytes(array, units.coords(i)) >= PARALLEL_UNIT_BYTES {
+                    warm(open, cache, pool, units.coords(i).to_vec());
+                }
+            }
         }
     }
     // The version of each shard the units came from: one per shard, or the read is over again.
     let mut versions: HashMap<Cow<[u64]>, Option<Version>> = HashMap::new();
-    let sharded = matches!(array.read_units(), ReadUnits::InnerChunks { .. });
     for i in to_load {
         let (unit, version) = load_unit(open, array, cache, units.coords(i))?;
         if sharded && *versions.entry(array.chunk_of_unit(units.coords(i)).0).or_insert(version) != version {
@@ -473,12 +449,76 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
     // Only units worth a worker are warmed: a window holds few of them, and looking through
     // more cells than that many (tiny chunks) is not worth it either.
     let mut budget = 4 * len.div_ceil(PARALLEL_UNIT_BYTES);
+    let mut ahead = Vec::new();
     visit_cells(array.unit_grid(), &range.boxes(&meta.shape), |coords, _| {
-        if unit_bytes(&array, coords) >= PARALLEL_UNIT_BYTES {
-            warm(open, cache, pool, coords.to_vec());
-        }
+        ahead.push(coords.to_vec());
         budget = budget.saturating_sub(1);
         if budget == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    });
+    warm_units(open, cache, pool, &array, ahead.iter().map(Vec::as_slice));
+}
+
+/// Have workers load `units` into the cache (those worth a worker's round trip; `warm`), the
+/// inner chunks of one shard together (`warm_shard`).
+fn warm_units<'u>(
+    open: &Arc<OpenArray>,
+    cache: &Arc<ChunkCache>,
+    pool: &WorkerPool,
+    array: &Array,
+    units: impl Iterator<Item = &'u [u64]>,
+) {
+    match array.read_units() {
+        ReadUnits::InnerChunks { .. } => {
+            for (shard, group) in shard_groups(open, cache, array, units) {
+                if group_bytes(array, &group) >= PARALLEL_UNIT_BYTES {
+                    warm_shard(open, cache, pool, shard, group);
+                }
+            }
+        }
+        ReadUnits::Chunks => {
+            units.filter(|u| unit_bytes(array, u) >= PARALLEL_UNIT_BYTES).for_each(|u| warm(open, cache, pool, u.to_vec()))
+        }
+    }
+}
+
+/// Those of `units` neither cached nor on their way, by shard, the shards in the order their
+/// first unit comes in.
+fn shard_groups<'u>(
+    open: &OpenArray,
+    cache: &ChunkCache,
+    array: &Array,
+    units: impl Iterator<Item = &'u [u64]>,
+) -> Vec<(Vec<u64>, Vec<Vec<u64>>)> {
+    let mut shards: Vec<(Vec<u64>, Vec<Vec<u64>>)> = Vec::new();
+    let mut at: HashMap<Vec<u64>, usize> = HashMap::new();
+    for unit in units.filter(|u| !cache.is_present_or_loading(&open.unit_key(u, false))) {
+        let shard = array.chunk_of_unit(unit).0.into_owned();
+        match at.get(&shard) {
+            Some(&k) => shards[k].1.push(unit.to_vec()),
+            None => {
+                at.insert(shard.clone(), shards.len());
+                shards.push((shard, vec![unit.to_vec()]));
+            }
+        }
+    }
+    shards
+}
+
+fn group_bytes(array: &Array, group: &[Vec<u64>]) -> u64 {
+    group.iter().map(|u| unit_bytes(array, u)).sum()
+}
+
+/// Have a worker load inner chunks of `shard` together (`load_inner_together`), as `warm` does
+/// one unit.
+fn warm_shard(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, shard: Vec<u64>, group: Vec<Vec<u64>>) {
+    let (open, cache) = (open.clone(), cache.clone());
+    pool.submit(move || {
+        let group: Vec<&[u64]> = group.iter().map(Vec::as_slice).filter(|u| !cache.was_released(&open.unit_key(u, false))).collect();
+        let Some(_shared) = open.try_shared() else { return };
+        let array = open.array();
+        if let ReadUnits::InnerChunks { sharding } = array.read_units() {
+            load_inner_together(&open, &array, &cache, sharding, &shard, &group);
+        }
     });
 }
 

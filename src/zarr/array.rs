@@ -330,6 +330,56 @@ impl Array {
         sharding.decode_index(bytes, &shape).map(|index| Some((index, version))).map_err(|e| e.in_key(&key))
     }
 
+    /// A whole shard in one request: its bytes, its decoded index and its version, or `None`
+    /// when it is absent. What a read of most of a shard's inner chunks fetches, rather than its
+    /// index and then each chunk.
+    pub fn retrieve_shard(&self, sharding: &ShardingCodec, shard: &[u64]) -> Result<Option<(Vec<u8>, ShardIndex, Version)>> {
+        let key = self.chunk_key(shard);
+        let shape = self.meta.grid.chunk_shape(shard);
+        let bound = self.meta.codecs.encoded_bound(&self.chunk_repr(shard));
+        let Some(value) = self.store.get_value(&key, bound)? else { return Ok(None) };
+        let n = sharding.index_size(&shape).ok_or_else(|| Error::metadata("sharding index has no fixed size"))?;
+        let len = value.bytes.len() as u64;
+        if len < n {
+            return Err(Error::corrupt(&key, format!("{len} bytes, fewer than its {n}-byte index")));
+        }
+        let at = if sharding.index_at_end { (len - n) as usize } else { 0 };
+        let index = sharding.decode_index(value.bytes[at..at + n as usize].to_vec(), &shape).map_err(|e| e.in_key(&key))?;
+        tracing::debug!(key, len, "whole shard read");
+        Ok(Some((value.bytes, index, value.version)))
+    }
+
+    /// `len` bytes from `start` of a shard, which must still be the write of version `version`
+    /// (else an `Error::Stale`: its index must be read again).
+    pub fn retrieve_shard_range(&self, shard: &[u64], start: u64, len: u64, version: Version) -> Result<Vec<u8>> {
+        let key = self.chunk_key(shard);
+        let changed = || Error::Stale(format!("{key} was rewritten since its index was read"));
+        let read = match self.store.get_range_versioned(&key, ByteRange::Range { start, len }) {
+            // A range past the end of a shard rewritten shorter.
+            Err(Error::Corrupt { .. }) if self.store.head(&key)?.is_none_or(|h| h.version != version) => return Err(changed()),
+            other => other.map_err(|e| e.in_key(&format!("{key} (bytes {start}..{})", start + len)))?,
+        };
+        match read {
+            Some((bytes, now)) if now == version => {
+                tracing::debug!(key, start, len, "shard range read");
+                Ok(bytes)
+            }
+            _ => Err(changed()),
+        }
+    }
+
+    /// Decode inner chunk number `inner` of a shard from its stored bytes.
+    pub fn decode_inner_chunk(&self, sharding: &ShardingCodec, shard: &[u64], inner: usize, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        let what = || format!("{} (inner chunk {inner})", self.chunk_key(shard));
+        let repr = self.chunk_repr(shard);
+        let bound = sharding.inner_bound(&repr);
+        let len = bytes.len() as u64;
+        if len > bound {
+            return Err(Error::corrupt(what(), format!("the shard index gives it {len} bytes, more than the {bound} it can take")));
+        }
+        COUNTERS.decode.time(|| sharding.decode_inner(bytes, &repr)).map_err(|e| e.in_key(&what()))
+    }
+
     /// Inner chunk number `inner` (C order) of a shard, read at the offsets of `index`, which
     /// was read from the shard's version `version`: `Ok(None)` when it is empty, and an
     /// `Error::Stale` when the shard is now another write (its index must be read again).
@@ -344,25 +394,13 @@ impl Array {
         let Some((start, len)) = index.range(inner) else {
             return Ok(None);
         };
-        let key = self.chunk_key(shard);
-        let what = || format!("{key} (inner chunk {inner})");
         let bound = sharding.inner_bound(&self.chunk_repr(shard));
         if len > bound {
-            return Err(Error::corrupt(what(), format!("the shard index gives it {len} bytes, more than the {bound} it can take")));
+            let what = format!("{} (inner chunk {inner})", self.chunk_key(shard));
+            return Err(Error::corrupt(what, format!("the shard index gives it {len} bytes, more than the {bound} it can take")));
         }
-        let changed = || Error::Stale(format!("{key} was rewritten since its index was read"));
-        let read = match self.store.get_range_versioned(&key, ByteRange::Range { start, len }) {
-            // A range past the end of a shard rewritten shorter.
-            Err(Error::Corrupt { .. }) if self.store.head(&key)?.is_none_or(|h| h.version != version) => return Err(changed()),
-            other => other.map_err(|e| e.in_key(&what()))?,
-        };
-        match read {
-            Some((bytes, now)) if now == version => {
-                tracing::debug!(key, start, len, "inner chunk read");
-                COUNTERS.decode.time(|| sharding.decode_inner(bytes, &self.chunk_repr(shard))).map(Some).map_err(|e| e.in_key(&what()))
-            }
-            _ => Err(changed()),
-        }
+        let bytes = self.retrieve_shard_range(shard, start, len, version)?;
+        self.decode_inner_chunk(sharding, shard, inner, bytes).map(Some)
     }
 }
 

@@ -41,8 +41,11 @@ impl ReadPattern {
     pub fn note(&self, offset: u64, size: u32, window: u64) -> ReadKind {
         let end = offset + u64::from(size);
         let furthest = self.furthest.fetch_max(end, Ordering::Relaxed);
-        let sequential =
-            offset > 0 && offset <= furthest.saturating_add(SEQUENTIAL_SLACK) && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
+        // A handle's first read at 0 starts a streak (a 1 MiB `dd` block is one by itself);
+        // reads at 0 after it, a header read again and again, do not add to one.
+        let sequential = (offset > 0 || furthest == 0)
+            && offset <= furthest.saturating_add(SEQUENTIAL_SLACK)
+            && offset.saturating_add(SEQUENTIAL_SLACK) >= furthest;
         if !sequential {
             self.streak.store(0, Ordering::Relaxed);
             return ReadKind::Scattered;
@@ -65,20 +68,21 @@ mod tests {
     fn only_a_sequential_streak_reads_ahead() {
         let p = ReadPattern::default();
         let window = 16 << 20;
-        // The first MiB is read without read-ahead, then the window starts after the read.
+        // Read-ahead starts with the read that ends the first MiB, after that read.
         let mut started = None;
         for i in 0..9u64 {
             match p.note(i * (128 << 10), 128 << 10, window) {
                 ReadKind::Sequential { ahead: Some(r), .. } => drop(started.get_or_insert((i, r))),
+                ReadKind::Sequential { ahead: None, .. } if started.is_some() => {}
                 kind => assert_eq!(kind, ReadKind::Scattered, "read {i}"),
             }
         }
-        assert_eq!(started, Some((8, (9 << 17, window))));
+        assert_eq!(started, Some((7, (1 << 20, window))));
         // The next read is sequential; the window has not moved a quarter yet.
         assert_eq!(p.note(9 << 17, 128 << 10, window), ReadKind::Sequential { ahead: None, read_before: 0 });
         // Further on (within the slack of out-of-order requests): the window moves on, and all
         // before 8 MiB behind this read counts as read.
-        let ahead = (9 << 17) + window;
+        let ahead = (1 << 20) + window;
         assert_eq!(
             p.note(9 << 20, 128 << 10, window),
             ReadKind::Sequential { ahead: Some((ahead, (9 << 20) + (128 << 10) + window - ahead)), read_before: 1 << 20 }
@@ -86,5 +90,17 @@ mod tests {
         // A jump far away breaks the streak.
         assert_eq!(p.note(1 << 40, 4096, window), ReadKind::Scattered);
         assert_eq!(p.note((1 << 40) + 4096, 4096, window), ReadKind::Scattered);
+    }
+
+    #[test]
+    fn a_first_read_of_a_mib_at_0_reads_ahead_and_reads_at_0_again_do_not() {
+        let window = 64 << 20;
+        let p = ReadPattern::default();
+        assert_eq!(p.note(0, 1 << 20, window), ReadKind::Sequential { ahead: Some((1 << 20, window)), read_before: 0 });
+        // A header read again and again: no streak.
+        let p = ReadPattern::default();
+        for _ in 0..1024 {
+            assert_eq!(p.note(0, 4096, window), ReadKind::Scattered);
+        }
     }
 }
