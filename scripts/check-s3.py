@@ -7,8 +7,9 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
 - requests, counted by a proxy in front of the server: one ranged GET per inner chunk for a
   sharded point read (after the shard index), one GET per shard for a read of whole shards,
   none for cached chunks, exactly the new chunk PUTs and one metadata PUT for a prepend, none
-  for an open or partial writes, and the chunks' GETs and PUTs and one HEAD of the array's
-  document for an fsync;
+  for an open or partial writes, and for an fsync the chunks' GETs and PUTs, one HEAD of the
+  array's document and (the first time) one listing of the array, after which the chunks of an
+  array that held none are PUT without a GET;
 - faults: 503s and dropped connections within the retry budget change nothing a reader or
   writer sees; past it, EIO, and no metadata PUT after a failed chunk PUT;
 - conditional PUTs: metadata another writer changed under the mount is not overwritten;
@@ -168,6 +169,7 @@ def requests_counted(proxy):
     g.create_array("sh", data=np.arange(64 * 64, dtype="u2").reshape(64, 64), chunks=(8, 8), shards=(32, 32))
     g.create_array("plain", data=np.arange(40 * 6, dtype="i4").reshape(40, 6), chunks=(4, 6))
     g.create_array("rw", data=np.arange(32 * 8, dtype="<u4").reshape(32, 8), chunks=(4, 8))
+    g.create_array("new", shape=(32, 8), dtype="<u4", chunks=(4, 8), fill_value=0)
     # Sparse: one chunk of 16 stored; each 1 MiB read touches half of a chunk row (2 MiB).
     sparse = g.create_array("sparse", shape=(1024, 1024), chunks=(512, 128), dtype="f4", fill_value=-1.0)
     sparse[512:, 256:384] = 7.0
@@ -248,11 +250,28 @@ def requests_counted(proxy):
         kinds = lambda reqs: {k: sum(1 for r in reqs if r[0] == k) for k in ("GET", "HEAD", "PUT")}
         check(kinds(partial) == {"GET": 8, "HEAD": 0, "PUT": 8}, f"8 chunks changed in part: a GET and a conditional PUT each, no HEAD ({partial})")
         # The shape did not change: the fsync stores chunks, after one HEAD of the document (no
-        # other writer changed the array's metadata since it was read: docs/consistency.md),
+        # other writer changed the array's metadata since it was read: docs/consistency.md) and
+        # one listing of the array (whether it holds any chunk: this mount read none of it),
         # and asks nothing else (no HEAD of a chunk, no document read or written).
-        document = [r for r in synced if "/rw/c/" not in r[1]]
-        check(sorted(synced) == sorted(partial + document) and document == [("HEAD", f"/{BUCKET}/{prefix}/rw/zarr.json")],
-              f"an fsync of 8 chunks changed in part is their 16 requests and a HEAD of the document ({synced})")
+        others = sorted(r for r in synced if "/rw/c/" not in r[1])
+        check(sorted(synced) == sorted(partial + others) and others == [("GET", f"/{BUCKET}"), ("HEAD", f"/{BUCKET}/{prefix}/rw/zarr.json")],
+              f"an fsync of 8 chunks changed in part is their 16 requests, a listing and a HEAD of the document ({synced})")
+        # The same into an array that holds no chunk: the listing says so, and each chunk is
+        # created (a conditional PUT) without a GET.
+        os.stat(m.path("new/data"))
+        proxy.reset()
+        fd = os.open(m.path("new/data"), os.O_WRONLY)
+        for row in range(0, 32, 4):
+            os.pwrite(fd, (1000 + row).to_bytes(4, "little"), row * 8 * 4)
+        os.fsync(fd)
+        os.close(fd)
+        created = sorted((e[0], e[1]) for e in proxy.entries())
+        new_chunks = [r for r in created if "/new/c/" in r[1]]
+        check(kinds(new_chunks) == {"GET": 0, "HEAD": 0, "PUT": 8} and len(created) == 10,
+              f"8 chunks of an array that held none, changed in part: a PUT each, a listing and a HEAD ({created})")
+        want = np.zeros((32, 8), dtype="<u4")
+        want[::4, 0] = 1000 + np.arange(0, 32, 4)
+        check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["new"][...], want), "the new array reads back")
         proxy.reset()
         whole = np.arange(32 * 8, dtype="<u4") + 7
         with open(m.path("rw/data"), "r+b") as f:

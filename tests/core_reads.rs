@@ -245,6 +245,50 @@ fn expected_rows(first: u64, rows: u64, stored: &[u64]) -> Vec<u8> {
 }
 
 #[test]
+fn chunks_of_an_array_that_held_none_written_in_part_are_created_without_a_read() {
+    // uint8 (40, 2) in chunks of one row, fill 7, none stored: element (r, 0) of each row
+    // written (r + 100).
+    let (dir, store, fs) = tiny_chunks(40, &[], "/", Config::default());
+    let ino = open_data(&fs, "tiny").0;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    let write_first = |rows: std::ops::Range<u64>| {
+        for r in rows {
+            fs.write(ino, fh, 2 * r, &[r as u8 + 100], false).unwrap();
+        }
+        fs.flush(fh, 0).unwrap();
+    };
+    write_first(0..20);
+    // One listing of the array's directory (its document alone), then a conditional create per
+    // chunk: no chunk is read back.
+    let log = store.take();
+    assert_eq!(log, vec!["list tiny upto 8: 1".to_string()], "{log:?}");
+    assert_eq!(store.sets.lock().unwrap().keys().filter(|k| k.starts_with("tiny/c/")).count(), 20);
+    // Another writer stores row 30 after the listing: the create of row 30 is refused, the
+    // stored chunk read, and this mount's element merged into it.
+    LocalStore::open(dir.path()).unwrap().set("tiny/c/30/0", &[90, 91]).unwrap();
+    write_first(20..40);
+    let log = store.take();
+    assert_eq!(log, vec!["get tiny/c/30/0".to_string()], "{log:?}");
+    let want: Vec<u8> = (0..40u8).flat_map(|r| [r + 100, if r == 30 { 91 } else { 7 }]).collect();
+    assert_eq!(fs.read(ino, fh, 0, 80).unwrap(), want);
+    // An array that holds chunks reads each chunk it changes in part, as before; once a read
+    // found a chunk, without the listing.
+    let (_dir, store, fs) = tiny_chunks(40, &[3], "/", Config::default());
+    let ino = open_data(&fs, "tiny").0;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    fs.write(ino, fh, 2 * 5, &[1], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(store.take(), vec!["list tiny upto 8: 2".to_string(), "get tiny/c/5/0".to_string()]);
+    let (_dir, store, fs) = tiny_chunks(40, &[3], "/", Config::default());
+    let ino = open_data(&fs, "tiny").0;
+    let fh = fs.open(ino, true, false, 0).unwrap();
+    fs.read(ino, fh, 2 * 3, 2).unwrap();
+    fs.write(ino, fh, 2 * 5, &[1], false).unwrap();
+    fs.flush(fh, 0).unwrap();
+    assert_eq!(store.take(), vec!["get tiny/c/3/0".to_string(), "get tiny/c/5/0".to_string()]);
+}
+
+#[test]
 fn a_read_across_many_absent_chunks_lists_their_directory_instead_of_probing_each() {
     for separator in ["/", "."] {
         let stored = [5, 3000];
@@ -368,11 +412,12 @@ fn a_chunk_the_mount_stored_is_not_read_back_for_the_next_partial_write() {
     let (_dir, store, fs) = tiny_chunks(4, &[1], "/", Config::default());
     let (ino, _) = open_data(&fs, "tiny");
     let fh = fs.open(ino, true, false, 0).unwrap();
-    // A partial write of a stored chunk reads it once; after it is stored, its cached copy is
-    // still the stored version (one head, no get) for the next partial write.
+    // A partial write of a stored chunk reads it once (after one listing: the array holds
+    // chunks); after it is stored, its cached copy is still the stored version (one head, no
+    // get) for the next partial write.
     fs.write(ino, fh, 2, &[5], false).unwrap();
     fs.flush(fh, 0).unwrap();
-    assert_eq!(store.take(), vec!["get tiny/c/1/0".to_string()]);
+    assert_eq!(store.take(), vec!["list tiny upto 8: 2".to_string(), "get tiny/c/1/0".to_string()]);
     fs.write(ino, fh, 3, &[6], false).unwrap();
     fs.flush(fh, 0).unwrap();
     assert_eq!(store.take(), Vec::<String>::new());

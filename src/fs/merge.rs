@@ -248,6 +248,8 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
     let (mut expect, written) = match base {
         Base::Whole => return Ok((array.store_chunk_if(coords, decoded, Expect::Any)?, None)),
         Base::Read { version, written } => (Some(Expect::seen(*version)), written),
+        // Never read, of an array that held no chunk: created only if still absent.
+        Base::Unread { written } if array.held_no_chunk() => (Some(Expect::seen(None)), written),
         Base::Reread { written } | Base::Unread { written } => (None, written),
     };
     let mut merged: Option<Vec<u8>> = None;
@@ -305,21 +307,28 @@ fn store_edit_uncounted(array: &Array, coords: &[u64], decoded: Option<&[u8]>, b
         let fill = crate::zarr::region::filled(array.chunk_repr(coords).num_elements() as usize, &array.meta.fill)?;
         store_chunk(array, coords, &fill, &Base::Reread { written: written.clone() })
     };
+    // The version a chunk to delete is known at: read there, or (never read) of an array that
+    // held no chunk, absent.
+    let seen = match base {
+        Base::Read { version, .. } if version.is_none() || array.store.deletes_conditionally() => Some(*version),
+        Base::Unread { .. } if array.held_no_chunk() => Some(None),
+        _ => None,
+    };
     match (decoded, base) {
         (Some(decoded), base) => store_chunk(array, coords, decoded, base),
         (None, Base::Whole) => Ok((array.delete_chunk_if(coords, Expect::Any)?, None)),
-        // Fill written into a chunk read at `version`: deleted if it is still that version, no
+        // Fill written into a chunk known at `seen`: deleted if it is still that version, no
         // buffer of fill made for it.
-        (None, Base::Read { version, written }) if version.is_none() || array.store.deletes_conditionally() => {
-            match array.delete_chunk_if(coords, Expect::seen(*version)) {
+        (None, Base::Read { written, .. } | Base::Reread { written } | Base::Unread { written }) => match seen {
+            Some(version) => match array.delete_chunk_if(coords, Expect::seen(version)) {
                 Err(Error::Conflict { .. }) => {
                     COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
                     into_theirs(written)
                 }
                 other => other.map(|stored| (stored, None)),
-            }
-        }
-        (None, Base::Read { written, .. } | Base::Reread { written } | Base::Unread { written }) => into_theirs(written),
+            },
+            None => into_theirs(written),
+        },
     }
 }
 

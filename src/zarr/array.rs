@@ -30,6 +30,8 @@ pub struct Array {
     /// read or stored it, when known: storing the metadata over a document another writer has
     /// changed since is refused rather than silently undoing their change.
     stored_version: Arc<Mutex<Option<Version>>>,
+    /// Whether the array held no chunk when first asked (`held_no_chunk`).
+    held_no_chunk: Arc<std::sync::OnceLock<bool>>,
 }
 
 /// The cells reads are cached by: whole chunks, or the inner chunks of shards.
@@ -42,12 +44,16 @@ impl Array {
     pub fn new(store: Arc<dyn Store>, path: &str, meta: ArrayMetadata) -> Array {
         // Parsing checked that inner chunks divide every shard edge.
         let inner_grid = meta.codecs.partial_sharding().and_then(|s| meta.grid.subdivided(&s.inner_shape).ok());
-        Array { path: path.to_string(), meta, store, inner_grid, stored_version: Arc::default() }
+        Array { path: path.to_string(), meta, store, inner_grid, stored_version: Arc::default(), held_no_chunk: Arc::default() }
     }
 
     /// The same array with other metadata; it shares the stored version.
     fn derived(&self, meta: ArrayMetadata) -> Array {
-        Array { stored_version: self.stored_version.clone(), ..Array::new(self.store.clone(), &self.path, meta) }
+        Array {
+            stored_version: self.stored_version.clone(),
+            held_no_chunk: self.held_no_chunk.clone(),
+            ..Array::new(self.store.clone(), &self.path, meta)
+        }
     }
 
     /// The version the metadata document was read at (taken before reading it).
@@ -205,6 +211,19 @@ impl Array {
             .collect())
     }
 
+    /// Whether the array's directory held no chunk key when first asked: one listing of at most
+    /// a few names (none once a read found a chunk), kept for the array's life. Chunks stored
+    /// since (by this mount or another) are not counted: this is a belief, for a conditional
+    /// create to check, that spares a new array's chunks written in part a read each (a GET
+    /// that would find nothing).
+    pub fn held_no_chunk(&self) -> bool {
+        *self.held_no_chunk.get_or_init(|| match self.store.list_names_upto(&self.path, 8) {
+            // Metadata documents, and the mount's lock files beside them, are no chunks.
+            Ok(Some(names)) => names.iter().all(|n| n.starts_with('.') || n == "zarr.json"),
+            _ => false,
+        })
+    }
+
     /// The read units inside (outer) chunk `chunk`.
     pub fn units_of_chunk(&self, chunk: &[u64]) -> IndexBox {
         match &self.inner_grid {
@@ -235,6 +254,8 @@ impl Array {
             tracing::debug!(key, took_us = started.elapsed().as_micros() as u64, "chunk absent: fill");
             return Ok(None);
         };
+        // A chunk found stored: no listing need ask whether the array holds any.
+        let _ = self.held_no_chunk.set(false);
         let (fetched, bytes) = (started.elapsed(), value.bytes.len());
         let decoded = COUNTERS.decode.time(|| self.meta.codecs.decode(value.bytes, &repr)).map_err(|e| e.in_key(&key))?;
         tracing::debug!(
