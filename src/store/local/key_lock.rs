@@ -64,6 +64,11 @@ impl KeyLock {
                 Err(e) => return Err(Error::Io(io(e))),
             };
             let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(io(e)))?;
+            // Removed by its holder since it was opened: the name is another writer's lock file
+            // now (perhaps locked), never to be taken back as a planted one.
+            if stat.st_nlink == 0 {
+                continue;
+            }
             // Not a file a writer made (those are regular, with one name): a FIFO, a hard link
             // to some other file. Never locked nor kept; its name is taken back.
             if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {

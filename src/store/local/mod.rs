@@ -663,6 +663,34 @@ mod tests {
     }
 
     #[test]
+    fn conditional_increments_under_contention_are_all_kept() {
+        // Eight writers, each with a store of its own, incrementing one counter: a lock file
+        // removed by its holder while a waiter opens it must not be taken for a planted one
+        // (removing the next holder's lock and letting two writers in at once).
+        let (dir, store) = store();
+        store.set("k/c/0", b"0").unwrap();
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                let s = LocalStore::open(dir.path().join("s")).unwrap();
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        loop {
+                            let v = s.get_value("k/c/0", 64).unwrap().unwrap();
+                            let n: u64 = std::str::from_utf8(&v.bytes).unwrap().parse().unwrap();
+                            match s.set_if("k/c/0", (n + 1).to_string().as_bytes(), Expect::At(v.version)) {
+                                Ok(_) => break,
+                                Err(Error::Conflict { .. }) => continue,
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(store.get("k/c/0", 64).unwrap().unwrap(), b"800");
+    }
+
+    #[test]
     fn a_moved_store_is_served_where_it_is_and_a_deleted_one_is_not_recreated() {
         let (dir, store) = store();
         store.set("a/k", b"1").unwrap();
