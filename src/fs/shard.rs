@@ -140,11 +140,17 @@ fn serve_claims<'c>(
     claims.sort_by_key(|(inner, _)| index.range(*inner).map_or(0, |(start, _)| start));
     let mut runs: Vec<Vec<(usize, Claim)>> = Vec::new();
     let mut run_end = 0;
+    // No more is fetched for an inner chunk than it can take: one the index gives more is left
+    // to be read alone, which refuses it as corrupt.
+    let bound = sharding.inner_bound(&a.chunk_repr(shard));
     for (inner, claim) in claims {
         let Some((start, len)) = index.range(inner) else {
             claim.finish(Ok(Cached::Missing), false)?;
             continue;
         };
+        if len > bound {
+            continue;
+        }
         let joins = runs.last().and_then(|r| r.first()).and_then(|(first, _)| index.range(*first)).is_some_and(|(run_start, _)| {
             start >= run_end && start - run_end <= RUN_GAP_BYTES && start.saturating_add(len) - run_start <= RUN_MAX_BYTES
         });
