@@ -397,7 +397,7 @@ fn read_units(
     // already under way and doing those not yet started. Small units are not worth a worker's
     // round trip: this thread alone is faster at them.
     match array.read_units() {
-        ReadUnits::InnerChunks { sharding } => {
+        ReadUnits::InnerChunks { sharding } if array.store.requests_are_round_trips() => {
             let mut mine = Vec::new();
             for (k, (shard, group)) in shard_groups(open, cache, array, to_load.iter().map(|&i| units.coords(i))).into_iter().enumerate() {
                 if k > 0 && group_bytes(array, &group) >= PARALLEL_UNIT_BYTES {
@@ -411,7 +411,8 @@ fn read_units(
                 load_inner_together(open, array, cache, sharding, &shard, &group);
             }
         }
-        ReadUnits::Chunks => {
+        // Each unit a job of its own: decoded on every core.
+        _ => {
             for &i in to_load.iter().skip(1) {
                 if unit_bytes(array, units.coords(i)) >= PARALLEL_UNIT_BYTES {
                     warm(open, cache, pool, units.coords(i).to_vec());
@@ -458,8 +459,8 @@ pub fn read_ahead(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerP
     warm_units(open, cache, pool, &array, ahead.iter().map(Vec::as_slice));
 }
 
-/// Have workers load `units` into the cache (those worth a worker's round trip; `warm`), the
-/// inner chunks of one shard together (`warm_shard`).
+/// Have workers load `units` into the cache (those worth a worker's round trip; `warm`); where
+/// requests are round trips, the inner chunks of one shard together (`warm_shard`).
 fn warm_units<'u>(
     open: &Arc<OpenArray>,
     cache: &Arc<ChunkCache>,
@@ -468,16 +469,14 @@ fn warm_units<'u>(
     units: impl Iterator<Item = &'u [u64]>,
 ) {
     match array.read_units() {
-        ReadUnits::InnerChunks { .. } => {
+        ReadUnits::InnerChunks { .. } if array.store.requests_are_round_trips() => {
             for (shard, group) in shard_groups(open, cache, array, units) {
                 if group_bytes(array, &group) >= PARALLEL_UNIT_BYTES {
                     warm_shard(open, cache, pool, shard, group);
                 }
             }
         }
-        ReadUnits::Chunks => {
-            units.filter(|u| unit_bytes(array, u) >= PARALLEL_UNIT_BYTES).for_each(|u| warm(open, cache, pool, u.to_vec()))
-        }
+        _ => units.filter(|u| unit_bytes(array, u) >= PARALLEL_UNIT_BYTES).for_each(|u| warm(open, cache, pool, u.to_vec())),
     }
 }
 

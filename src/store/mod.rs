@@ -256,6 +256,12 @@ pub trait Store: Send + Sync {
     fn deletes_conditionally(&self) -> bool {
         true
     }
+    /// Whether each request costs a round trip to a server (object storage): then reads fetch
+    /// neighbouring values together (the inner chunks of a shard) rather than one request
+    /// each, which on a local disk would only take decoding off the other cores.
+    fn requests_are_round_trips(&self) -> bool {
+        false
+    }
     /// Whether the store arbitrates concurrent writers itself when changes are made durable
     /// (an Icechunk session's commit, which rebases or fails): then no lock of the store's own
     /// is taken to change an array's shape.

@@ -617,6 +617,10 @@ impl Store for ObjectStore {
         Some(self.requests.to_json())
     }
 
+    fn requests_are_round_trips(&self) -> bool {
+        true
+    }
+
     fn reach(&self) -> std::result::Result<(), String> {
         let probe = async {
             match self.location {

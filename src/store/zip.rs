@@ -403,6 +403,10 @@ impl Store for ZipStore {
     fn requests(&self) -> Option<serde_json::Value> {
         self.container.requests()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.container.requests_are_round_trips()
+    }
 }
 
 #[cfg(test)]

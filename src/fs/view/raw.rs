@@ -18,7 +18,8 @@ impl View for RawView {
 
     fn read(&self, cx: &Context, array: &Arc<OpenArray>, reads: Option<&ReadPattern>, offset: u64, size: u32) -> Result<Vec<u8>> {
         let window = cx.config.read_ahead.min(cx.cache.capacity() as u64 / 4);
-        let kind = reads.map_or(ReadKind::Scattered, |r| r.note(offset, size, window));
+        let eager = array.array().store.requests_are_round_trips();
+        let kind = reads.map_or(ReadKind::Scattered, |r| r.note(offset, size, window, eager));
         if let ReadKind::Sequential { ahead: Some((from, len)), .. } = kind {
             read::read_ahead(array, &cx.cache, &cx.pool, from, len);
         }
