@@ -382,3 +382,79 @@ mod interleavings {
         }
     }
 }
+
+/// A store in which another writer stores `key` just before each of this mount's conditional
+/// stores of it lands, `times` times: the rival, a mount of the inner store, writes one byte of
+/// its own in the chunk and fsyncs.
+struct Rival {
+    inner: Arc<dyn Store>,
+    key: &'static str,
+    rival: std::sync::Mutex<(Writer, u64)>,
+    times: u64,
+}
+
+impl Store for Rival {
+    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
+        self.inner.get_value(key, max)
+    }
+    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
+        self.inner.head(key)
+    }
+    fn get_range_versioned(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<(Vec<u8>, Version)>> {
+        self.inner.get_range_versioned(key, range)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> zarrfs::Result<()> {
+        self.inner.delete(key)
+    }
+    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> zarrfs::Result<Version> {
+        if key == self.key && !matches!(expect, Expect::Any) {
+            let mut rival = self.rival.lock().unwrap();
+            let (writer, stored) = &mut *rival;
+            if *stored < self.times {
+                *stored += 1;
+                writer.write(16 + *stored % 8, &[*stored as u8]);
+                writer.fs.fsync(writer.fh).expect("the rival's store");
+            }
+        }
+        self.inner.set_if(key, value, expect)
+    }
+    fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
+        self.inner.delete_if(key, expect)
+    }
+    fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> zarrfs::Result<Held> {
+        self.inner.clone().hold_lock(key, wait)
+    }
+    fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
+        self.inner.list_dir(prefix)
+    }
+    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
+        self.inner.sync(keys)
+    }
+}
+
+#[test]
+fn a_merge_outrun_by_another_writer_many_times_in_a_row_still_lands() {
+    for (name, inner, _dir) in stores() {
+        // The rival's first store makes the chunk hold bytes 16..24 of its own.
+        let rival = Writer::open(&inner);
+        rival.write(16, &[7; 8]);
+        rival.fs.fsync(rival.fh).unwrap();
+        let times = 20;
+        let store: Arc<dyn Store> = Arc::new(Rival { inner: inner.clone(), key: "a/c/1", rival: std::sync::Mutex::new((rival, 0)), times });
+        let w = Writer::open(&store);
+        // A partial write of the rival's chunk: stored over the version read, refused 20 times.
+        w.write(28, &[5; 4]);
+        w.fs.fsync(w.fh).unwrap_or_else(|e| panic!("{name}: a merge outrun 20 times: {e}"));
+        let mut want = vec![0u8; 64];
+        want[16..24].fill(7);
+        for stored in 1..=times {
+            want[16 + (stored % 8) as usize] = stored as u8;
+        }
+        want[28..32].fill(5);
+        assert_eq!(stored(&inner), want, "{name}: the rival's bytes and this mount's");
+        w.close().unwrap();
+    }
+}

@@ -236,8 +236,12 @@ impl Base {
     }
 }
 
-/// How many times a chunk is read again and merged before its store fails with the conflict.
-const MERGES: usize = 8;
+/// How long a chunk is read again and merged, while other writers keep changing it, before its
+/// store fails with the conflict. Every refusal means another writer's store landed, so the
+/// writers together always progress; but a writer that stores a chunk as often as a merge takes
+/// (a GET and a PUT) can win every time for a while: a count of tries ran out under such a
+/// writer on a busy S3 server (8 refusals in 0.6 s), a time does not.
+const MERGE_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Store (or delete, when all fill) the decoded chunk at `coords` as `base` allows: over
 /// anything (`Base::Whole`), or only over the version it was read at, merging into another
@@ -252,13 +256,27 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
         Base::Unread { written } if array.held_no_chunk() => (Some(Expect::seen(None)), written),
         Base::Reread { written } | Base::Unread { written } => (None, written),
     };
+    let started = std::time::Instant::now();
     let mut merged: Option<Vec<u8>> = None;
-    for attempt in 0..MERGES {
+    let mut attempt = 0usize;
+    loop {
         if let Some(expect) = expect {
             match array.store_chunk_if(coords, merged.as_deref().unwrap_or(decoded), expect) {
-                Err(Error::Conflict { .. }) => {
+                Err(e @ Error::Conflict { .. }) => {
                     COUNTERS.write_conflicts.fetch_add(1, Ordering::Relaxed);
+                    if started.elapsed() > MERGE_FOR {
+                        return Err(Error::conflict(
+                            array.chunk_key(coords),
+                            format!(
+                                "changed by other writers {} times in {} s while this mount merged its bytes into it",
+                                attempt + 1,
+                                started.elapsed().as_secs()
+                            ),
+                        ));
+                    }
+                    tracing::debug!(attempt, "merging: {e}");
                     back_off(attempt);
+                    attempt += 1;
                 }
                 other => return other.map(|stored| (stored, merged)),
             }
@@ -273,15 +291,11 @@ pub(crate) fn store_chunk(array: &Array, coords: &[u64], decoded: &[u8], base: &
         merged = Some(fresh);
         expect = Some(Expect::seen(now));
     }
-    Err(Error::conflict(
-        array.chunk_key(coords),
-        format!("changed by other writers {MERGES} times while this mount merged its bytes into it"),
-    ))
 }
 
 /// Wait a while before merge `attempt` + 1: writers that collided on a chunk all read it again
-/// at once, and would collide again, in step, until their tries run out. A random wait, longer
-/// after each collision (up to some 100 ms), lets one of them through at a time.
+/// at once, and would collide again, in step. A random wait, longer after each collision (up to
+/// some 100 ms), lets one of them through at a time.
 fn back_off(attempt: usize) {
     use std::hash::{BuildHasher, Hasher};
     let most_us = 1000u64 << attempt.min(7);
