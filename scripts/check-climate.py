@@ -224,8 +224,34 @@ try:
                   f"series: the files' attributes: {d['air'].attrs} {d['time'].attrs}")
         code, out, err = tool("cdo", "-s", "showname", nc)
         check(code == 0 and "air" in out.split(), f"series: cdo showname: {out} {err[:200]}")
+        with open(os.path.join(mnt, "air", "data"), "rb") as f:
+            air = f.read()
     finally:
         unmount(mnt)
+
+    # The same set compressed as fsspec writes one whose name asks for it (compression="infer"),
+    # beside its netCDF4 files: mounted as it is, read as fsspec reads it.
+    import fsspec
+    copied = os.path.join(work, "kerchunk")
+    shutil.copytree(refs, copied)
+    with open(os.path.join(refs, "series.json"), "rb") as f:
+        plain = f.read()
+    for suffix in ("gz", "bz2", "xz"):
+        packed = os.path.join(copied, f"series.json.{suffix}")
+        with fsspec.open(packed, "wb", compression="infer") as f:
+            f.write(plain)
+        with open(packed, "rb") as f:
+            check(f.read(6) != plain[:6], f"series.json.{suffix}: fsspec wrote it uncompressed")
+        theirs = fsspec.filesystem("reference", fo=packed, target_options={"compression": "infer"})
+        check(theirs.cat("time/0") == fsspec.filesystem("reference", fo=os.path.join(refs, "series.json")).cat("time/0"),
+              f"series.json.{suffix}: fsspec reads it")
+        mnt = os.path.join(work, f"mnt-series-{suffix}")
+        mount(packed, mnt)
+        try:
+            with open(os.path.join(mnt, "air", "data"), "rb") as f:
+                check(f.read() == air, f"series.json.{suffix}: air as of the uncompressed set")
+        finally:
+            unmount(mnt)
 finally:
     checks.detach_beneath(work)
     shutil.rmtree(work, ignore_errors=True)

@@ -831,6 +831,40 @@ def kerchunk_sets():
         d.close()
 
 
+def tiff_sets():
+    """TIFF files and the fsspec references tifffile writes for them (`write_fsspec`), with the
+    imagecodecs codecs of their strips and tiles: LZW, PackBits, zstd, deflate, and the
+    horizontal and floating point predictors (one RGB, whose predictor runs along axis -2)."""
+    import tifffile
+    out = os.path.join(OUT, "tiff-refs")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    rng = np.random.default_rng(60)
+    gray = (np.arange(64 * 80).reshape(64, 80) * 7 % 1000 + rng.integers(0, 30, (64, 80))).astype("<u2")
+    cases = {
+        "lzw": (gray, {"compression": "lzw", "tile": (32, 32)}),
+        "lzw_horizontal": (gray, {"compression": "lzw", "predictor": "horizontal", "tile": (32, 32)}),
+        "packbits_strips": ((gray % 7).astype("u1"), {"compression": "packbits", "rowsperstrip": 16}),
+        "zstd": (gray, {"compression": "zstd", "tile": (32, 32)}),
+        "deflate_floatpred": ((gray / 7.5 - 40).astype("<f4"), {"compression": "zlib", "predictor": "floatingpoint", "tile": (32, 32)}),
+        "rgb_lzw_horizontal": (np.stack([gray % 256, gray // 4 % 256, 255 - gray % 256], axis=-1).astype("u1"),
+                               {"compression": "lzw", "predictor": "horizontal", "tile": (32, 32), "photometric": "rgb"}),
+    }
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        for name, (data, options) in cases.items():
+            tifffile.imwrite(f"{name}.tif", data, **options)
+            with tifffile.imread(f"{name}.tif", aszarr=True) as store:
+                store.write_fsspec(f"{name}.json", url=".")
+            back = tifffile.imread(f"{name}.tif")
+            assert np.array_equal(back, data), name
+            record_array("tiff-refs", f"{name}.json", back)
+    finally:
+        os.chdir(here)
+
+
 def record_array(store, path, values):
     """Record what a numpy array (not a zarr array) holds, as `record` does."""
     data = np.ma.getdata(values)
@@ -847,6 +881,11 @@ def main():
         kerchunk_sets()
         merge_expected()
         print("tests/fixtures/kerchunk written")
+        return
+    if sys.argv[1:] == ["tiff"]:
+        tiff_sets()
+        merge_expected()
+        print("tests/fixtures/tiff-refs written")
         return
     if sys.argv[1:] == ["codecs"]:
         codecs()
@@ -892,6 +931,7 @@ def main():
     climate()
     codecs()
     kerchunk_sets()
+    tiff_sets()
     zip_store()
     icechunk_repo()
     with open(os.path.join(OUT, "expected.json"), "w") as f:

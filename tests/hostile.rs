@@ -135,6 +135,52 @@ fn a_private_store_is_read_by_no_other_user() {
 }
 
 #[test]
+fn a_shared_mount_of_a_reference_set_serves_no_target_the_target_keeps_from_others() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(dir.path(), 0o755);
+    // Three arrays, each one chunk of a target: open to all, private (0600), and open to all
+    // but in a private directory.
+    std::fs::create_dir(dir.path().join("hidden")).unwrap();
+    for (target, bytes, m) in [("open.bin", 1u8, 0o644), ("private.bin", 2, 0o600), ("hidden/t.bin", 3, 0o644)] {
+        std::fs::write(dir.path().join(target), [bytes; 4]).unwrap();
+        mode(&dir.path().join(target), m);
+    }
+    mode(&dir.path().join("hidden"), 0o700);
+    let zarray = r#"{\"zarr_format\": 2, \"shape\": [4], \"chunks\": [4], \"dtype\": \"|u1\", \"compressor\": null, \"filters\": null, \"fill_value\": 0, \"order\": \"C\"}"#;
+    let set = dir.path().join("refs.json");
+    std::fs::write(
+        &set,
+        format!(
+            r#"{{".zgroup": "{{\"zarr_format\": 2}}", "o/.zarray": "{zarray}", "o/0": ["open.bin", 0, 4],
+                "p/.zarray": "{zarray}", "p/0": ["private.bin", 0, 4], "h/.zarray": "{zarray}", "h/0": ["hidden/t.bin", 0, 4]}}"#
+        ),
+    )
+    .unwrap();
+    mode(&set, 0o644);
+    let m = Mount::new(&set, &["-o", "allow_other"]);
+    mode(m.dir.path(), 0o755);
+    let read = as_nobody(&format!("od -An -tu1 {}", m.path("o/data").display()));
+    assert!(read.status.success() && String::from_utf8_lossy(&read.stdout).split_whitespace().all(|v| v == "1"), "{read:?}");
+    for array in ["p", "h"] {
+        let out = as_nobody(&format!("od -An -tu1 {}", m.path(&format!("{array}/data")).display()));
+        assert!(!out.status.success(), "another user read {array}, whose target is kept from them: {out:?}");
+        // Its bytes would reach the page cache every reader shares: the owner is refused too.
+        let owner = std::fs::read(m.path(&format!("{array}/data")));
+        assert_eq!(owner.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "{array}: {}", m.log_text());
+    }
+    drop(m);
+    // A mount of the owner's alone serves them all.
+    let m = Mount::new(&set, &[]);
+    for (array, bytes) in [("o", 1u8), ("p", 2), ("h", 3)] {
+        assert_eq!(std::fs::read(m.path(&format!("{array}/data"))).unwrap(), [bytes; 4], "{array}");
+    }
+}
+
+#[test]
 fn other_users_may_do_what_the_shown_owner_and_modes_allow_and_no_more() {
     if !root() {
         return;

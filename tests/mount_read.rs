@@ -129,6 +129,22 @@ fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     let m = Mount::new(Path::new(&source), &["--targets", dir.to_str().unwrap()]);
     assert!(std::fs::read(m.path("air/data")).unwrap() == air.bytes);
     drop(m);
+    // Compressed as fsspec writes `abs.json.zst` (scripts/check-climate.py mounts gzip, bzip2
+    // and xz sets fsspec wrote, by their names). Cut short: refused, naming its compressor.
+    let json = std::fs::read(copy.path().join("abs.json")).unwrap();
+    let zst = copy.path().join("abs.json.zst");
+    std::fs::write(&zst, zstd::encode_all(&json[..], 3).unwrap()).unwrap();
+    let m = Mount::new(Path::new(&format!("reference:{}", zst.display())), &["--targets", dir.to_str().unwrap()]);
+    assert!(std::fs::read(m.path("air/data")).unwrap() == air.bytes, "{}", m.log_text());
+    drop(m);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, &json).unwrap();
+    let gz = gz.finish().unwrap();
+    std::fs::write(copy.path().join("cut.json.gz"), &gz[..gz.len() - 8]).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::bin()).arg("mount").arg(copy.path().join("cut.json.gz")).arg(mnt.path()).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("compressed with gzip"), "{out:?}");
     // `gen` entries: 2 × 3 chunks of 4 int16, the chunk (i, j) at byte 8 (3i + j) + 16 of a
     // file whose first 16 bytes are a header.
     let body: Vec<u8> = (0..48u8).collect();
@@ -141,6 +157,25 @@ fn kerchunk_reference_sets_read_as_netcdf4_reads_their_files() {
     std::fs::write(copy.path().join("gen.json"), set).unwrap();
     let m = Mount::new(Path::new(&format!("reference:{}", copy.path().join("gen.json").display())), &[]);
     assert!(std::fs::read(m.path("g/data")).unwrap() == body, "{}", m.log_text());
+}
+
+/// tifffile's fsspec references to TIFF files (tests/fixtures/tiff-refs), each with the
+/// imagecodecs codecs of its strips or tiles (LZW, PackBits, zstd, deflate; the horizontal and
+/// floating point predictors), read as tifffile reads the files.
+#[test]
+fn tiff_reference_sets_read_as_tifffile_reads_their_files() {
+    let dir = fixtures().join("tiff-refs");
+    let sets: Vec<common::Expected> = expected().into_iter().filter(|e| e.store == "tiff-refs").collect();
+    assert_eq!(sets.len(), 6);
+    for e in &sets {
+        // On a bucket, the set and its TIFF files mirrored there.
+        let m = match common::backend::is_s3() {
+            false => Mount::new(&dir.join(&e.path), &[]),
+            true => Mount::new(Path::new(&format!("reference:{}/{}", common::backend::mount_source(&dir).to_string_lossy(), e.path)), &[]),
+        };
+        let got = std::fs::read(m.path("data")).unwrap_or_else(|err| panic!("{}: {err}\n{}", e.path, m.log_text()));
+        assert!(got == e.bytes, "{}: bytes differ from tifffile's", e.path);
+    }
 }
 
 #[test]

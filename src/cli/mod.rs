@@ -245,6 +245,7 @@ impl RemoteArgs {
             // The mount's cache size, set where the mount is made.
             whole_values_budget: None,
             targets: self.targets.clone(),
+            uncompress: Some(crate::zarr::codec::table::uncompress),
         }
     }
 }

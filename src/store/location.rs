@@ -86,7 +86,7 @@ impl Location {
             return Location::references(set.strip_prefix("file://").unwrap_or(set));
         }
         let base = Location::base(text)?;
-        if (text.to_ascii_lowercase().ends_with(".json") && Path::new(text).is_file()) || base.is_parquet_set() {
+        if (names_json_set(text) && Path::new(text).is_file()) || base.is_parquet_set() {
             return Location::references(text);
         }
         if base.is_icechunk_repo() {
@@ -100,7 +100,7 @@ impl Location {
     fn references(path: &str) -> std::result::Result<Location, String> {
         if let Some(remote) = RemoteLocation::parse(path) {
             let remote = remote?;
-            if !path.to_ascii_lowercase().ends_with(".json") {
+            if !names_json_set(path) {
                 return Ok(Location::References { container: Box::new(Location::Remote(remote)), file: PARQUET_SET.into() });
             }
             let (container, file) = remote.split_last().ok_or_else(|| format!("reference:{path}: names no file"))?;
@@ -404,6 +404,13 @@ pub fn parse_pipeline(source: &str) -> Result<Location, String> {
         at += part.len() + 1;
     }
     Ok(location)
+}
+
+/// Whether a file's name says it holds a JSON reference set, compressed or not (fsspec names
+/// a compressed set by its compressor's suffix).
+fn names_json_set(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [".json", ".json.gz", ".json.zst", ".json.bz2", ".json.xz"].iter().any(|suffix| name.ends_with(suffix))
 }
 
 #[cfg(test)]

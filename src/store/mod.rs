@@ -476,6 +476,12 @@ pub type ConsolidatedDocuments = std::collections::BTreeMap<String, Vec<u8>>;
 /// in `RemoteOptions`, so that walks on object storage take documents from it.
 pub type ReadConsolidated = fn(name: &str, bytes: &[u8]) -> Option<ConsolidatedDocuments>;
 
+/// A whole value compressed as its first bytes say (gzip, zstd, bzip2, xz), decompressed into
+/// at most `max` bytes, with the compressor's name; one that is none of them as it is, with
+/// `None`. The format layer's codecs do it (`zarr::codec::table::uncompress`), handed to the
+/// store by whoever opens it, as `ReadConsolidated` is: reference sets compressed by fsspec.
+pub type Uncompress = fn(bytes: Vec<u8>, max: usize) -> Result<(Option<&'static str>, Vec<u8>)>;
+
 /// The versions of one chunk a merge takes (each `None` where the chunk is absent): as both
 /// writers found it, as this one made it, as the other left it.
 #[derive(Clone, Copy, Debug)]

@@ -96,12 +96,37 @@ fn bad(file: &str, why: impl std::fmt::Display) -> Error {
     Error::metadata(format!("reference set {file}: {why}"))
 }
 
+/// The group and other read bits of the local file `path` (resolved): each kept where every
+/// directory above the file lets the same users search it, as a store in a 0700 home is served
+/// to no one else; a file or directory of another group than the set's (`gid`) counts its
+/// group's bits as others'.
+fn target_readers(path: &Path, gid: u32) -> Result<u32> {
+    use std::os::unix::fs::MetadataExt;
+    // The (group, other) classes' `bit` (4: read, 1: search) of an entry.
+    let classes = |meta: &std::fs::Metadata, bit: u32| {
+        let other = meta.mode() & bit != 0;
+        (if meta.gid() == gid { (meta.mode() >> 3) & bit != 0 } else { other }, other)
+    };
+    let (mut group, mut other) = classes(&std::fs::symlink_metadata(path)?, 4);
+    for dir in path.ancestors().skip(1) {
+        let (g, o) = classes(&std::fs::metadata(dir)?, 1);
+        (group, other) = (group && g, other && o);
+    }
+    Ok(if group { 0o040 } else { 0 } | if other { 0o004 } else { 0 })
+}
+
 impl ReferenceStore {
     /// The set `file` (a key of `container`, which is `base`), reading targets beneath `base`
     /// (or in its bucket) and the prefixes in `options.targets`.
     pub fn open(container: Arc<dyn Store>, file: &str, base: SetDirectory, options: &RemoteOptions) -> Result<ReferenceStore> {
         let value = container.get_value(file, MAX_REFERENCE_FILE)?.ok_or(Error::NotFound)?;
-        let doc: serde_json::Value = serde_json::from_slice(&value.bytes).map_err(|e| bad(file, format!("not JSON: {e}")))?;
+        // fsspec compresses a set by its name's suffix (`refs.json.zst`: `compression="infer"`);
+        // told apart here by the compressor's first bytes, whatever the name says.
+        let json = match options.uncompress {
+            Some(uncompress) => uncompress(value.bytes, MAX_REFERENCE_FILE as usize).map_err(|e| bad(file, e))?.1,
+            None => value.bytes,
+        };
+        let doc: serde_json::Value = serde_json::from_slice(&json).map_err(|e| bad(file, format!("not JSON: {e}")))?;
         let mut allowed = vec![match &base {
             SetDirectory::Local(dir) => Allowed::Dir(dir.canonicalize().map_err(|e| bad(file, format!("{}: {e}", dir.display())))?),
             SetDirectory::Remote(dir) => Allowed::Url(dir.root_and_path().0.to_string()),
@@ -503,10 +528,16 @@ impl Store for ReferenceStore {
     }
 
     fn permissions(&self, key: &str) -> Result<Option<Permissions>> {
-        let present = key.is_empty() || self.dirs.is_dir(key) || self.lookup(key)?.is_some();
-        let Some(set) = self.container.permissions(&self.file)?.filter(|_| present) else { return Ok(None) };
-        // Who may read the reference set may read what it shows (targets are checked on read).
-        let mode = if set.link { 0o600 } else { set.mode & 0o444 };
+        let found = if key.is_empty() || self.dirs.is_dir(key) { None } else { Some(self.lookup(key)?) };
+        let Some(set) = self.container.permissions(&self.file)?.filter(|_| !matches!(found, Some(None))) else { return Ok(None) };
+        // Who may read the reference set may read what it shows, and a local target's bytes
+        // only whom the target itself admits (a private file is no one else's to read).
+        let mut mode = if set.link { 0o600 } else { set.mode & 0o444 };
+        if let Some(Some(Ref::Range { target, .. })) = &found
+            && let Place::File(path) = self.place(key, target)?
+        {
+            mode &= 0o400 | target_readers(&path, set.gid)?;
+        }
         Ok(Some(Permissions { mode: mode | ((mode & 0o444) >> 2), gid: set.gid, link: false }))
     }
 }

@@ -163,6 +163,9 @@ pub struct RemoteOptions {
     /// Reference sets: prefixes (local directories) their targets may lie beneath, besides the
     /// set's own directory.
     pub targets: Vec<String>,
+    /// How a reference set compressed by fsspec is read (`Uncompress`); without it, only sets
+    /// as JSON text are.
+    pub uncompress: Option<super::Uncompress>,
 }
 
 #[cfg(test)]

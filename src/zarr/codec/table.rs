@@ -6,9 +6,10 @@ use serde_json::Value;
 use super::numeric::Typed;
 use super::typed_filter::TypedFilter;
 use super::{
-    ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec, Checksum32Codec,
-    DeltaCodec, FixedScaleOffsetCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec, ScaleOffsetCodec, ShardingCodec,
-    ShuffleCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
+    ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, AxisDeltaCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec,
+    Checksum32Codec, DeltaCodec, FixedScaleOffsetCodec, FloatPredictorCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec,
+    ScaleOffsetCodec, ShardingCodec, ShuffleCodec, TiffLzwCodec, TiffPackBitsCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec,
+    ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -29,7 +30,9 @@ const ZARRS_VLEN_V2: [&str; 3] = ["vlen_v2", "zarrs.vlen_v2", "https://codec.zar
 
 /// numcodecs codecs that run on bytes, by their ids: zarr-python 3 names them `numcodecs.ID` in
 /// v3 documents; v2 documents give the same ids as filters and compressors. `itemsize` is what
-/// numcodecs sees of the buffer (1 for a v3 bytes→bytes codec, the element in v2).
+/// numcodecs sees of the buffer (1 for a v3 bytes→bytes codec, the element in v2). With them,
+/// the imagecodecs codecs of TIFF strips and tiles that tifffile's fsspec references name
+/// (`imagecodecs_ID`; its predictors carry their own dtype and chunk shape).
 fn numcodecs_bytes(id: &str, config: &Value, itemsize: usize) -> Option<Result<Box<dyn BytesToBytesCodec>>> {
     fn boxed<C: BytesToBytesCodec + 'static>(c: Result<C>) -> Result<Box<dyn BytesToBytesCodec>> {
         c.map(|c| Box::new(c) as Box<dyn BytesToBytesCodec>)
@@ -44,6 +47,12 @@ fn numcodecs_bytes(id: &str, config: &Value, itemsize: usize) -> Option<Result<B
         "lzma" => boxed(LzmaCodec::parse(config)),
         "shuffle" => boxed(ShuffleCodec::parse(config, itemsize)),
         "crc32" | "crc32c" | "adler32" | "fletcher32" | "jenkins_lookup3" => boxed(Checksum32Codec::parse(id, config)),
+        "imagecodecs_lzw" => boxed(Ok(TiffLzwCodec)),
+        "imagecodecs_packbits" => boxed(Ok(TiffPackBitsCodec)),
+        "imagecodecs_deflate" | "imagecodecs_zlib" => boxed(ZlibCodec::parse(config)),
+        "imagecodecs_zstd" => boxed(ZstdCodec::parse(config)),
+        "imagecodecs_delta" => boxed(AxisDeltaCodec::parse(config)),
+        "imagecodecs_floatpred" => boxed(FloatPredictorCodec::parse(config)),
         _ => return None,
     })
 }
@@ -133,6 +142,20 @@ pub fn v3(name: &str, config: &Value, dtype: &DataType, shape: &[u64]) -> Result
     }
 }
 
+/// `bytes` decompressed by the compressor its first bytes name (gzip, zstd, bzip2, xz), into at
+/// most `max` bytes, with the compressor's id; bytes no compressor here names as they are.
+pub fn uncompress(bytes: Vec<u8>, max: usize) -> Result<(Option<&'static str>, Vec<u8>)> {
+    let id = match bytes.as_slice() {
+        [0x1f, 0x8b, ..] => "gzip",
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => "zstd",
+        [b'B', b'Z', b'h', ..] => "bz2",
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => "lzma",
+        _ => return Ok((None, bytes)),
+    };
+    let codec = numcodecs_bytes(id, &serde_json::json!({}), 1).ok_or_else(|| Error::metadata(format!("no {id} codec")))??;
+    Ok((Some(id), codec.decode(bytes, max).map_err(|e| Error::metadata(format!("compressed with {id}: {e}")))?))
+}
+
 /// A v2 filter or compressor (`{"id": ..., ...}`): numcodecs allows any codec in either place.
 /// `dtype` in its byte order (`big`) is what the filter sees: the array's elements as stored.
 pub fn v2(config: &Value, dtype: &DataType, big: bool) -> Result<Box<dyn BytesToBytesCodec>> {
@@ -140,7 +163,8 @@ pub fn v2(config: &Value, dtype: &DataType, big: bool) -> Result<Box<dyn BytesTo
     if let Some(codec) = numcodecs_bytes(id, config, dtype.size().unwrap_or(1)) {
         return codec;
     }
-    if NOT_BUILT.contains(&id) {
+    // imagecodecs' image codecs (JPEG, WebP, JPEG 2000, LERC, ...) are not built.
+    if NOT_BUILT.contains(&id) || id.starts_with("imagecodecs_") {
         return Err(Error::Unsupported(format!("v2 codec {id:?}: no Rust implementation is built into zarrfs")));
     }
     let unknown = || Error::metadata(format!("unsupported v2 codec {id:?}"));
