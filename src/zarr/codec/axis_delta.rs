@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::numeric::{Num, Typed};
+use super::numeric::Typed;
 use super::{BytesToBytesCodec, CodecTraits};
 use crate::{Error, Result};
 
@@ -16,6 +16,9 @@ pub struct AxisLayout {
     pub shape: Vec<u64>,
     pub axis: usize,
     pub dist: usize,
+    /// Elements from one to the next along the axis, and along it (a row, from the axis on).
+    pub inner: usize,
+    pub row: usize,
 }
 
 impl AxisLayout {
@@ -35,15 +38,17 @@ impl AxisLayout {
         if !(0..rank).contains(&axis) {
             return Err(bad("an axis outside the shape"));
         }
+        let axis = axis as usize;
         let dist = config.get("dist").map_or(Some(1), Value::as_u64).filter(|&d| d >= 1).ok_or_else(|| bad("a dist below 1"))?;
-        let layout = AxisLayout { dtype, shape, axis: axis as usize, dist: dist as usize };
-        layout.inner().checked_mul(layout.dist).ok_or_else(|| bad("a shape too large"))?;
-        Ok(layout)
-    }
-
-    /// Elements from one to the next along the axis.
-    pub fn inner(&self) -> usize {
-        self.shape[self.axis + 1..].iter().product::<u64>() as usize
+        // A row's bytes must be countable: a hostile shape is refused here, not overflowed.
+        let product = |dims: &[u64]| dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        let (inner, row) = match (product(&shape[axis + 1..]), product(&shape[axis..])) {
+            (Some(inner), Some(row)) if row.checked_mul(dtype.size() as u64).is_some_and(|b| usize::try_from(b).is_ok()) => {
+                (inner as usize, row as usize)
+            }
+            _ => return Err(bad("a shape too large")),
+        };
+        Ok(AxisLayout { dtype, shape, axis, dist: usize::try_from(dist).map_err(|_| bad("a dist too large"))?, inner, row })
     }
 
     /// Elements along the axis.
@@ -72,27 +77,25 @@ impl AxisDeltaCodec {
     }
 
     /// Each element less (encoding) or plus (decoding) the one `dist` before it along the axis;
-    /// the first `dist` along the axis as they are. The last `dist × inner` inputs (encoding)
-    /// or outputs (decoding) are what is kept.
+    /// the first `dist` along the axis as they are. The earlier element is read back from the
+    /// input (encoding) or from what is decoded so far (decoding).
     fn map(&self, bytes: &[u8], decoding: bool) -> Result<Vec<u8>> {
         let t = &self.layout.dtype;
         let p = t.precision();
-        let (inner, along, dist) = (self.layout.inner(), self.layout.along(), self.layout.dist);
-        let back = inner * dist;
-        let mut earlier: Vec<Num> = vec![Num::I(0); back];
-        let mut e = 0usize;
-        t.map_from("imagecodecs_delta", t, bytes, |x| {
-            let slot = e % back;
-            let first = (e / inner) % along < dist;
-            let y = match (first, decoding) {
-                (true, _) => x,
-                (false, true) => p.add(earlier[slot], x),
-                (false, false) => p.sub(x, earlier[slot]),
+        let (inner, along, size) = (self.layout.inner, self.layout.along(), t.size());
+        let elements = t.elements("imagecodecs_delta", bytes)?;
+        let mut out = super::with_room(bytes.len())?;
+        for (e, x) in elements.enumerate() {
+            let x = t.read(x);
+            // Past the first `dist` along the axis, `e` is at least `dist × inner`.
+            let y = match e.checked_sub(self.layout.dist.saturating_mul(inner)).filter(|_| (e / inner) % along >= self.layout.dist) {
+                None => x,
+                Some(before) if decoding => p.add(t.read(&out[before * size..][..size]), x),
+                Some(before) => p.sub(x, t.read(&bytes[before * size..][..size])),
             };
-            earlier[slot] = if decoding { y } else { x };
-            e += 1;
-            y
-        })
+            t.write(y, &mut out);
+        }
+        Ok(out)
     }
 }
 

@@ -27,12 +27,12 @@ impl FloatPredictorCodec {
 
     /// The bytes of one row, and the byte distance of its differences.
     fn row(&self, bytes: &[u8]) -> Result<(usize, usize)> {
-        let size = self.layout.dtype.size();
-        let row = self.layout.inner() * self.layout.along() * size;
-        if row == 0 || !bytes.len().is_multiple_of(row) {
+        // Both countable: `AxisLayout::parse` checked the row's bytes.
+        let row = self.layout.row * self.layout.dtype.size();
+        if !bytes.len().is_multiple_of(row) {
             return Err(corrupt(format!("imagecodecs_floatpred: {} bytes is not a whole number of {row}-byte rows", bytes.len())));
         }
-        Ok((row, self.layout.inner() * self.layout.dist))
+        Ok((row, self.layout.inner.saturating_mul(self.layout.dist)))
     }
 
     /// Plane `p` (0: the most significant bytes) of a row of `n` elements holds byte `p` of
