@@ -140,24 +140,14 @@ fn of_two_mounts_growing_one_array_the_loser_is_told_and_stores_nothing() {
     }
 }
 
-/// A store that holds the first write of `key` until told to go on, having said it came.
-struct Gate {
+/// A store that calls `before` with each key it is about to store and the condition of the
+/// store (`None`: none asked), then stores it.
+struct Hooked {
     inner: Arc<dyn Store>,
-    key: &'static str,
-    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    before: Box<dyn Fn(&str, Option<&Expect>) + Send + Sync>,
 }
 
-impl Gate {
-    fn wait(&self, key: &str) {
-        let held = if key == self.key { self.gate.lock().unwrap().take() } else { None };
-        if let Some((came, go)) = held {
-            let _ = came.send(());
-            let _ = go.recv();
-        }
-    }
-}
-
-impl Store for Gate {
+impl Store for Hooked {
     fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
         self.inner.get_value(key, max)
     }
@@ -168,14 +158,14 @@ impl Store for Gate {
         self.inner.get_range_versioned(key, range)
     }
     fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
-        self.wait(key);
+        (self.before)(key, None);
         self.inner.set(key, value)
     }
     fn delete(&self, key: &str) -> zarrfs::Result<()> {
         self.inner.delete(key)
     }
     fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> zarrfs::Result<Version> {
-        self.wait(key);
+        (self.before)(key, Some(&expect));
         self.inner.set_if(key, value, expect)
     }
     fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
@@ -197,8 +187,16 @@ fn a_growth_behind_another_that_is_storing_waits_and_then_stores_nothing() {
     for (name, inner, _dir) in stores() {
         let (came, arrived) = std::sync::mpsc::channel();
         let (release, go) = std::sync::mpsc::channel();
-        let gate = Arc::new(Gate { inner, key: "a/zarr.json", gate: std::sync::Mutex::new(Some((came, go))) });
-        let store: Arc<dyn Store> = gate;
+        // The first store of the metadata is held until told to go on, having said it came.
+        let gate = std::sync::Mutex::new(Some((came, go)));
+        let before = move |key: &str, _: Option<&Expect>| {
+            let held = if key == "a/zarr.json" { gate.lock().unwrap().take() } else { None };
+            if let Some((came, go)) = held {
+                let _ = came.send(());
+                let _ = go.recv();
+            }
+        };
+        let store: Arc<dyn Store> = Arc::new(Hooked { inner, before: Box::new(before) });
         let (a, b) = (Writer::open(&store), Writer::open(&store));
         a.write(64, &[1; 20]);
         b.write(64, &[2; 12]);
@@ -383,58 +381,6 @@ mod interleavings {
     }
 }
 
-/// A store in which another writer stores `key` just before each of this mount's conditional
-/// stores of it lands, `times` times: the rival, a mount of the inner store, writes one byte of
-/// its own in the chunk and fsyncs.
-struct Rival {
-    inner: Arc<dyn Store>,
-    key: &'static str,
-    rival: std::sync::Mutex<(Writer, u64)>,
-    times: u64,
-}
-
-impl Store for Rival {
-    fn get_value(&self, key: &str, max: u64) -> zarrfs::Result<Option<Value>> {
-        self.inner.get_value(key, max)
-    }
-    fn head(&self, key: &str) -> zarrfs::Result<Option<Head>> {
-        self.inner.head(key)
-    }
-    fn get_range_versioned(&self, key: &str, range: ByteRange) -> zarrfs::Result<Option<(Vec<u8>, Version)>> {
-        self.inner.get_range_versioned(key, range)
-    }
-    fn set(&self, key: &str, value: &[u8]) -> zarrfs::Result<Version> {
-        self.inner.set(key, value)
-    }
-    fn delete(&self, key: &str) -> zarrfs::Result<()> {
-        self.inner.delete(key)
-    }
-    fn set_if(&self, key: &str, value: &[u8], expect: Expect) -> zarrfs::Result<Version> {
-        if key == self.key && !matches!(expect, Expect::Any) {
-            let mut rival = self.rival.lock().unwrap();
-            let (writer, stored) = &mut *rival;
-            if *stored < self.times {
-                *stored += 1;
-                writer.write(16 + *stored % 8, &[*stored as u8]);
-                writer.fs.fsync(writer.fh).expect("the rival's store");
-            }
-        }
-        self.inner.set_if(key, value, expect)
-    }
-    fn delete_if(&self, key: &str, expect: Expect) -> zarrfs::Result<()> {
-        self.inner.delete_if(key, expect)
-    }
-    fn hold_lock(self: Arc<Self>, key: &str, wait: std::time::Duration) -> zarrfs::Result<Held> {
-        self.inner.clone().hold_lock(key, wait)
-    }
-    fn list_dir(&self, prefix: &str) -> zarrfs::Result<Vec<Entry>> {
-        self.inner.list_dir(prefix)
-    }
-    fn sync(&self, keys: &[String]) -> zarrfs::Result<()> {
-        self.inner.sync(keys)
-    }
-}
-
 #[test]
 fn a_merge_outrun_by_another_writer_many_times_in_a_row_still_lands() {
     for (name, inner, _dir) in stores() {
@@ -442,8 +388,22 @@ fn a_merge_outrun_by_another_writer_many_times_in_a_row_still_lands() {
         let rival = Writer::open(&inner);
         rival.write(16, &[7; 8]);
         rival.fs.fsync(rival.fh).unwrap();
+        // Before each of this mount's conditional stores of the chunk, 20 times, the rival
+        // writes one byte of its own in it and fsyncs (through the store beneath).
         let times = 20;
-        let store: Arc<dyn Store> = Arc::new(Rival { inner: inner.clone(), key: "a/c/1", rival: std::sync::Mutex::new((rival, 0)), times });
+        let rival = std::sync::Mutex::new((rival, 0u64));
+        let before = move |key: &str, expect: Option<&Expect>| {
+            if key == "a/c/1" && expect.is_some_and(|e| !matches!(e, Expect::Any)) {
+                let mut rival = rival.lock().unwrap();
+                let (writer, stored) = &mut *rival;
+                if *stored < times {
+                    *stored += 1;
+                    writer.write(16 + *stored % 8, &[*stored as u8]);
+                    writer.fs.fsync(writer.fh).expect("the rival's store");
+                }
+            }
+        };
+        let store: Arc<dyn Store> = Arc::new(Hooked { inner: inner.clone(), before: Box::new(before) });
         let w = Writer::open(&store);
         // A partial write of the rival's chunk: stored over the version read, refused 20 times.
         w.write(28, &[5; 4]);
