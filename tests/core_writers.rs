@@ -140,11 +140,13 @@ fn of_two_mounts_growing_one_array_the_loser_is_told_and_stores_nothing() {
     }
 }
 
-/// A store that calls `before` with each key it is about to store and the condition of the
-/// store (`None`: none asked), then stores it.
+/// What runs before a store of a key, given the key and the store's condition (`None`: none).
+type BeforeStore = Box<dyn Fn(&str, Option<&Expect>) + Send + Sync>;
+
+/// A store that calls `before` with each key it is about to store, then stores it.
 struct Hooked {
     inner: Arc<dyn Store>,
-    before: Box<dyn Fn(&str, Option<&Expect>) + Send + Sync>,
+    before: BeforeStore,
 }
 
 impl Store for Hooked {
