@@ -273,10 +273,12 @@ impl ReferenceStore {
                 SetDirectory::Local(dir) => Place::File(dir.join(url)),
                 SetDirectory::Remote(_) if url.starts_with('/') => Place::File(PathBuf::from(url)),
                 SetDirectory::Remote(dir) => {
-                    if url.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+                    // `./name` (as tifffile writes it) is `name`; `..` and empty parts are refused.
+                    let parts: Vec<&str> = url.split('/').filter(|p| *p != ".").collect();
+                    if parts.is_empty() || parts.iter().any(|p| p.is_empty() || *p == "..") {
                         return Err(Error::corrupt(key, format!("target {url}: not a path beneath the set's directory")));
                     }
-                    let (root, key) = dir.beneath(url).root_and_path();
+                    let (root, key) = dir.beneath(&parts.join("/")).root_and_path();
                     Place::Object { root, key }
                 }
             }
