@@ -23,7 +23,9 @@ scripts/test; its endpoint in AWS_ENDPOINT_URL, bucket in ZARRFS_TEST_S3_BUCKET)
   `mount -t fuse.zarrfs s3://... -o endpoint=`;
 - walks: a `find` over a plate is one listing and one GET a document, a second within the TTL
   none; new nodes show (the mount's at once, another writer's after the TTL); a bucket that
-  refuses listings still serves each node;
+  refuses listings still serves each node; with --trust-consolidated, a walk asks for nothing
+  but the root's consolidated metadata (once per metadata TTL), and a node changed without
+  consolidating shows as consolidated;
 - plain HTTP: a consolidated store served over http:// mounts read-only, and over https://
   (a TLS front with a test CA's certificate) too.
 
@@ -882,6 +884,7 @@ def walks(proxy):
         check("theirs" in os.listdir(m.path("A")), f"another writer's group is listed after the TTL ({os.listdir(m.path('A'))})")
     for fmt in (3, 2):
         consolidated_walk(s3, proxy, fmt)
+        trusted_walk(s3, proxy, fmt)
     walk_past_the_budget(s3, proxy)
     # A bucket whose listings are refused (GetObject granted, ListBucket not): each node still
     # serves, asked for alone.
@@ -940,6 +943,62 @@ def consolidated_walk(s3, proxy, fmt):
         stored = s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{unchanged}")["Body"].read()
         check(open(m.path(unchanged), "rb").read() == stored and os.path.getsize(m.path(unchanged)) == len(stored),
               f"v{fmt}: a document vouched for by consolidated metadata reads as stored")
+
+
+def trusted_walk(s3, proxy, fmt):
+    """--trust-consolidated: a walk is the root's consolidated metadata alone, as zarr-python
+    reads it (no listing, no node document); a node another writer added or changed without
+    consolidating shows as the consolidation has it, until a new consolidation is read after
+    the metadata TTL. Chunks read as stored; a read-write mount that trusts is refused."""
+    from plate import plate
+    prefix = f"walk-trusted-v{fmt}-{uuid.uuid4().hex[:8]}"
+    local = tempfile.mkdtemp()
+    plate(local, 2, 3, 2, fmt=fmt, consolidated=True, chunks=True)
+    for d, _, files in os.walk(local):
+        for f in files:
+            key = os.path.relpath(os.path.join(d, f), local)
+            s3.upload_file(os.path.join(d, f), BUCKET, f"{prefix}/{key}")
+    root_doc = "zarr.json" if fmt == 3 else ".zmetadata"
+    name = "zarr.json" if fmt == 3 else ".zarray"
+    # Another writer grows one array and adds a group, and does not consolidate.
+    changed = f"A/1/0/0/{name}"
+    doc = json.load(open(os.path.join(local, changed)))
+    grown = dict(doc, shape=[3, *doc["shape"][1:]])
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{changed}", Body=json.dumps(grown).encode())
+    group = {"zarr_format": 3, "node_type": "group"} if fmt == 3 else {"zarr_format": 2}
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/A/new/{'zarr.json' if fmt == 3 else '.zgroup'}", Body=json.dumps(group).encode())
+    arrays = sorted(os.path.relpath(d, local) + "/data" for d, _, files in os.walk(local)
+                    if ".zarray" in files or ("zarr.json" in files and json.load(open(os.path.join(d, "zarr.json")))["node_type"] == "array"))
+    r = subprocess.run([BIN, "mount", f"s3://{BUCKET}/{prefix}", tempfile.mkdtemp(), "--trust-consolidated"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, AWS_ENDPOINT_URL=proxy.url))
+    check(r.returncode == 2 and "needs a read-only mount" in r.stderr, f"a read-write mount that trusts is refused ({r.stderr!r})")
+    with Mount(f"s3://{BUCKET}/{prefix}", "--trust-consolidated", "--read-only", "--metadata-ttl", "3", endpoint=proxy.url) as m:
+        proxy.reset()
+        found = sorted(os.path.relpath(f, m.dir) for f in
+                       subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split())
+        asked = [(e[0], e[1][len(f"/{BUCKET}/{prefix}/"):] if e[1] != f"/{BUCKET}" else "(listing)") for e in proxy.entries()]
+        check(found == arrays and asked == [], f"v{fmt}: a trusting walk finds every consolidated array and asks for nothing after the "
+              f"mount ({len(found)} of {len(arrays)} arrays, {asked})")
+        check("new" not in os.listdir(m.path("A")), f"v{fmt}: a group added without consolidating is not shown ({os.listdir(m.path('A'))})")
+        check(os.path.getsize(m.path("A/1/0/0/data")) == 2 * 64 * 64 * 2, f"v{fmt}: a node changed without consolidating shows as consolidated")
+        want = np.asarray(zarr.open_array(os.path.join(local, "A/1/0/1"), mode="r")[...])
+        check(open(m.path("A/1/0/1/data"), "rb").read() == le_bytes(want), f"v{fmt}: a trusted array's chunks read as stored")
+        # A new consolidation shows once the metadata TTL has passed: one GET of the root.
+        root = json.load(open(os.path.join(local, root_doc)))
+        if fmt == 3:
+            root["consolidated_metadata"]["metadata"]["A/1/0/0"] = grown
+            root["consolidated_metadata"]["metadata"]["A/new"] = group
+        else:
+            root["metadata"]["A/1/0/0/.zarray"] = grown
+            root["metadata"]["A/new/.zgroup"] = group
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{root_doc}", Body=json.dumps(root).encode())
+        time.sleep(3.5)
+        proxy.reset()
+        listed = sorted(os.listdir(m.path("A")))
+        size = os.path.getsize(m.path("A/1/0/0/data"))
+        gets = [e[1][len(f"/{BUCKET}/{prefix}/"):] for e in proxy.entries()]
+        check("new" in listed and size == 3 * 64 * 64 * 2 and sorted(gets) == ["zarr.json", ".zmetadata"][: 4 - fmt][::-1],
+              f"v{fmt}: a new consolidation shows after the TTL, read in one request ({listed}, {size} bytes, {gets})")
 
 
 def walk_past_the_budget(s3, proxy):

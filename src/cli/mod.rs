@@ -241,6 +241,7 @@ impl RemoteArgs {
             metadata_ttl: std::time::Duration::ZERO,
             virtual_chunks: self.virtual_chunks,
             consolidated: Some(crate::zarr::consolidated::documents_of),
+            trust_consolidated: false,
             chunk_merge: Some(crate::zarr::chunk_merge::FOR_STORES),
             // The mount's cache size, set where the mount is made.
             whole_values_budget: None,
@@ -304,6 +305,12 @@ struct MountArgs {
     /// reads what other mounts stored since, docs/consistency.md).
     #[arg(long)]
     exclusive: bool,
+    /// Object storage, read-only mounts: take the root's consolidated metadata as what the
+    /// store holds, as zarr-python does. Walks list nothing and fetch no node document; a node
+    /// changed without consolidating shows as consolidated until the next consolidation
+    /// (read again after --metadata-ttl). See docs/object-storage.md.
+    #[arg(long)]
+    trust_consolidated: bool,
     #[command(flatten)]
     remote: RemoteArgs,
     /// Serve Prometheus metrics at http://ADDR/metrics: HOST:PORT, or a port alone on the
@@ -317,7 +324,7 @@ struct MountArgs {
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
     /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
     /// metadata_ttl=, metrics_addr=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
-    /// virtual_hosted, virtual_chunks, targets=; generic mount(8) options are ignored.
+    /// virtual_hosted, virtual_chunks, targets=, trust_consolidated; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// More log output (-v debug, -vv trace).

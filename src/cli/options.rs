@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{Cli, MountArgs};
 use crate::daemon::MountPlan;
 use crate::headers::Views;
-use crate::store::Location;
+use crate::store::{Location, RemoteOptions};
 
 /// More threads than this would only fail to start (the kernel serves a few dozen at most).
 const MAX_THREADS: usize = 1024;
@@ -34,6 +34,7 @@ const FLAG_OPTIONS: &[&str] = &[
     "no_sign_request",
     "virtual_hosted",
     "virtual_chunks",
+    "trust_consolidated",
 ];
 /// The `-o` options that take one.
 const VALUE_OPTIONS: &[&str] = &[
@@ -122,7 +123,7 @@ pub(super) fn plan(args: MountArgs) -> Result<MountPlan, String> {
     let mut plan = MountPlan {
         read_only: args.read_only || store.read_only(),
         store,
-        remote: args.remote.options(),
+        remote: RemoteOptions { trust_consolidated: args.trust_consolidated, ..args.remote.options() },
         mountpoint: args.mountpoint.clone(),
         foreground: args.foreground,
         log_file: args.log_file.clone(),
@@ -153,6 +154,10 @@ pub(super) fn plan(args: MountArgs) -> Result<MountPlan, String> {
     if plan.store.read_only() {
         // Plain HTTP cannot be written, whatever the options say.
         plan.read_only = true;
+    }
+    if plan.remote.trust_consolidated && !plan.read_only {
+        // A write through the mount would change what the consolidation is trusted to say.
+        return Err("--trust-consolidated needs a read-only mount (--read-only or -o ro)".into());
     }
     if plan.allow_other && plan.allow_root {
         return Err("allow_other and allow_root cannot be combined".into());
@@ -211,6 +216,7 @@ pub(super) fn apply_option(plan: &mut MountPlan, key: &str, value: Option<&str>)
         ("no_sign_request", None) => plan.remote.no_sign_request = true,
         ("virtual_hosted", None) => plan.remote.virtual_hosted = true,
         ("virtual_chunks", None) => plan.remote.virtual_chunks = true,
+        ("trust_consolidated", None) => plan.remote.trust_consolidated = true,
         (k, None) if is_generic_option(k) => {}
         (k, _) if k.starts_with("x-") => {}
         (k, Some(_)) if is_flag_option(k) => return Err(format!("{k} takes no value")),
@@ -317,6 +323,12 @@ mod tests {
         assert!(plan(args(&["-o", "virtual_chunks"])).unwrap().remote.virtual_chunks);
         assert!(plan(args(&["--virtual-chunks"])).unwrap().remote.virtual_chunks);
         assert!(plan(args(&["-o", "virtual_chunks=1"])).is_err());
+        // Trusting consolidated metadata is for read-only mounts: the last of ro and rw counts.
+        assert!(plan(args(&["-o", "ro,trust_consolidated"])).unwrap().remote.trust_consolidated);
+        assert!(plan(args(&["--read-only", "--trust-consolidated"])).unwrap().remote.trust_consolidated);
+        for rw in [&["--trust-consolidated"][..], &["-o", "ro,trust_consolidated,rw"]] {
+            assert!(plan(args(rw)).unwrap_err().contains("needs a read-only mount"), "{rw:?}");
+        }
         assert!(plan(args(&["-o", "bogus"])).unwrap_err().contains("bogus"));
         let lots = plan(args(&["-o", "cache_size=lots"])).unwrap_err();
         assert!(lots.contains("not a size") && lots.contains("512M"), "{lots}");

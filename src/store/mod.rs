@@ -382,7 +382,7 @@ impl Location {
                 Ok(Arc::new(LocalStore::open(path).map_err(|e| format!("store {}: {e}", path.display()))?))
             }
             Location::Zip { container, archive, root } => {
-                let container = container.open(options)?;
+                let container = container.open(&options.for_container())?;
                 let zip = ZipStore::open(container, archive, root).map_err(|e| format!("{self}: {e}"))?;
                 Ok(Arc::new(zip))
             }
@@ -400,7 +400,7 @@ impl Location {
                     Location::Remote(dir) => SetDirectory::Remote(dir.clone()),
                     other => return Err(format!("{self}: a reference set is read from a directory or an object store, not {other}")),
                 };
-                let store = container.open(options)?;
+                let store = container.open(&options.for_container())?;
                 Ok(Arc::new(ReferenceStore::open(store, file, base, options).map_err(|e| format!("{self}: {e}"))?))
             }
             #[cfg(feature = "icechunk")]

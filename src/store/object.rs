@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -29,6 +29,7 @@ mod errors;
 mod listed;
 mod metered;
 mod raw;
+mod trusted;
 mod versions;
 mod walks;
 mod whole;
@@ -76,9 +77,9 @@ fn guarded(key: &str) -> bool {
 enum Listing {
     /// The bucket lists its keys.
     Bucket,
-    /// Plain HTTP cannot list: the children of a group are the ones its consolidated metadata
-    /// names (read once).
-    Consolidated(OnceLock<Vec<String>>),
+    /// Plain HTTP cannot list: a directory holds what the root's consolidated metadata says
+    /// (`trusted`), else only the node documents found by asking for them.
+    Unavailable,
 }
 
 pub struct ObjectStore {
@@ -96,6 +97,9 @@ pub struct ObjectStore {
     chunk_etags: Mutex<lru::LruCache<String, UpdateVersion>>,
     /// What recent listings of the bucket showed (for the metadata TTL).
     listed: ListedKeys,
+    /// Walks answered from the root's consolidated metadata (plain HTTP; a bucket mounted with
+    /// `--trust-consolidated`), not from listings.
+    trust: Option<trusted::Trust>,
     /// How a directory's consolidated metadata is read (the format layer's).
     consolidated: Option<ReadConsolidated>,
     pub requests: Arc<RequestCounts>,
@@ -151,7 +155,8 @@ impl ObjectStore {
             .enable_all()
             .build()
             .map_err(Error::Io)?;
-        let listed = ListedKeys::new(if matches!(listing, Listing::Bucket) { options.metadata_ttl } else { Duration::ZERO });
+        let trusts = matches!(listing, Listing::Unavailable) || options.trust_consolidated;
+        let listed = ListedKeys::new(if trusts { Duration::ZERO } else { options.metadata_ttl });
         Ok(ObjectStore {
             remote,
             raw,
@@ -161,6 +166,7 @@ impl ObjectStore {
             etags: Mutex::default(),
             chunk_etags: Mutex::new(lru::LruCache::new(CHUNK_ETAGS)),
             listed,
+            trust: trusts.then(|| trusted::Trust::new(options.metadata_ttl)),
             consolidated: options.consolidated,
             requests: Arc::default(),
             ignores_ranges: Default::default(),
@@ -237,6 +243,11 @@ impl Store for ObjectStore {
     }
 
     fn get_document(&self, key: &str, max: u64) -> Result<Option<Value>> {
+        if guarded(key)
+            && let Some(trusted) = self.trusted()?
+        {
+            return Ok(trusted.document(key).filter(|v| v.bytes.len() as u64 <= max));
+        }
         self.get_listed(key, max, true)
     }
 
@@ -246,6 +257,11 @@ impl Store for ObjectStore {
 
     fn head(&self, key: &str) -> Result<Option<Head>> {
         // Documents only: a chunk's version checks the bytes of a read against another writer's.
+        if guarded(key)
+            && let Some(trusted) = self.trusted()?
+        {
+            return Ok(trusted.head(key));
+        }
         if guarded(key)
             && let Some(known) = self.listed.get(key)
         {
@@ -469,25 +485,13 @@ impl Store for ObjectStore {
     }
 
     fn list_dir(&self, prefix: &str) -> Result<Vec<Entry>> {
-        if let Listing::Consolidated(_) = self.listing {
-            // Without a listing, a directory holds the nodes consolidated metadata names (the
-            // node documents themselves are found by asking for them).
-            let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
-            let mut out: Vec<Entry> = self
-                .consolidated_nodes()
-                .iter()
-                .filter_map(|n| n.strip_prefix(lead.as_str()))
-                .filter_map(|rest| rest.split('/').next())
-                .map(|name| Entry { name: name.to_string(), is_dir: true })
-                .collect();
-            out.dedup();
-            for name in GUARDED {
-                if self.head(&super::join(prefix, name))?.is_some() {
-                    out.push(Entry { name: name.to_string(), is_dir: false });
-                }
-            }
-            out.sort_by(|a, b| a.name.cmp(&b.name));
-            return Ok(out);
+        if let Some(trusted) = self.trusted()?
+            && let Some(entries) = trusted.dir(prefix)
+        {
+            return Ok(entries);
+        }
+        if let Listing::Unavailable = self.listing {
+            return self.documents_asked(prefix);
         }
         // A walk lists each directory: one listing of everything beneath the first answers for
         // the rest, and fetches their documents at once.
@@ -530,7 +534,7 @@ impl Store for ObjectStore {
     }
 
     fn list_names_upto(&self, prefix: &str, max: usize) -> Result<Option<Vec<String>>> {
-        if let Listing::Consolidated(_) = self.listing {
+        if let Listing::Unavailable = self.listing {
             return Ok(None);
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };
@@ -578,7 +582,7 @@ impl Store for ObjectStore {
     }
 
     fn usage(&self, prefix: &str, most: u64) -> Result<Option<Usage>> {
-        if let Listing::Consolidated(_) = self.listing {
+        if let Listing::Unavailable = self.listing {
             return Ok(None);
         }
         let dir = if prefix.is_empty() { None } else { Some(Self::path(prefix)?) };

@@ -154,6 +154,9 @@ pub struct RemoteOptions {
     /// How a walk reads a directory's consolidated metadata (`ReadConsolidated`); without it,
     /// walks fetch every node document, and an HTTP store lists no children.
     pub consolidated: Option<super::ReadConsolidated>,
+    /// Walks of a bucket answered from the root's consolidated metadata alone, as zarr-python
+    /// answers them: no listing, no node document fetched (read-only mounts).
+    pub trust_consolidated: bool,
     /// How a store that rebases commits (Icechunk) merges two writers' versions of a chunk;
     /// without it, such a conflict fails the later commit.
     pub chunk_merge: Option<super::ChunkMerge>,
@@ -166,6 +169,14 @@ pub struct RemoteOptions {
     /// How a reference set compressed by fsspec is read (`Uncompress`); without it, only sets
     /// as JSON text are.
     pub uncompress: Option<super::Uncompress>,
+}
+
+impl RemoteOptions {
+    /// The options of a store that holds another (an archive's, a reference set's): no Zarr
+    /// hierarchy of its own whose consolidated metadata could be trusted.
+    pub fn for_container(&self) -> RemoteOptions {
+        RemoteOptions { trust_consolidated: false, ..self.clone() }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! its own without credentials) is refused here, before anything is asked.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::path::Path as ObjectPath;
@@ -165,7 +165,7 @@ pub(super) fn connect(location: &RemoteLocation, options: &RemoteOptions) -> Res
                 .with_retry(retry)
                 .build()
                 .map_err(invalid)?;
-            (Arc::new(http) as Arc<dyn Remote>, Listing::Consolidated(OnceLock::new()), None)
+            (Arc::new(http) as Arc<dyn Remote>, Listing::Unavailable, None)
         }
     };
     Ok((remote, listing, raw))

@@ -1,7 +1,7 @@
 //! Walks on object storage: a node document no listing reached has its directory's siblings
 //! listed in one go (`list_beneath`), the documents the listing shows fetched many at a time or
 //! taken from the consolidated metadata that vouches for them, and kept (`listed`) for the
-//! metadata TTL; an HTTP store, which cannot list, shows the nodes its consolidated metadata names.
+//! metadata TTL (walks answered from consolidated metadata alone are `trusted`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,9 +12,9 @@ use object_store::{GetOptions, ObjectStore as Remote, UpdateVersion};
 
 use super::listed::{self, Consolidation, Listed};
 use super::versions::{version_from, version_of};
-use super::{DOCUMENTS_IN_FLIGHT, Listing, ObjectStore, guarded, within};
+use super::{DOCUMENTS_IN_FLIGHT, ObjectStore, guarded, within};
 use crate::limits::MAX_DOCUMENT_BYTES;
-use crate::store::{Store, Value};
+use crate::store::Value;
 use crate::{Error, Result};
 
 /// The document `key`, fetched whole if it holds no more than `max` bytes (one grown past what
@@ -171,32 +171,6 @@ impl ObjectStore {
             }
         }
         Ok(())
-    }
-
-    /// The names of the nodes the root's consolidated metadata lists (HTTP stores), as keys of
-    /// their directories: `a`, `a/b`, ...
-    pub(super) fn consolidated_nodes(&self) -> &[String] {
-        let Listing::Consolidated(nodes) = &self.listing else { return &[] };
-        nodes.get_or_init(|| {
-            let Some(read) = self.consolidated else { return Vec::new() };
-            let mut out = Vec::new();
-            for name in ["zarr.json", ".zmetadata"] {
-                if let Some(documents) = self.get(name, MAX_DOCUMENT_BYTES).ok().flatten().and_then(|b| read(name, &b)) {
-                    out.extend(documents.keys().filter_map(|k| k.rsplit_once('/').map(|(dir, _)| dir.to_string())));
-                }
-            }
-            // A name no node can have (empty, `.`, `..` or an empty part: `""`, `/x`) is passed over.
-            out.retain(|name| {
-                let shown = !name.is_empty() && name.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
-                if !shown {
-                    tracing::warn!(node = name, "consolidated metadata names a node no path can have: passed over");
-                }
-                shown
-            });
-            out.sort();
-            out.dedup();
-            out
-        })
     }
 
     /// `get_value`, answered from a listing where it can: with `consolidated`, by a document's
