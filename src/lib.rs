@@ -22,4 +22,11 @@ pub mod progress;
 pub mod store;
 pub mod zarr;
 
+/// Whether this build holds every store kind: object storage, Icechunk and parquet reference
+/// sets are cargo features, left out of the quick first build `scripts/demo` makes.
+pub const WHOLE_BUILD: bool = cfg!(all(feature = "object-store", feature = "icechunk", feature = "parquet"));
+
+/// What a store kind this build left out says to do.
+pub const BUILD_IT_WHOLE: &str = "a quick first build (scripts/demo's) leaves it out: `cargo build --release` builds the whole tool";
+
 pub use error::{Error, Result};

@@ -28,10 +28,20 @@ Examples:
 
 Documentation: man zarrfs, and docs/ in the source tree.";
 
+/// The version, and whether this build is partial (`crate::WHOLE_BUILD`).
+const VERSION: &str = if crate::WHOLE_BUILD {
+    env!("CARGO_PKG_VERSION")
+} else {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (a partial build: local stores, zip archives and JSON reference sets; `cargo build --release` adds object storage, Icechunk and parquet reference sets)"
+    )
+};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "zarrfs",
-    version,
+    version = VERSION,
     about = "Mount a Zarr store as a directory tree in which every array is one flat raw file",
     after_help = EXAMPLES,
     // `zarrfs` alone shows the help, not an error.

@@ -408,7 +408,9 @@ impl Location {
                 Ok(Arc::new(IcechunkStore::open(repo, reference, root, options).map_err(|e| format!("{self}: {e}"))?))
             }
             #[cfg(not(feature = "icechunk"))]
-            Location::Icechunk { .. } => Err(format!("{self}: this build has no Icechunk support (cargo feature icechunk)")),
+            Location::Icechunk { .. } => {
+                Err(format!("{self}: this build has no Icechunk support (cargo feature icechunk): {}", crate::BUILD_IT_WHOLE))
+            }
             #[cfg(feature = "object-store")]
             // What `open` refuses says so itself, naming the store.
             Location::Remote(remote) => Ok(Arc::new(ObjectStore::open(remote, options).map_err(|e| match e {
@@ -418,7 +420,7 @@ impl Location {
             #[cfg(not(feature = "object-store"))]
             Location::Remote(remote) => {
                 let _ = options;
-                Err(format!("{remote}: this build has no object-store support (cargo feature object-store)"))
+                Err(format!("{remote}: this build has no object storage support (cargo feature object-store): {}", crate::BUILD_IT_WHOLE))
             }
         }
     }

@@ -246,7 +246,10 @@ impl Store for ObjectStore {
         if guarded(key)
             && let Some(trusted) = self.trusted()?
         {
-            return Ok(trusted.document(key).filter(|v| v.bytes.len() as u64 <= max));
+            return match trusted.document(key) {
+                Some(v) if v.bytes.len() as u64 > max => Err(Error::refused(key, format!("more than the {max} bytes it can hold"))),
+                other => Ok(other),
+            };
         }
         self.get_listed(key, max, true)
     }

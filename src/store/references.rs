@@ -203,7 +203,11 @@ impl ReferenceStore {
 
     #[cfg(not(feature = "parquet"))]
     fn read_parquet_set(&mut self, _doc: &serde_json::Value) -> Result<()> {
-        Err(Error::Unsupported(format!("reference set {}: parquet sets need a build with the parquet feature", self.file)))
+        Err(Error::Unsupported(format!(
+            "reference set {}: parquet sets need the cargo feature parquet: {}",
+            self.file,
+            crate::BUILD_IT_WHOLE
+        )))
     }
 
     fn add_reference(

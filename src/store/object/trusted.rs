@@ -131,11 +131,24 @@ impl ObjectStore {
         {
             return Ok(trusted.clone());
         }
-        let first = kept.is_none();
-        let trusted = self.read_trusted(read)?.map(Arc::new);
-        if first && trusted.is_none() && matches!(self.listing, super::Listing::Bucket) {
-            tracing::warn!("--trust-consolidated: the root holds no consolidated metadata, so walks list the store");
-        }
+        let before = kept.take();
+        let trusted = match self.read_trusted(read) {
+            Ok(trusted) => {
+                if before.is_none() && trusted.is_none() && matches!(self.listing, super::Listing::Bucket) {
+                    tracing::warn!("--trust-consolidated: the root holds no consolidated metadata, so walks list the store");
+                }
+                trusted.map(Arc::new)
+            }
+            // A root that cannot be read again: what was read before stands until the TTL has
+            // passed once more, so a walk neither fails nor waits on the store at each step.
+            Err(e) => match before {
+                Some((_, before)) => {
+                    tracing::warn!("the root's consolidated metadata could not be read again (what was read before stands): {e}");
+                    before
+                }
+                None => return Err(e),
+            },
+        };
         *kept = Some((Instant::now(), trusted.clone()));
         Ok(trusted)
     }
