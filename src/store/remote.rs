@@ -173,9 +173,9 @@ pub struct RemoteOptions {
 
 impl RemoteOptions {
     /// The options of a store that holds another (an archive's, a reference set's): no Zarr
-    /// hierarchy of its own whose consolidated metadata could be trusted.
+    /// hierarchy of its own, whose consolidated metadata walks would read.
     pub fn for_container(&self) -> RemoteOptions {
-        RemoteOptions { trust_consolidated: false, ..self.clone() }
+        RemoteOptions { trust_consolidated: false, consolidated: None, ..self.clone() }
     }
 }
 
