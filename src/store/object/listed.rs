@@ -80,7 +80,12 @@ pub struct ListedKeys {
     /// The consolidated metadata listed directories held (their key prefixes), newest last: a
     /// listing of a directory below one takes what it vouches for too.
     consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
+    /// The first node looked up in each directory not listed (its key prefix), and when.
+    looked_up: Mutex<std::collections::HashMap<String, (String, Instant)>>,
 }
+
+/// Directories whose first node looked up is kept (a few dozen bytes each).
+const LOOKUPS_KEPT: usize = 4096;
 
 /// Consolidated metadata kept at once: parsed, each takes a few times its document's size.
 const CONSOLIDATIONS_KEPT: usize = 2;
@@ -125,7 +130,7 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default() }
+        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), looked_up: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -259,6 +264,25 @@ impl ListedKeys {
             .map(|(p, _, c)| (p.clone(), c.clone()))
     }
 
+    /// Whether a node of the directory `prefix` other than `node` was looked up within the TTL;
+    /// if none was, `node` is noted as its first.
+    pub fn another_node_looked_up(&self, prefix: &str, node: &str) -> bool {
+        let mut seen = lock(&self.looked_up);
+        if let Some((first, at)) = seen.get(prefix)
+            && at.elapsed() < self.ttl
+        {
+            return first != node;
+        }
+        if seen.len() >= LOOKUPS_KEPT {
+            seen.retain(|_, (_, at)| at.elapsed() < self.ttl);
+            if seen.len() >= LOOKUPS_KEPT {
+                seen.clear();
+            }
+        }
+        seen.insert(prefix.to_string(), (node.to_string(), Instant::now()));
+        false
+    }
+
     /// Forget everything (a change of many keys at once).
     pub fn clear(&self) {
         lock(&self.ranges).clear();
@@ -390,6 +414,17 @@ mod tests {
         assert!(known.consolidation_above("b/").is_none(), "two are kept: the oldest went");
         std::thread::sleep(Duration::from_millis(120));
         assert!(known.consolidation_above("c/d/").is_none(), "gone after the TTL");
+    }
+
+    #[test]
+    fn a_directory_is_worth_listing_once_a_second_node_of_it_is_looked_up() {
+        let known = ListedKeys::new(Duration::from_millis(100));
+        assert!(!known.another_node_looked_up("p/", "p/a"));
+        assert!(!known.another_node_looked_up("p/", "p/a"), "the same node again (a v2 node's second document)");
+        assert!(!known.another_node_looked_up("q/", "q/a"), "another directory");
+        assert!(known.another_node_looked_up("p/", "p/b"));
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(!known.another_node_looked_up("p/", "p/b"), "after the TTL it starts again");
     }
 
     #[test]

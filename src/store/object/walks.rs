@@ -1,5 +1,5 @@
-//! Walks on object storage: a node document no listing reached has its directory's siblings
-//! listed in one go (`list_beneath`), the documents the listing shows fetched many at a time or
+//! Walks on object storage: a node document no listing reached, once another node of its
+//! directory was looked up, has its directory's siblings listed in one go (`list_beneath`), the documents the listing shows fetched many at a time or
 //! taken from the consolidated metadata that vouches for them, and kept (`listed`) for the
 //! metadata TTL (walks answered from consolidated metadata alone are `trusted`).
 
@@ -185,7 +185,11 @@ impl ObjectStore {
                 && let Some((dir, _)) = key.rsplit_once('/')
             {
                 let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
-                if !self.listed.tried(&listed::dir_prefix(parent)) {
+                let siblings = listed::dir_prefix(parent);
+                // Once a second node of the directory is looked up: a tool reading one array
+                // waits for no listing (a page of a large bucket is many times a document's
+                // round trip), a walk of lookups lists at its second step.
+                if !self.listed.tried(&siblings) && self.listed.another_node_looked_up(&siblings, dir) {
                     // One page: a large array's chunks cost one request more, not five. A
                     // listing that fails leaves the document to be asked for alone.
                     let _ = self.list_beneath(parent, listed::PAGE);
