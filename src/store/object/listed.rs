@@ -80,12 +80,9 @@ pub struct ListedKeys {
     /// The consolidated metadata listed directories held (their key prefixes), newest last: a
     /// listing of a directory below one takes what it vouches for too.
     consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
-    /// The first node looked up in each directory not listed (its key prefix), and when.
-    looked_up: Mutex<std::collections::HashMap<String, (String, Instant)>>,
+    /// The directories (key prefixes) listed in the background now.
+    listing: Mutex<Vec<String>>,
 }
-
-/// Directories whose first node looked up is kept (a few dozen bytes each).
-const LOOKUPS_KEPT: usize = 4096;
 
 /// Consolidated metadata kept at once: parsed, each takes a few times its document's size.
 const CONSOLIDATIONS_KEPT: usize = 2;
@@ -130,7 +127,7 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), looked_up: Mutex::default() }
+        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), listing: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -264,23 +261,23 @@ impl ListedKeys {
             .map(|(p, _, c)| (p.clone(), c.clone()))
     }
 
-    /// Whether a node of the directory `prefix` other than `node` was looked up within the TTL;
-    /// if none was, `node` is noted as its first.
-    pub fn another_node_looked_up(&self, prefix: &str, node: &str) -> bool {
-        let mut seen = lock(&self.looked_up);
-        if let Some((first, at)) = seen.get(prefix)
-            && at.elapsed() < self.ttl
-        {
-            return first != node;
+    /// Note that `prefix` is being listed in the background, unless it or a directory above it
+    /// already is (whose listing will answer for it): whether it was noted. Until
+    /// `listed_in_background`, the directory counts as tried, and answers for no key.
+    pub fn start_background_listing(&self, prefix: &str) -> bool {
+        let mut listing = lock(&self.listing);
+        if listing.iter().any(|p| prefix.starts_with(p.as_str())) {
+            return false;
         }
-        if seen.len() >= LOOKUPS_KEPT {
-            seen.retain(|_, (_, at)| at.elapsed() < self.ttl);
-            if seen.len() >= LOOKUPS_KEPT {
-                seen.clear();
-            }
-        }
-        seen.insert(prefix.to_string(), (node.to_string(), Instant::now()));
-        false
+        listing.push(prefix.to_string());
+        drop(listing);
+        self.insert_failed(prefix.to_string());
+        true
+    }
+
+    /// The background listing of `prefix` ended (kept, or failed).
+    pub fn listed_in_background(&self, prefix: &str) {
+        lock(&self.listing).retain(|p| p != prefix);
     }
 
     /// Forget everything (a change of many keys at once).
@@ -417,14 +414,16 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_is_worth_listing_once_a_second_node_of_it_is_looked_up() {
-        let known = ListedKeys::new(Duration::from_millis(100));
-        assert!(!known.another_node_looked_up("p/", "p/a"));
-        assert!(!known.another_node_looked_up("p/", "p/a"), "the same node again (a v2 node's second document)");
-        assert!(!known.another_node_looked_up("q/", "q/a"), "another directory");
-        assert!(known.another_node_looked_up("p/", "p/b"));
-        std::thread::sleep(Duration::from_millis(120));
-        assert!(!known.another_node_looked_up("p/", "p/b"), "after the TTL it starts again");
+    fn a_background_listing_answers_for_the_directories_beneath_it() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        assert!(known.start_background_listing("a/"));
+        assert!(known.tried("a/") && known.get("a/b/zarr.json").is_none(), "tried, and answering for no key until kept");
+        assert!(!known.start_background_listing("a/"), "listed already");
+        assert!(!known.start_background_listing("a/b/"), "a directory beneath one being listed");
+        assert!(known.start_background_listing("b/"));
+        known.insert("a/".into(), keys(&["a/b/zarr.json"]), true);
+        known.listed_in_background("a/");
+        assert!(matches!(known.get("a/b/zarr.json"), Some(Some(_))) && known.start_background_listing("a/b/"));
     }
 
     #[test]
