@@ -183,11 +183,11 @@ fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
 }
 
 /// Whether the cache holds the unit at `coords` as missing once it is found absent: units worth a
-/// worker are (several requests and the read-ahead touch each, and asking an object store again
-/// is a round trip); tiny ones are not (their entries would outweigh them, and a read of many
-/// lists their directory instead).
+/// worker are (several requests and the read-ahead touch each), and every unit of a store where
+/// asking again is a round trip; tiny ones of a local store are not (their entries would
+/// outweigh them, and a read of many lists their directory instead).
 fn worth_holding_missing(array: &Array, coords: &[u64]) -> bool {
-    unit_bytes(array, coords) >= PARALLEL_UNIT_BYTES
+    unit_bytes(array, coords) >= PARALLEL_UNIT_BYTES || array.store.requests_are_round_trips()
 }
 
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
@@ -202,6 +202,26 @@ fn warm(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, coord
             }
             if let Some(_shared) = open.try_shared() {
                 let _ = load_unit(&open, &open.array(), &cache, &coords);
+            }
+        });
+    }
+}
+
+/// Have the workers load small units into the cache, several to a job: one job each would flood
+/// the queue ahead of other work. Job `j` of `n` takes every `n`th unit from the `j`th on, so the
+/// units a reader needs next are loading at once, on as many workers as there are jobs.
+fn warm_small(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool, units: Vec<Vec<u64>>) {
+    let units = Arc::new(units);
+    let jobs = pool.threads().min(units.len());
+    for j in 0..jobs {
+        let (open, cache, units) = (open.clone(), cache.clone(), units.clone());
+        pool.submit(move || {
+            let Some(_shared) = open.try_shared() else { return };
+            let array = open.array();
+            for coords in units.iter().skip(j).step_by(jobs) {
+                if load_unit(&open, &array, &cache, coords).is_err() {
+                    return;
+                }
             }
         });
     }
@@ -413,10 +433,17 @@ fn read_units(
         }
         // Each unit a job of its own: decoded on every core.
         _ => {
+            let mut small = Vec::new();
             for &i in to_load.iter().skip(1) {
                 if unit_bytes(array, units.coords(i)) >= PARALLEL_UNIT_BYTES {
                     warm(open, cache, pool, units.coords(i).to_vec());
+                } else {
+                    small.push(units.coords(i).to_vec());
                 }
+            }
+            // Where each load is a round trip, small units too are loaded many at once.
+            if array.store.requests_are_round_trips() {
+                warm_small(open, cache, pool, small);
             }
         }
     }
