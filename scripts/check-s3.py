@@ -165,6 +165,28 @@ def interop():
         check(open(m.path("sharded/data"), "rb").read() == le_bytes(arrays["sharded"]), "prepend read back after a remount")
 
 
+def small_chunks_at_once(proxy):
+    """Where every request is a round trip, a read of many small chunks asks for them many at
+    once, not one after another: 200 chunks of 1 KiB, each GET held 20 ms by the proxy."""
+    prefix = f"small-{uuid.uuid4().hex[:8]}"
+    want = (np.arange(200 * 256, dtype="<u4") % 1009).reshape(200 * 4, 64)
+    zarr.create_array(s3store(prefix), data=want, chunks=(4, 64), compressors=None)
+    with Mount(f"s3://{BUCKET}/{prefix}", "--read-only", endpoint=proxy.url) as m:
+        os.stat(m.path("data"))
+        time.sleep(0.5)  # the root's listing, started by the lookup, is over
+        proxy.reset()
+        proxy.delay = 0.02
+        try:
+            got = open(m.path("data"), "rb").read()
+        finally:
+            proxy.delay = 0.0
+        gets = [e for e in proxy.entries() if e[0] == "GET" and "/c/" in e[1]]
+        check(got == want.tobytes(), "an array of small chunks reads back whole")
+        check(len(gets) == 200 and proxy.most_in_flight >= 8,
+              f"small chunks are asked for many at once ({len(gets)} GETs, at most {proxy.most_in_flight} under way)")
+        print(f"small chunks: {len(gets)} GETs, at most {proxy.most_in_flight} under way", flush=True)
+
+
 def requests_counted(proxy):
     prefix = f"count-{uuid.uuid4().hex[:8]}"
     g = zarr.open_group(s3store(prefix), mode="w")
@@ -887,10 +909,13 @@ def walks(proxy):
         trusted_walk(s3, proxy, fmt)
     walk_past_the_budget(s3, proxy)
     # A bucket whose listings are refused (GetObject granted, ListBucket not): each node still
-    # serves, asked for alone.
+    # serves, asked for alone (its siblings' listing, made meanwhile, refused).
     with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
         proxy.refuse = ("GET", f"/{BUCKET}")
         check(os.path.getsize(m.path(data[0])) == 2 * 64 * 64 * 2, f"a node serves when its directory's listing is refused ({data[0]})")
+        deadline = time.time() + 10
+        while not [e for e in proxy.entries() if e[3] == 403] and time.time() < deadline:
+            time.sleep(0.05)
         refused = [e for e in proxy.entries() if e[3] == 403]
         check(len(refused) == 1, f"the listing was refused ({refused})")
         proxy.refuse = None
@@ -1124,6 +1149,7 @@ def main():
     reference_sets()
     interop()
     requests_counted(proxy)
+    small_chunks_at_once(proxy)
     faults(proxy)
     recheck_during_a_flush(proxy, "c/3/0")
     recheck_during_a_flush(proxy, "zarr.json")

@@ -28,6 +28,8 @@ class S3Proxy:
         self.log = []
         self.lock = threading.Lock()
         self.n = 0
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most requests under way at once since `reset`
         self.held = None  # (method, path, entered, release): see `hold`
         self.refuse = None  # (method, path): the next such request is answered 403, not retried
         proxy = self
@@ -48,6 +50,16 @@ class S3Proxy:
                 self.wfile.write(msg)
 
             def handle_any(self):
+                with proxy.lock:
+                    proxy.in_flight += 1
+                    proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+                try:
+                    self.relay()
+                finally:
+                    with proxy.lock:
+                        proxy.in_flight -= 1
+
+            def relay(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 with proxy.lock:
@@ -105,6 +117,7 @@ class S3Proxy:
     def reset(self):
         with self.lock:
             self.log = []
+            self.most_in_flight = self.in_flight
 
     def hold(self, method, path):
         """Hold the next `method` request of `path` (as the proxy sees it: /bucket/key) until

@@ -96,7 +96,7 @@ pub struct ObjectStore {
     /// a chunk names the one its version came from without asking for it first.
     chunk_etags: Mutex<lru::LruCache<String, UpdateVersion>>,
     /// What recent listings of the bucket showed (for the metadata TTL).
-    listed: ListedKeys,
+    listed: Arc<ListedKeys>,
     /// Walks answered from the root's consolidated metadata (plain HTTP; a bucket mounted with
     /// `--trust-consolidated`), not from listings.
     trust: Option<trusted::Trust>,
@@ -156,7 +156,7 @@ impl ObjectStore {
             .build()
             .map_err(Error::Io)?;
         let trusts = matches!(listing, Listing::Unavailable) || options.trust_consolidated;
-        let listed = ListedKeys::new(if trusts { Duration::ZERO } else { options.metadata_ttl });
+        let listed = Arc::new(ListedKeys::new(if trusts { Duration::ZERO } else { options.metadata_ttl }));
         Ok(ObjectStore {
             remote,
             raw,
