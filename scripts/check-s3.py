@@ -1024,6 +1024,21 @@ def trusted_walk(s3, proxy, fmt):
         gets = [e[1][len(f"/{BUCKET}/{prefix}/"):] for e in proxy.entries()]
         check("new" in listed and size == 3 * 64 * 64 * 2 and sorted(gets) == ["zarr.json", ".zmetadata"][: 4 - fmt][::-1],
               f"v{fmt}: a new consolidation shows after the TTL, read in one request ({listed}, {size} bytes, {gets})")
+    # A root that consolidates nothing: walked from listings, kept for the TTL as an untrusting
+    # mount keeps them (one listing answers for every directory beneath).
+    bare, local = f"{prefix}-bare", tempfile.mkdtemp()
+    plate(local, 1, 2, 1, fmt=fmt, chunks=True)
+    for d, _, files in os.walk(local):
+        for f in files:
+            key = os.path.relpath(os.path.join(d, f), local)
+            s3.upload_file(os.path.join(d, f), BUCKET, f"{bare}/{key}")
+    with Mount(f"s3://{BUCKET}/{bare}", "--trust-consolidated", "--read-only", "--metadata-ttl", "60", endpoint=proxy.url) as m:
+        walk = lambda: sorted(subprocess.run(["find", m.dir, "-name", "data"], capture_output=True, text=True).stdout.split())
+        proxy.reset()
+        first = walk()
+        lists = [e for e in proxy.entries() if e[0] == "GET" and e[1] == f"/{BUCKET}"]
+        check(first and len(lists) == 1, f"v{fmt}: with nothing consolidated, a trusting walk lists the prefix once, as an untrusting "
+              f"one does ({len(first)} arrays, {len(lists)} listings)")
 
 
 def walk_past_the_budget(s3, proxy):

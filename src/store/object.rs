@@ -156,7 +156,10 @@ impl ObjectStore {
             .build()
             .map_err(Error::Io)?;
         let trusts = matches!(listing, Listing::Unavailable) || options.trust_consolidated;
-        let listed = Arc::new(ListedKeys::new(if trusts { Duration::ZERO } else { options.metadata_ttl }));
+        // Kept for the TTL where listings can be made: a trusting mount lists an array's chunks,
+        // and every directory of a root that consolidates nothing.
+        let listable = !matches!(listing, Listing::Unavailable);
+        let listed = Arc::new(ListedKeys::new(if listable { options.metadata_ttl } else { Duration::ZERO }));
         Ok(ObjectStore {
             remote,
             raw,
