@@ -688,6 +688,7 @@ def codecs():
     written (check-writes writes them) and the others (lossy ones read-only) in separate stores."""
     from zarr.codecs import numcodecs as N
     from zarr.codecs.scale_offset import ScaleOffset
+    from zarr.codecs import CastValue
     for name in ["codecs.zarr", "codecs_v2.zarr", "codecs_lossy.zarr", "codecs_lossy_v2.zarr"]:
         if os.path.exists(os.path.join(OUT, name)):
             shutil.rmtree(os.path.join(OUT, name))
@@ -711,6 +712,7 @@ def codecs():
         "astype_widening": ("<i4", i4, dict(filters=[N.AsType(encode_dtype="<i8", decode_dtype="<i4")], compressors=None)),
         "packbits": ("bool", bits, dict(filters=[N.PackBits()], compressors=None)),
         "sharded_shuffle": ("<f8", f8, dict(shards=(6, 4), compressors=[N.Shuffle(), N.Zlib(level=1)])),
+        "cast_value_widening": ("<i4", i4, dict(filters=[CastValue(data_type="int64")], compressors=[N.Zlib(level=1)])),
     }
     lossy_v3 = {  # and scale_offset, whose integers refuse values out of range when written
         "scale_offset": ("<i4", i4 // 4, dict(filters=[ScaleOffset(offset=5, scale=2)], compressors=None)),
@@ -719,6 +721,13 @@ def codecs():
         "bitround": ("<f8", f8, dict(filters=[N.BitRound(keepbits=8)], compressors=[N.Zstd(level=1)])),
         "astype_narrowing": ("<f8", f8, dict(filters=[N.AsType(encode_dtype="<f4", decode_dtype="<f8")], compressors=None)),
         "delta_float": ("<f4", f8.astype("<f4"), dict(filters=[N.Delta(dtype="<f4")], compressors=None)),
+        # float64 stored as int16 (rounded half away from zero, clamped) with NaN as -32768; int32
+        # stored as uint8 modulo 256.
+        "cast_value": ("<f8", np.where(np.arange(f8.size).reshape(f8.shape) % 11 == 3, np.nan, f8 * 400),
+                       dict(filters=[CastValue(data_type="int16", rounding="nearest-away", out_of_range="clamp",
+                                               scalar_map={"encode": [("NaN", -32768)], "decode": [(-32768, "NaN")]})],
+                            compressors=None)),
+        "cast_value_wrap": ("<i4", i4, dict(filters=[CastValue(data_type="uint8", out_of_range="wrap")], compressors=None)),
     }
     v2 = {
         "shuffle_zlib": ("<f8", f8, dict(filters=[numcodecs.Shuffle(elementsize=8)], compressors=numcodecs.Zlib(level=4))),

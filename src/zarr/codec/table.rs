@@ -7,9 +7,9 @@ use super::numeric::Typed;
 use super::typed_filter::TypedFilter;
 use super::{
     ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, AxisDeltaCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec,
-    Checksum32Codec, DeltaCodec, FixedScaleOffsetCodec, FloatPredictorCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec, QuantizeCodec,
-    ScaleOffsetCodec, ShardingCodec, ShuffleCodec, TiffLzwCodec, TiffPackBitsCodec, TransposeCodec, VlenInterleavedCodec, ZarrsVlenCodec,
-    ZlibCodec, ZstdCodec,
+    CastValueCodec, Checksum32Codec, DeltaCodec, FixedScaleOffsetCodec, FloatPredictorCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec,
+    QuantizeCodec, ScaleOffsetCodec, ShardingCodec, ShuffleCodec, TiffLzwCodec, TiffPackBitsCodec, TransposeCodec, VlenInterleavedCodec,
+    ZarrsVlenCodec, ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -82,7 +82,7 @@ fn numcodecs_typed(id: &str, config: &Value, dtype: &Typed) -> Option<Result<(Bo
 const TYPED: [&str; 6] = ["delta", "fixedscaleoffset", "quantize", "astype", "bitround", "packbits"];
 
 /// Codecs no crate here does, refused by name rather than as unknown.
-const NOT_BUILT: [&str; 5] = ["pcodec", "zfpy", "cast_value", "bitshuffle", "categorize"];
+const NOT_BUILT: [&str; 4] = ["pcodec", "zfpy", "bitshuffle", "categorize"];
 
 /// A numcodecs filter over typed elements as a v3 array→array codec.
 fn typed_filter(id: &str, config: &Value, dtype: &DataType) -> Result<Built> {
@@ -118,6 +118,11 @@ fn v3_constructor(name: &str) -> Option<V3Constructor> {
         "scale_offset" => |c, dtype, _| {
             let transform = Box::new(ScaleOffsetCodec::parse(c, Typed::native("scale_offset", dtype)?)?);
             Ok(ArrayToArray(Box::new(TypedFilter { transform, encoded: None, packs_bits: false })))
+        },
+        "cast_value" => |c, dtype, _| {
+            let transform = CastValueCodec::parse(c, dtype)?;
+            let encoded = Some(transform.encoded_type().dtype.clone()).filter(|t| t != dtype);
+            Ok(ArrayToArray(Box::new(TypedFilter { transform: Box::new(transform), encoded, packs_bits: false })))
         },
         _ => return None,
     })
