@@ -153,7 +153,7 @@ impl Cells {
 fn load_unit(open: &OpenArray, a: &Array, cache: &ChunkCache, coords: &[u64]) -> Result<(Arc<Cached>, Option<Version>)> {
     let result = match a.read_units() {
         ReadUnits::Chunks => cache
-            .get_or_load_holding(&open.unit_key(coords, false), worth_holding_missing(a, coords), || {
+            .get_or_load_holding(&open.unit_key(coords, false), worth_holding_probed_missing(a, coords), || {
                 open.check_value(a, &a.chunk_key(coords))?;
                 Ok(a.retrieve_chunk(coords)?
                     .map_or(Cached::Missing, |(decoded, version)| Cached::Chunk { decoded, version: Some(version) }))
@@ -182,12 +182,18 @@ fn unit_bytes(array: &Array, coords: &[u64]) -> u64 {
     array.unit_grid().chunk_shape(coords).iter().product::<u64>() * array.meta.item_size() as u64
 }
 
-/// Whether the cache holds the unit at `coords` as missing once it is found absent: units worth a
-/// worker are (several requests and the read-ahead touch each), and every unit of a store where
-/// asking again is a round trip; tiny ones of a local store are not (their entries would
-/// outweigh them, and a read of many lists their directory instead).
+/// Whether the cache holds the unit at `coords` as missing once a listing found it absent: units
+/// worth a worker are (several requests and the read-ahead touch each); tiny ones are not (their
+/// entries would outweigh them, and a read of many lists their directory again instead).
 fn worth_holding_missing(array: &Array, coords: &[u64]) -> bool {
-    unit_bytes(array, coords) >= PARALLEL_UNIT_BYTES || array.store.requests_are_round_trips()
+    unit_bytes(array, coords) >= PARALLEL_UNIT_BYTES
+}
+
+/// Whether the cache holds the unit at `coords` as missing once a request for it found it
+/// absent: as a listing's, and any unit of a store where asking again is a round trip (its entry
+/// costs less than the request it saves).
+fn worth_holding_probed_missing(array: &Array, coords: &[u64]) -> bool {
+    worth_holding_missing(array, coords) || array.store.requests_are_round_trips()
 }
 
 /// Have a worker load a unit into the cache, unless it is there or on its way. Skipped while a
