@@ -80,8 +80,6 @@ pub struct ListedKeys {
     /// The consolidated metadata listed directories held (their key prefixes), newest last: a
     /// listing of a directory below one takes what it vouches for too.
     consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
-    /// The directories (key prefixes) listed in the background now.
-    listing: Mutex<Vec<String>>,
 }
 
 /// Consolidated metadata kept at once: parsed, each takes a few times its document's size.
@@ -127,7 +125,7 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), listing: Mutex::default() }
+        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -261,25 +259,6 @@ impl ListedKeys {
             .map(|(p, _, c)| (p.clone(), c.clone()))
     }
 
-    /// Note that `prefix` is being listed in the background, unless it or a directory above it
-    /// already is (whose listing will answer for it): whether it was noted. Until
-    /// `listed_in_background`, the directory counts as tried, and answers for no key.
-    pub fn start_background_listing(&self, prefix: &str) -> bool {
-        let mut listing = lock(&self.listing);
-        if listing.iter().any(|p| prefix.starts_with(p.as_str())) {
-            return false;
-        }
-        listing.push(prefix.to_string());
-        drop(listing);
-        self.insert_failed(prefix.to_string());
-        true
-    }
-
-    /// The background listing of `prefix` ended (kept, or failed).
-    pub fn listed_in_background(&self, prefix: &str) {
-        lock(&self.listing).retain(|p| p != prefix);
-    }
-
     /// Forget everything (a change of many keys at once).
     pub fn clear(&self) {
         lock(&self.ranges).clear();
@@ -411,19 +390,6 @@ mod tests {
         assert!(known.consolidation_above("b/").is_none(), "two are kept: the oldest went");
         std::thread::sleep(Duration::from_millis(120));
         assert!(known.consolidation_above("c/d/").is_none(), "gone after the TTL");
-    }
-
-    #[test]
-    fn a_background_listing_answers_for_the_directories_beneath_it() {
-        let known = ListedKeys::new(Duration::from_secs(60));
-        assert!(known.start_background_listing("a/"));
-        assert!(known.tried("a/") && known.get("a/b/zarr.json").is_none(), "tried, and answering for no key until kept");
-        assert!(!known.start_background_listing("a/"), "listed already");
-        assert!(!known.start_background_listing("a/b/"), "a directory beneath one being listed");
-        assert!(known.start_background_listing("b/"));
-        known.insert("a/".into(), keys(&["a/b/zarr.json"]), true);
-        known.listed_in_background("a/");
-        assert!(matches!(known.get("a/b/zarr.json"), Some(Some(_))) && known.start_background_listing("a/b/"));
     }
 
     #[test]
