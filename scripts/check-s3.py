@@ -199,31 +199,36 @@ def requests_counted(proxy):
     sparse[512:, 256:384] = 7.0
     adopt = subprocess.run([BIN, "adopt", f"s3://{BUCKET}/{prefix}", "plain"], capture_output=True, text=True)
     check(adopt.returncode == 0, f"zarrfs adopt on a bucket: {adopt.stderr}")
+    # A lookup lists its siblings in the background: each count starts once that is done.
+    def reset():
+        proxy.settle()
+        proxy.reset()
+
     with Mount(f"s3://{BUCKET}/{prefix}", endpoint=proxy.url) as m:
         data = m.path("sh/data")
         os.stat(data)
         # O_DIRECT: the kernel asks for exactly the bytes read, not a page and its read-ahead.
         fd = os.open(data, os.O_RDONLY | os.O_DIRECT)
-        proxy.reset()
+        reset()
         got = os.pread(fd, 2, (40 * 64 + 41) * 2)  # element (40, 41): shard (1, 1), inner chunk (5, 5)
         gets = [e for e in proxy.entries() if e[0] == "GET"]
         check(int.from_bytes(got, "little") == 40 * 64 + 41, "sharded point read value")
         check(len(gets) == 2 and all(e[2] for e in gets), f"sharded point read: the index and one inner chunk, ranged ({gets})")
-        proxy.reset()
+        reset()
         os.pread(fd, 2, (40 * 64 + 41) * 2)
         check(not [e for e in proxy.entries() if e[0] == "GET"], f"a cached chunk is not fetched again ({proxy.entries()})")
         os.close(fd)
         # A read of all of it: shards (0, 0) and (0, 1) in the first 4 KiB, each read whole in
         # one GET, its index with it; shard (1, 1), whose index is cached, in ranges (its inner
         # chunks are stored in order: one range); shard (1, 0) whole. Never a request per inner chunk.
-        proxy.reset()
+        reset()
         check(open(data, "rb").read() == np.arange(64 * 64, dtype="<u2").tobytes(), "sharded array reads back whole")
         shard_gets = [e for e in proxy.entries() if e[0] in ("GET", "HEAD") and "/sh/c/" in e[1]]
         whole_gets = sorted(e[1].rsplit("/sh/", 1)[1] for e in shard_gets if not e[2])
         check(whole_gets == ["c/0/0", "c/0/1", "c/1/0"] and len(shard_gets) == 4,
               f"a whole read of 4 shards of 16 inner chunks: three shards whole, the fourth's inner chunks in one range ({shard_gets})")
         # A missing chunk is asked for once, however many reads touch it.
-        proxy.reset()
+        reset()
         want = np.full((1024, 1024), -1.0, dtype="<f4")
         want[512:, 256:384] = 7.0
         check(open(m.path("sparse/data"), "rb").read() == want.tobytes(), "a sparse array reads back")
@@ -233,7 +238,7 @@ def requests_counted(proxy):
                 asked[e[1]] = asked.get(e[1], 0) + 1
         check(len(asked) <= 16 and all(n == 1 for n in asked.values()), f"each chunk of a sparse array is asked for once ({asked})")
         os.stat(m.path("plain/data"))
-        proxy.reset()
+        reset()
         with open(m.path("plain/prepend"), "wb") as f:
             f.write(np.arange(8 * 6, dtype="i4").tobytes())  # two chunk rows
         # The mount's one probe of conditional deletes (its first need of one: the lease's
@@ -259,7 +264,7 @@ def requests_counted(proxy):
         # anything. Neither asks for a chunk's version (HEAD).
         chunk_requests = lambda: [(e[0], e[1]) for e in proxy.entries() if "/rw/c/" in e[1]]
         os.stat(m.path("rw/data"))
-        proxy.reset()
+        reset()
         fd = os.open(m.path("rw/data"), os.O_WRONLY)
         opened = proxy.entries()
         check(not opened, f"opening data of an array already looked up asks the store nothing ({opened})")
@@ -283,7 +288,7 @@ def requests_counted(proxy):
         # The same into an array that holds no chunk: the listing says so, and each chunk is
         # created (a conditional PUT) without a GET.
         os.stat(m.path("new/data"))
-        proxy.reset()
+        reset()
         fd = os.open(m.path("new/data"), os.O_WRONLY)
         for row in range(0, 32, 4):
             os.pwrite(fd, (1000 + row).to_bytes(4, "little"), row * 8 * 4)
@@ -296,7 +301,7 @@ def requests_counted(proxy):
         want = np.zeros((32, 8), dtype="<u4")
         want[::4, 0] = 1000 + np.arange(0, 32, 4)
         check(np.array_equal(zarr.open_group(s3store(prefix), mode="r")["new"][...], want), "the new array reads back")
-        proxy.reset()
+        reset()
         whole = np.arange(32 * 8, dtype="<u4") + 7
         with open(m.path("rw/data"), "r+b") as f:
             f.write(whole.tobytes())

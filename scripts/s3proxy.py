@@ -119,6 +119,19 @@ class S3Proxy:
             self.log = []
             self.most_in_flight = self.in_flight
 
+    def settle(self, quiet=0.3, most=10.0):
+        """Wait until no request is under way and none has come for `quiet` seconds (at most
+        `most`): what a lookup started in the background (its siblings' listing) is done."""
+        end = time.monotonic() + most
+        seen = -1
+        while time.monotonic() < end:
+            with self.lock:
+                now = (len(self.log), self.in_flight)
+            if now[1] == 0 and now[0] == seen:
+                return
+            seen = now[0] if now[1] == 0 else -1
+            time.sleep(quiet)
+
     def hold(self, method, path):
         """Hold the next `method` request of `path` (as the proxy sees it: /bucket/key) until
         `release` is set (at most 60 s); `entered` is set when it arrives."""

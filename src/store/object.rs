@@ -96,7 +96,7 @@ pub struct ObjectStore {
     /// a chunk names the one its version came from without asking for it first.
     chunk_etags: Mutex<lru::LruCache<String, UpdateVersion>>,
     /// What recent listings of the bucket showed (for the metadata TTL).
-    listed: ListedKeys,
+    listed: Arc<ListedKeys>,
     /// Walks answered from the root's consolidated metadata (plain HTTP; a bucket mounted with
     /// `--trust-consolidated`), not from listings.
     trust: Option<trusted::Trust>,
@@ -159,7 +159,7 @@ impl ObjectStore {
         // Kept for the TTL where listings can be made: a trusting mount lists an array's chunks,
         // and every directory of a root that consolidates nothing.
         let listable = !matches!(listing, Listing::Unavailable);
-        let listed = ListedKeys::new(if listable { options.metadata_ttl } else { Duration::ZERO });
+        let listed = Arc::new(ListedKeys::new(if listable { options.metadata_ttl } else { Duration::ZERO }));
         Ok(ObjectStore {
             remote,
             raw,

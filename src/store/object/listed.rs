@@ -12,7 +12,7 @@
 //! What is known is what the store held when it was listed: writes through the mount update it,
 //! and another writer's changes show once the metadata TTL has passed, as with parsed metadata.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,6 +50,11 @@ pub struct Listed {
     pub consolidated: bool,
 }
 
+/// The bytes of a document kept.
+fn len(listed: Option<&Listed>) -> u64 {
+    listed.and_then(|l| l.bytes.as_ref()).map_or(0, |b| b.len() as u64)
+}
+
 /// The keys of one listing.
 struct ListedRange {
     /// The directory listed, as a key prefix (`""` or `"a/b/"`).
@@ -67,19 +72,49 @@ impl ListedRange {
         key.starts_with(&self.prefix) && self.upto.as_deref().is_none_or(|u| key <= u)
     }
 
+    /// `key` holds `now` (`None`: nothing), its bytes counted.
+    fn set(&mut self, key: &str, now: Option<Listed>) {
+        self.bytes = self.bytes - len(self.keys.get(key)) + len(now.as_ref());
+        match now {
+            Some(listed) => self.keys.insert(key.to_string(), listed),
+            None => self.keys.remove(key),
+        };
+    }
+
     /// Whether every key under `dir` (a key prefix) was listed: the listing reached past them.
     fn holds_dir(&self, dir: &str) -> bool {
         dir.starts_with(&self.prefix) && self.upto.as_deref().is_none_or(|u| u > dir && !u.starts_with(dir))
     }
 }
 
+/// Changes remembered for the listings under way (`Kept::recent`).
+const CHANGES_KEPT: usize = 1_024;
+
+/// The listings kept, and the changes made while listings were under way.
+#[derive(Default)]
+struct Kept {
+    ranges: Vec<ListedRange>,
+    /// Changes counted so far: a listing notes the count as it starts (`ListedKeys::started`).
+    changes: u64,
+    /// The last changes (count, key, what it holds: no bytes), laid over a listing that
+    /// started before them as it is kept. A listing is a view of the bucket before it ends: a
+    /// chunk the mount stored meanwhile, which the listing did not show, would otherwise be
+    /// missing from it (and from a removal of its array that lists what to delete).
+    recent: VecDeque<(u64, String, Option<Listed>)>,
+    /// The count at the last `clear` (which counts as a change): a listing started before it is
+    /// not kept.
+    cleared: u64,
+}
+
 /// What the listings of the last metadata TTL showed.
 pub struct ListedKeys {
     ttl: Duration,
-    ranges: Mutex<Vec<ListedRange>>,
+    ranges: Mutex<Kept>,
     /// The consolidated metadata listed directories held (their key prefixes), newest last: a
     /// listing of a directory below one takes what it vouches for too.
     consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
+    /// The directories (key prefixes) listed in the background now.
+    listing: Mutex<Vec<String>>,
 }
 
 /// Consolidated metadata kept at once: parsed, each takes a few times its document's size.
@@ -125,36 +160,41 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default() }
+        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), listing: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
         !self.ttl.is_zero()
     }
 
-    fn fresh(&self) -> std::sync::MutexGuard<'_, Vec<ListedRange>> {
-        let mut ranges = lock(&self.ranges);
-        ranges.retain(|r| r.at.elapsed() < self.ttl);
-        ranges
+    fn fresh(&self) -> std::sync::MutexGuard<'_, Kept> {
+        let mut kept = lock(&self.ranges);
+        kept.ranges.retain(|r| r.at.elapsed() < self.ttl);
+        kept
+    }
+
+    /// Where the changes stand as a listing starts: given back to `insert`.
+    pub fn started(&self) -> u64 {
+        lock(&self.ranges).changes
     }
 
     /// How many more bytes of documents may be kept.
     pub fn room(&self) -> u64 {
-        KEPT_BYTES.saturating_sub(self.fresh().iter().map(|r| r.bytes).sum())
+        KEPT_BYTES.saturating_sub(self.fresh().ranges.iter().map(|r| r.bytes).sum())
     }
 
     /// What the listings know of `key`: `Some(None)` if it was not there.
     pub fn get(&self, key: &str) -> Option<Option<Listed>> {
-        let ranges = self.fresh();
-        let range = ranges.iter().rev().find(|r| r.holds(key))?;
+        let kept = self.fresh();
+        let range = kept.ranges.iter().rev().find(|r| r.holds(key))?;
         Some(range.keys.get(key).cloned())
     }
 
     /// The names in the directory `dir`, if a listing showed every key under it.
     pub fn dir(&self, dir: &str) -> Option<Vec<Entry>> {
         let prefix = dir_prefix(dir);
-        let ranges = self.fresh();
-        let range = ranges.iter().rev().find(|r| r.holds_dir(&prefix))?;
+        let kept = self.fresh();
+        let range = kept.ranges.iter().rev().find(|r| r.holds_dir(&prefix))?;
         let mut names = BTreeMap::new();
         for key in range.keys.range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded)).map(|(k, _)| k) {
             let Some(rest) = key.strip_prefix(&prefix) else { break };
@@ -164,14 +204,21 @@ impl ListedKeys {
         Some(names.into_iter().map(|(name, is_dir)| Entry { name, is_dir }).collect())
     }
 
-    /// Keep a listing of `prefix`: `keys` in byte order, `complete` when it reached the end.
-    pub fn insert(&self, prefix: String, mut keys: BTreeMap<String, Listed>, complete: bool) {
+    /// Keep a listing of `prefix` started at `started`: `keys` in byte order, `complete` when it
+    /// reached the end. The changes made since it started are laid over it; one started before
+    /// a `clear`, or before more changes than are remembered, is kept as tried (`insert_failed`).
+    pub fn insert(&self, prefix: String, mut keys: BTreeMap<String, Listed>, complete: bool, started: u64) {
         let upto = if complete { None } else { keys.keys().next_back().cloned() };
-        let mut ranges = self.fresh();
+        let mut kept = self.fresh();
+        let forgotten = kept.recent.front().is_some_and(|(n, _, _)| *n > started + 1);
+        if kept.cleared > started || forgotten {
+            drop(kept);
+            return self.insert_failed(prefix);
+        }
         // Documents an overlapping listing fetched, unchanged since, are not fetched again (and
         // stored bytes are kept over a consolidated entry).
         for (key, listed) in keys.iter_mut() {
-            let before = ranges.iter().rev().filter(|r| r.holds(key)).find_map(|r| r.keys.get(key));
+            let before = kept.ranges.iter().rev().filter(|r| r.holds(key)).find_map(|r| r.keys.get(key));
             if let Some(Listed { bytes: Some(value), version, consolidated, .. }) = before
                 && same_version(version, &listed.version)
                 && (listed.bytes.is_none() || (listed.consolidated && !consolidated))
@@ -182,60 +229,66 @@ impl ListedKeys {
         }
         let bytes = keys.values().filter_map(|l| l.bytes.as_ref()).map(|b| b.len() as u64).sum();
         // An older listing the new one covers goes.
-        let range = ListedRange { prefix, upto, at: Instant::now(), keys, bytes };
-        ranges.retain(|r| !(r.prefix.starts_with(&range.prefix) && range.upto.is_none()));
-        if ranges.len() >= RANGES_KEPT {
-            ranges.remove(0);
+        let mut range = ListedRange { prefix, upto, at: Instant::now(), keys, bytes };
+        for (_, key, now) in kept.recent.iter().filter(|(n, _, _)| *n > started) {
+            if range.holds(key) {
+                range.set(key, now.clone());
+            }
         }
-        ranges.push(range);
+        kept.ranges.retain(|r| !(r.prefix.starts_with(&range.prefix) && range.upto.is_none()));
+        if kept.ranges.len() >= RANGES_KEPT {
+            kept.ranges.remove(0);
+        }
+        kept.ranges.push(range);
     }
 
     /// Whether `prefix` was listed (or its listing tried) within the TTL.
     pub fn tried(&self, prefix: &str) -> bool {
-        self.fresh().iter().any(|r| r.prefix == prefix)
+        self.fresh().ranges.iter().any(|r| r.prefix == prefix)
     }
 
     /// A listing of `prefix` that could not be kept (it failed, or showed keys that cannot be
     /// answered for): it is not tried again within the TTL, and answers for no key.
     pub fn insert_failed(&self, prefix: String) {
-        let mut ranges = self.fresh();
-        if ranges.len() >= RANGES_KEPT {
-            ranges.remove(0);
+        let mut kept = self.fresh();
+        if kept.ranges.len() >= RANGES_KEPT {
+            kept.ranges.remove(0);
         }
-        ranges.push(ListedRange { prefix, upto: Some(String::new()), at: Instant::now(), keys: BTreeMap::new(), bytes: 0 });
+        kept.ranges.push(ListedRange { prefix, upto: Some(String::new()), at: Instant::now(), keys: BTreeMap::new(), bytes: 0 });
     }
 
     /// Whether a fresh listing holds the document `key` fetched, at `version`.
     pub fn has_document(&self, key: &str, version: &UpdateVersion) -> bool {
         self.fresh()
+            .ranges
             .iter()
             .filter(|r| r.holds(key))
             .filter_map(|r| r.keys.get(key))
             .any(|l| l.bytes.is_some() && same_version(&l.version, version))
     }
 
-    /// `key` now holds this (`None`: nothing), in every listing that holds it: what the mount
-    /// wrote or deleted, or a document as fetched.
+    /// `key` now holds this (`None`: nothing), in every listing that holds it and in those
+    /// under way: what the mount wrote or deleted, or a document as fetched.
     pub fn changed(&self, key: &str, now: Option<Listed>) {
-        let mut ranges = self.fresh();
-        let len = |l: Option<&Listed>| l.and_then(|l| l.bytes.as_ref()).map_or(0, |b| b.len() as u64);
-        let mut kept: u64 = ranges.iter().map(|r| r.bytes).sum();
-        for range in ranges.iter_mut().filter(|r| r.holds(key)) {
-            let before = len(range.keys.get(key));
-            kept -= before;
+        let mut kept = self.fresh();
+        kept.changes += 1;
+        let n = kept.changes;
+        if kept.recent.len() >= CHANGES_KEPT {
+            kept.recent.pop_front();
+        }
+        let bare = now.as_ref().map(|l| Listed { bytes: None, consolidated: false, ..l.clone() });
+        kept.recent.push_back((n, key.to_string(), bare));
+        let mut room = KEPT_BYTES.saturating_sub(kept.ranges.iter().map(|r| r.bytes).sum());
+        for range in kept.ranges.iter_mut().filter(|r| r.holds(key)) {
+            room += len(range.keys.get(key));
             let mut listed = now.clone();
             if let Some(l) = listed.as_mut()
-                && (len(Some(l)) > DOCUMENT_KEPT_MAX || kept + len(Some(l)) > KEPT_BYTES)
+                && (len(Some(l)) > DOCUMENT_KEPT_MAX || len(Some(l)) > room)
             {
                 l.bytes = None;
             }
-            let after = len(listed.as_ref());
-            kept += after;
-            range.bytes = range.bytes - before + after;
-            match listed {
-                Some(listed) => range.keys.insert(key.to_string(), listed),
-                None => range.keys.remove(key),
-            };
+            room -= len(listed.as_ref());
+            range.set(key, listed);
         }
     }
 
@@ -259,9 +312,32 @@ impl ListedKeys {
             .map(|(p, _, c)| (p.clone(), c.clone()))
     }
 
-    /// Forget everything (a change of many keys at once).
+    /// Note that `prefix` is being listed in the background, unless it or a directory above it
+    /// already is (whose listing will answer for it): whether it was noted. Until
+    /// `listed_in_background`, the directory counts as tried, and answers for no key.
+    pub fn start_background_listing(&self, prefix: &str) -> bool {
+        let mut listing = lock(&self.listing);
+        if listing.iter().any(|p| prefix.starts_with(p.as_str())) {
+            return false;
+        }
+        listing.push(prefix.to_string());
+        drop(listing);
+        self.insert_failed(prefix.to_string());
+        true
+    }
+
+    /// The background listing of `prefix` ended (kept, or failed).
+    pub fn listed_in_background(&self, prefix: &str) {
+        lock(&self.listing).retain(|p| p != prefix);
+    }
+
+    /// Forget everything (a change of many keys at once), and the listings under way.
     pub fn clear(&self) {
-        lock(&self.ranges).clear();
+        let mut kept = lock(&self.ranges);
+        kept.ranges.clear();
+        kept.recent.clear();
+        kept.changes += 1;
+        kept.cleared = kept.changes;
         lock(&self.consolidations).clear();
     }
 }
@@ -311,7 +387,7 @@ mod tests {
     #[test]
     fn a_complete_listing_answers_for_every_key_and_directory_beneath() {
         let known = ListedKeys::new(Duration::from_secs(60));
-        known.insert("p/".into(), keys(&["p/a/zarr.json", "p/a/c/0", "p/b.json", "p/zarr.json"]), true);
+        known.insert("p/".into(), keys(&["p/a/zarr.json", "p/a/c/0", "p/b.json", "p/zarr.json"]), true, known.started());
         assert!(matches!(known.get("p/a/zarr.json"), Some(Some(_))));
         assert!(matches!(known.get("p/a/.zarray"), Some(None)), "a key the listing did not show is absent");
         assert!(known.get("q/zarr.json").is_none(), "outside the listing: unknown");
@@ -326,7 +402,7 @@ mod tests {
     fn a_listing_that_stopped_answers_only_up_to_its_last_key() {
         let known = ListedKeys::new(Duration::from_secs(60));
         // Stopped inside `b`'s chunks.
-        known.insert(String::new(), keys(&["a/zarr.json", "b/c/0", "b/c/1"]), false);
+        known.insert(String::new(), keys(&["a/zarr.json", "b/c/0", "b/c/1"]), false, known.started());
         assert!(matches!(known.get("a/.zattrs"), Some(None)));
         assert!(known.get("b/zarr.json").is_none(), "past the last key: unknown");
         assert!(known.dir("a").is_some());
@@ -344,7 +420,7 @@ mod tests {
     fn the_documents_kept_are_bounded() {
         let known = ListedKeys::new(Duration::from_secs(60));
         let names: Vec<String> = (0..40).map(|i| format!("n{i:02}/zarr.json")).collect();
-        known.insert(String::new(), names.iter().map(|k| (k.clone(), listed(1 << 20))).collect(), true);
+        known.insert(String::new(), names.iter().map(|k| (k.clone(), listed(1 << 20))).collect(), true, known.started());
         for name in &names {
             known.changed(name, Some(Listed { bytes: Some(Bytes::from(vec![0u8; 1 << 20])), ..listed(1 << 20) }));
         }
@@ -363,14 +439,14 @@ mod tests {
         let known = ListedKeys::new(Duration::from_secs(60));
         let stored = Listed { bytes: Some(Bytes::from_static(b"stored")), ..listed(6) };
         let entry = Listed { bytes: Some(Bytes::from_static(b"entry")), consolidated: true, ..listed(6) };
-        known.insert("a/".into(), [("a/b/zarr.json".to_string(), stored.clone())].into(), true);
-        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry.clone())].into(), true);
+        known.insert("a/".into(), [("a/b/zarr.json".to_string(), stored.clone())].into(), true, known.started());
+        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry.clone())].into(), true, known.started());
         let got = known.get("a/b/zarr.json").and_then(|l| l).unwrap();
         assert_eq!((got.bytes.as_deref(), got.consolidated), (Some(&b"stored"[..]), false));
         // The other way round: an entry is kept where nothing was fetched, and gives way to
         // bytes fetched since.
         let known = ListedKeys::new(Duration::from_secs(60));
-        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry)].into(), true);
+        known.insert(String::new(), [("a/b/zarr.json".to_string(), entry)].into(), true, known.started());
         assert!(known.get("a/b/zarr.json").and_then(|l| l).unwrap().consolidated);
         known.changed("a/b/zarr.json", Some(stored));
         assert!(!known.get("a/b/zarr.json").and_then(|l| l).unwrap().consolidated);
@@ -393,9 +469,54 @@ mod tests {
     }
 
     #[test]
+    fn a_background_listing_answers_for_the_directories_beneath_it() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        assert!(known.start_background_listing("a/"));
+        assert!(known.tried("a/") && known.get("a/b/zarr.json").is_none(), "tried, and answering for no key until kept");
+        assert!(!known.start_background_listing("a/"), "listed already");
+        assert!(!known.start_background_listing("a/b/"), "a directory beneath one being listed");
+        assert!(known.start_background_listing("b/"));
+        known.insert("a/".into(), keys(&["a/b/zarr.json"]), true, known.started());
+        known.listed_in_background("a/");
+        assert!(matches!(known.get("a/b/zarr.json"), Some(Some(_))) && known.start_background_listing("a/b/"));
+    }
+
+    #[test]
+    fn changes_made_while_a_listing_ran_are_laid_over_it() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        let started = known.started();
+        // The listing showed `a/c/0`, which the mount deleted meanwhile, and not `a/c/1`, which
+        // it stored (a write-back beside a lookup's listing).
+        known.changed("a/c/1", Some(listed(5)));
+        known.changed("a/c/0", None);
+        known.changed("b/c/0", Some(listed(6)));
+        known.insert("a/".into(), keys(&["a/c/0", "a/zarr.json"]), true, started);
+        assert_eq!(known.get("a/c/1").and_then(|l| l).map(|l| l.size), Some(5));
+        assert!(matches!(known.get("a/c/0"), Some(None)));
+        assert!(known.get("b/c/0").is_none(), "outside the listing: unknown still");
+        let names = known.dir("a/c").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>();
+        assert_eq!(names, ["1"]);
+        // One started before a removal of many keys answers for none.
+        let started = known.started();
+        known.clear();
+        known.insert("a/".into(), keys(&["a/c/0"]), true, started);
+        assert!(known.get("a/c/0").is_none() && known.tried("a/"), "not kept, and not tried again within the TTL");
+        // Nor one started before more changes than are remembered.
+        let started = known.started();
+        for i in 0..=CHANGES_KEPT {
+            known.changed(&format!("x/c/{i}"), Some(listed(1)));
+        }
+        known.insert("x/".into(), keys(&["x/zarr.json"]), true, started);
+        assert!(known.get("x/zarr.json").is_none());
+        let started = known.started();
+        known.insert("x/".into(), keys(&["x/zarr.json"]), true, started);
+        assert!(matches!(known.get("x/zarr.json"), Some(Some(_))));
+    }
+
+    #[test]
     fn listings_are_forgotten_after_the_ttl() {
         let known = ListedKeys::new(Duration::from_millis(50));
-        known.insert(String::new(), keys(&["zarr.json"]), true);
+        known.insert(String::new(), keys(&["zarr.json"]), true, known.started());
         assert!(known.get("zarr.json").is_some());
         std::thread::sleep(Duration::from_millis(60));
         assert!(known.get("zarr.json").is_none() && known.dir("").is_none());
