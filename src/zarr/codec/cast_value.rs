@@ -40,10 +40,32 @@ pub struct CastValueCodec {
     rounding: Rounding,
     out_of_range: OutOfRange,
     /// Values converted to given ones before any other rule: source → target, target → source.
-    encode_map: Vec<(Num, Num)>,
-    decode_map: Vec<(Num, Num)>,
+    encode_map: ScalarMap,
+    decode_map: ScalarMap,
     /// The configuration as written, for `info`.
     config: Value,
+}
+
+/// A scalar map, looked up by its source value in constant time (a stored map may be long, and
+/// every element is looked up): the first pair of a value stands.
+type ScalarMap = std::collections::HashMap<MapKey, Num>;
+
+/// A value as a scalar map's key: every NaN one key, and ±0 one key, as `==` compares floats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum MapKey {
+    I(i128),
+    F(u64),
+}
+
+impl MapKey {
+    fn of(x: Num) -> MapKey {
+        match x {
+            Num::I(i) => MapKey::I(i),
+            Num::F(f) if f.is_nan() => MapKey::F(f64::NAN.to_bits()),
+            // -0.0 + 0.0 is +0.0.
+            Num::F(f) => MapKey::F((f + 0.0).to_bits()),
+        }
+    }
 }
 
 /// The types the codec is defined for: integers and floats (not bool).
@@ -93,8 +115,8 @@ impl CastValueCodec {
         if map.is_some_and(|m| !m.is_object() && !m.is_null()) {
             return Err(bad(format!("scalar_map must be an object, got {}", map.unwrap_or(&Value::Null))));
         }
-        let pairs = |direction: &str, from: &Typed, to: &Typed| -> Result<Vec<(Num, Num)>> {
-            let Some(list) = map.and_then(|m| m.get(direction)).filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
+        let pairs = |direction: &str, from: &Typed, to: &Typed| -> Result<ScalarMap> {
+            let Some(list) = map.and_then(|m| m.get(direction)).filter(|v| !v.is_null()) else { return Ok(ScalarMap::new()) };
             let value = |t: &Typed, v: &Value| -> Result<Num> {
                 let bytes = t
                     .dtype
@@ -103,13 +125,15 @@ impl CastValueCodec {
                 Ok(t.read(&bytes))
             };
             let entries = list.as_array().ok_or_else(|| bad(format!("scalar_map {direction} must be a list of pairs, got {list}")))?;
-            entries
-                .iter()
-                .map(|pair| match pair.as_array().map(Vec::as_slice) {
-                    Some([k, v]) => Ok((value(from, k)?, value(to, v)?)),
-                    _ => Err(bad(format!("scalar_map {direction}: {pair} is not a pair"))),
-                })
-                .collect()
+            let mut pairs = ScalarMap::new();
+            for pair in entries {
+                let Some([k, v]) = pair.as_array().map(Vec::as_slice) else {
+                    return Err(bad(format!("scalar_map {direction}: {pair} is not a pair")));
+                };
+                let v = value(to, v)?;
+                pairs.entry(MapKey::of(value(from, k)?)).or_insert(v);
+            }
+            Ok(pairs)
         };
         let encode_map = pairs("encode", &source, &target)?;
         let decode_map = pairs("decode", &target, &source)?;
@@ -121,12 +145,8 @@ impl CastValueCodec {
     }
 
     /// `x` as a value of `to`, by the codec's rules and the scalar map `map`.
-    fn cast(&self, x: Num, to: &Typed, map: &[(Num, Num)]) -> Result<Num> {
-        let same = |k: &Num| match (k, x) {
-            (Num::F(a), Num::F(b)) => a == &b || (a.is_nan() && b.is_nan()),
-            (k, x) => *k == x,
-        };
-        if let Some((_, v)) = map.iter().find(|(k, _)| same(k)) {
+    fn cast(&self, x: Num, to: &Typed, map: &ScalarMap) -> Result<Num> {
+        if let Some(v) = map.get(&MapKey::of(x)) {
             return Ok(*v);
         }
         let out_of_range = || corrupt(format!("cast_value: {x:?} is out of the range of {}", to.dtype.name()));
@@ -199,7 +219,7 @@ impl CastValueCodec {
         }
     }
 
-    fn each(&self, bytes: &[u8], from: &Typed, to: &Typed, map: &[(Num, Num)]) -> Result<Vec<u8>> {
+    fn each(&self, bytes: &[u8], from: &Typed, to: &Typed, map: &ScalarMap) -> Result<Vec<u8>> {
         let elements = from.elements("cast_value", bytes)?;
         let mut out = super::with_room(elements.len() * to.size())?;
         for e in elements {
@@ -370,6 +390,13 @@ mod tests {
         assert!(c.lossy().is_some());
         assert!(codec(DataType::Int16, json!({"data_type": "int64"})).lossy().is_none());
         assert!(codec(DataType::Int16, json!({"data_type": "float32"})).lossy().is_none());
+        // A long map, and a value named twice (the first pair stands); -0.0 is 0.0's key.
+        let mut pairs: Vec<Value> = (0..100_000).map(|i| json!([f64::from(i) + 0.5, i % 7])).collect();
+        pairs.push(json!([2.5, 99]));
+        pairs.push(json!([0.0, 42]));
+        let c = codec(DataType::Float64, json!({"data_type": "uint8", "scalar_map": {"encode": pairs}}));
+        let bytes: Vec<u8> = [2.5f64, 99_999.5, -0.0, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(c.encode(bytes).unwrap(), [2u8, (99_999 % 7) as u8, 42, 3]);
     }
 
     #[test]
