@@ -460,6 +460,8 @@ impl Store for ObjectStore {
             Ok(())
         });
         self.requests.delete.fetch_add(n, Ordering::Relaxed);
+        // Again after: a listing that ran beside the deletes may show some of the keys.
+        self.listed.clear();
         for k in keys {
             self.remember_etag(k, Some(None));
         }
@@ -487,6 +489,7 @@ impl Store for ObjectStore {
             Ok(n)
         });
         self.requests.delete.fetch_add(removed.as_ref().map_or(0, |n| *n), Ordering::Relaxed);
+        self.listed.clear();
         removed.map_err(|e| self.failed("DELETE", prefix, e))
     }
 
@@ -579,7 +582,10 @@ impl Store for ObjectStore {
         self.listed.clear();
         // A copy the server makes, then the deletion: a crash between them leaves both.
         self.count(&self.requests.put);
-        match self.run(self.remote.copy(&source, &target)) {
+        let copied = self.run(self.remote.copy(&source, &target));
+        // Again after: a listing that ran beside the copy may not show its target.
+        self.listed.clear();
+        match copied {
             Ok(()) => self.remember_etag(to, None),
             Err(object_store::Error::NotFound { .. }) => return Err(Error::NotFound),
             Err(e) => return Err(self.failed("COPY", from, e)),
