@@ -31,11 +31,12 @@ pub fn init(verbose: u8, target: LogTarget<'_>) -> Result<(), String> {
     // warnings and errors there, so that a mount that works prints nothing.
     let terminal_only = matches!(target, LogTarget::Syslog) && syslog.is_none();
     // The TLS verifier logs each refused certificate; the request's error says it once, with
-    // what to do.
+    // what to do. Icechunk warns at every opening of a local repository that concurrent commits
+    // are unsafe: zarrfs serializes them (a flock of the repository) and says so where it cannot.
     let default = match verbose {
-        0 if terminal_only => "zarrfs=warn,fuser=error,rustls_platform_verifier=off,warn",
-        0 => "zarrfs=info,fuser=error,rustls_platform_verifier=off,warn",
-        1 => "zarrfs=debug,fuser=warn,rustls_platform_verifier=off,info",
+        0 if terminal_only => "zarrfs=warn,fuser=error,rustls_platform_verifier=off,icechunk_arrow_object_store=error,warn",
+        0 => "zarrfs=info,fuser=error,rustls_platform_verifier=off,icechunk_arrow_object_store=error,warn",
+        1 => "zarrfs=debug,fuser=warn,rustls_platform_verifier=off,icechunk_arrow_object_store=error,info",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

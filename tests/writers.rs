@@ -118,6 +118,9 @@ fn many_writers(store: &Path, what: &str, span: impl Fn(usize) -> u64 + Sync) {
     let logs: Vec<String> = mounts.iter().map(Mount::log_text).collect();
     // Never refused: a conflict on a shared chunk is merged, never handed to the writer.
     assert!(refused.is_empty(), "{what}: {refused:?}; the mounts' logs: {logs:#?}");
+    // Nor logged as a warning: a merge is routine (docs/troubleshooting.md).
+    let warned: Vec<&str> = logs.iter().flat_map(|l| l.lines()).filter(|l| l.contains(" WARN ")).collect();
+    assert!(warned.is_empty(), "{what}: merged conflicts logged as warnings: {warned:#?}");
     drop(mounts);
     let got = stored(store, "a/data");
     let mut want = got.clone();

@@ -472,8 +472,15 @@ impl IcechunkStore {
                         "another process has held the repository's commit lock (a flock of its directory) for 60 s".into(),
                     ));
                 }
-                // A file system without such locks: commits are not serialized there.
-                Err(_) => return Ok(None),
+                // A file system without such locks: commits are not serialized there, as
+                // Icechunk's own warning (not shown: zarrfs serializes them elsewhere) would say.
+                Err(e) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        tracing::warn!("the repository's directory takes no flock ({e}): commits of two processes at once may conflict")
+                    });
+                    return Ok(None);
+                }
             }
         }
     }

@@ -109,7 +109,7 @@ struct Kept {
 /// What the listings of the last metadata TTL showed.
 pub struct ListedKeys {
     ttl: Duration,
-    ranges: Mutex<Kept>,
+    kept: Mutex<Kept>,
     /// The consolidated metadata listed directories held (their key prefixes), newest last: a
     /// listing of a directory below one takes what it vouches for too.
     consolidations: Mutex<Vec<(String, Instant, Arc<Consolidation>)>>,
@@ -160,7 +160,7 @@ pub fn dir_prefix(dir: &str) -> String {
 impl ListedKeys {
     /// Listings kept for `ttl` (none with a zero TTL).
     pub fn new(ttl: Duration) -> ListedKeys {
-        ListedKeys { ttl, ranges: Mutex::default(), consolidations: Mutex::default(), listing: Mutex::default() }
+        ListedKeys { ttl, kept: Mutex::default(), consolidations: Mutex::default(), listing: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -168,14 +168,14 @@ impl ListedKeys {
     }
 
     fn fresh(&self) -> std::sync::MutexGuard<'_, Kept> {
-        let mut kept = lock(&self.ranges);
+        let mut kept = lock(&self.kept);
         kept.ranges.retain(|r| r.at.elapsed() < self.ttl);
         kept
     }
 
     /// Where the changes stand as a listing starts: given back to `insert`.
     pub fn started(&self) -> u64 {
-        lock(&self.ranges).changes
+        lock(&self.kept).changes
     }
 
     /// How many more bytes of documents may be kept.
@@ -333,7 +333,7 @@ impl ListedKeys {
 
     /// Forget everything (a change of many keys at once), and the listings under way.
     pub fn clear(&self) {
-        let mut kept = lock(&self.ranges);
+        let mut kept = lock(&self.kept);
         kept.ranges.clear();
         kept.recent.clear();
         kept.changes += 1;
