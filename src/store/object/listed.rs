@@ -239,6 +239,18 @@ impl ListedKeys {
         if kept.ranges.len() >= RANGES_KEPT {
             kept.ranges.remove(0);
         }
+        // Listings run side by side, each within the room there was when it started: what
+        // does not fit beside the others now is dropped (read again when asked for).
+        let mut room = KEPT_BYTES.saturating_sub(kept.ranges.iter().map(|r| r.bytes).sum());
+        for listed in range.keys.values_mut() {
+            let n = len(Some(listed));
+            if n > room {
+                listed.bytes = None;
+                range.bytes -= n;
+            } else {
+                room -= n;
+            }
+        }
         kept.ranges.push(range);
     }
 
@@ -432,6 +444,20 @@ mod tests {
         let big = Listed { bytes: Some(Bytes::from(vec![0u8; (1 << 20) + 1])), ..listed(1) };
         known.changed("n00/zarr.json", Some(big));
         assert!(known.get("n00/zarr.json").and_then(|l| l).is_some_and(|l| l.bytes.is_none()), "a large document is not kept");
+    }
+
+    #[test]
+    fn listings_that_ran_side_by_side_keep_only_what_fits_beside_each_other() {
+        let known = ListedKeys::new(Duration::from_secs(60));
+        let doc = || Listed { bytes: Some(Bytes::from(vec![0u8; 1 << 20])), ..listed(1 << 20) };
+        // Both started with all the room, each fetched 20 MiB of documents.
+        let (a, b) = (known.started(), known.started());
+        known.insert("a/".into(), (0..20).map(|i| (format!("a/n{i:02}/zarr.json"), doc())).collect(), true, a);
+        known.insert("b/".into(), (0..20).map(|i| (format!("b/n{i:02}/zarr.json"), doc())).collect(), true, b);
+        assert_eq!(known.room(), 0);
+        let kept = (0..20).filter(|i| known.get(&format!("b/n{i:02}/zarr.json")).and_then(|l| l).is_some_and(|l| l.bytes.is_some()));
+        assert_eq!(kept.count(), 12, "the second keeps what fits beside the first");
+        assert!(known.get("b/n19/zarr.json").and_then(|l| l).is_some_and(|l| l.size == 1 << 20), "the rest stays listed");
     }
 
     #[test]

@@ -163,10 +163,12 @@ impl Lister {
         // it started is laid over them too.
         for (got, key) in fetched {
             self.requests.get.fetch_add(1, Ordering::Relaxed);
+            if let Ok((bytes, _)) = &got {
+                self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
             let Some(listed) = keys.get_mut(&key) else { continue };
             match got {
                 Ok((bytes, meta)) => {
-                    self.requests.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     let version = UpdateVersion { e_tag: meta.e_tag, version: meta.version };
                     let bytes = (bytes.len() as u64 <= listed::DOCUMENT_KEPT_MAX).then_some(bytes);
                     *listed = Listed { size: meta.size, version, bytes, consolidated: false };
