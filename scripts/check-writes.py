@@ -318,6 +318,78 @@ def scale_offset_round_trip(binary, work):
     check("scale_offset store unchanged after the refusal", zarr.open_array(store, path="scale_offset", mode="r")[...].tobytes(), new.tobytes())
 
 
+def lossy_writes_match_zarr_python(binary, work):
+    """With `-o lossy_writes`, values written through the mount into arrays whose codecs round
+    them (bitround, quantize, fixedscaleoffset, a narrowing astype, cast_value) show at once as
+    zarr-python stores the same values: through the mount before the unmount, and in zarr-python
+    after it. A float delta, which rounds each value by those before it, stays read-only."""
+    for fixture, names in [("codecs_lossy.zarr", ["fixedscaleoffset", "quantize", "bitround", "astype_narrowing", "cast_value", "cast_value_wrap"]),
+                           ("codecs_lossy_v2.zarr", ["fixedscaleoffset", "fixedscaleoffset_be", "quantize", "bitround"])]:
+        mine, theirs = os.path.join(work, "lossy-" + fixture), os.path.join(work, "lossy-zp-" + fixture)
+        for store in (mine, theirs):
+            shutil.copytree(os.path.join(ROOT, "tests/fixtures", fixture), store)
+        mnt = os.path.join(work, "mnt-lossy-" + fixture)
+        os.makedirs(mnt)
+        subprocess.run([binary, "mount", mine, mnt, "-o", "lossy_writes"], check=True)
+        try:
+            for name in names:
+                ref = zarr.open_array(theirs, path=name, mode="r+")
+                dt = ref.dtype.newbyteorder("<") if ref.dtype.byteorder == ">" else ref.dtype
+                item = dt.itemsize
+                data = os.path.join(mnt, name, "data")
+                # 1. Rows 2 to 6 (through chunks, none whole), near the values there.
+                now = np.ascontiguousarray(ref[...]).astype(dt).reshape(-1)
+                new = now.copy()
+                if dt.kind == "f":
+                    new[14:42] = now[14:42] + RNG.standard_normal(28) * 0.37
+                    new[20] = np.nan if name == "cast_value" else new[20]
+                else:
+                    new[14:42] = RNG.integers(-(2**31), 2**31 - 1, 28, dtype=dt)
+                with open(data, "r+b") as f:
+                    f.seek(14 * item)
+                    f.write(new[14:42].tobytes())
+                ref[...] = new.reshape(ref.shape)
+                # 2. Bytes from inside one element (floats: the low bytes of a mantissa, so the
+                # value stays in range), or into the next (integers): each rounds whole.
+                now = bytearray(np.ascontiguousarray(ref[...]).astype(dt).tobytes())
+                patch = bytes(RNG.integers(0, 256, item // 2 - 1 if dt.kind == "f" else item, dtype="u1"))
+                at = 50 * item + (1 if dt.kind == "f" else 2)
+                fd = os.open(data, os.O_RDWR)
+                try:
+                    os.pwrite(fd, patch, at)
+                finally:
+                    os.close(fd)
+                now[at:at + len(patch)] = patch
+                ref[...] = np.frombuffer(bytes(now), dtype=dt).reshape(ref.shape)
+                # 3. A page written through a mapping (the last rows, a 504-byte file or less).
+                mm = np.memmap(data, dtype=dt, mode="r+")
+                new = np.array(mm[-7:])
+                new[:] = (new + 1.25) if dt.kind == "f" else (new + 3)
+                mm[-7:] = new
+                mm.flush()
+                del mm
+                want = np.ascontiguousarray(ref[...]).astype(dt)
+                want[-1] = new
+                ref[...] = want
+                want = np.ascontiguousarray(ref[...]).astype(dt).tobytes()
+                with open(data, "rb") as f:
+                    check(f"lossy write shown at once ({fixture} {name})", f.read(), want)
+            if fixture == "codecs_lossy.zarr":
+                try:
+                    os.close(os.open(os.path.join(mnt, "delta_float", "data"), os.O_RDWR))
+                    refused = "opened"
+                except PermissionError:
+                    with open(os.path.join(mnt, "delta_float", "error")) as f:
+                        refused = f.read()
+                check("float delta stays read-only with lossy_writes", str("each element alone" in refused).encode(), b"True")
+        finally:
+            subprocess.run([binary, "unmount", mnt], check=True)
+        for name in names:
+            got = zarr.open_array(mine, path=name, mode="r")[...]
+            want = zarr.open_array(theirs, path=name, mode="r")[...]
+            check(f"lossy write read by zarr-python ({fixture} {name})", got.tobytes(), want.tobytes())
+
+
 def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/zarrfs"))
     with tempfile.TemporaryDirectory() as work:
@@ -329,6 +401,7 @@ def main():
         rectilinear_growth_matches_zarr_python(binary, work)
         text_round_trips(binary, work)
         scale_offset_round_trip(binary, work)
+        lossy_writes_match_zarr_python(binary, work)
     print(f"writes: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
 

@@ -479,3 +479,53 @@ fn an_array_whose_filters_would_not_keep_what_is_written_is_read_only_and_says_w
     let info = Command::new(common::bin()).args(["info", "--json"]).arg(&store).output().unwrap();
     assert!(String::from_utf8_lossy(&info.stdout).contains("narrower"));
 }
+
+/// `-o lossy_writes`: a value written into an array whose codecs round it (bitround keeping 8
+/// bits, a narrowing astype, quantize, fixedscaleoffset, cast_value) shows at once as the store
+/// will give it back — through `pwrite`, a part of an element, and a shared mapping — and a later mount
+/// reads the same; a float delta, which rounds each value by those before it, stays read-only.
+#[test]
+fn lossy_writes_show_at_once_what_the_store_gives_back() {
+    let (_dir, store) = copy_store(&fixtures().join("codecs_lossy.zarr"));
+    let arrays = ["bitround", "astype_narrowing", "quantize", "fixedscaleoffset", "cast_value"];
+    let f64s = |b: &[u8]| b.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect::<Vec<f64>>();
+    let mut shown = Vec::new();
+    {
+        let m = Mount::new(&store, &["-o", "lossy_writes"]);
+        for array in arrays {
+            let data = m.path(&format!("{array}/data"));
+            let f = OpenOptions::new().read(true).write(true).open(&data).unwrap_or_else(|e| panic!("{array}: {e}\n{}", m.log_text()));
+            let written: Vec<f64> = (0..20).map(|i| 1.0 / 3.0 + f64::from(i) * 7.123_456_789).collect();
+            let bytes: Vec<u8> = written.iter().flat_map(|v| v.to_le_bytes()).collect();
+            f.write_all_at(&bytes, 8 * 10).unwrap();
+            // The low bytes of one element's mantissa: the element rounds whole.
+            f.write_all_at(&[0x55, 0x55, 0x55], 8 * 40 + 1).unwrap();
+            let mut got = vec![0u8; bytes.len()];
+            f.read_exact_at(&mut got, 8 * 10).unwrap();
+            let got = f64s(&got);
+            assert!(got != written, "{array}: the values read back rounded");
+            assert!(got.iter().zip(&written).all(|(g, w)| (g - w).abs() <= 0.5 + w.abs() / 100.0), "{array}: {got:?}");
+            // A page written through a mapping reads back rounded too.
+            let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.unwrap();
+            map[8 * 50..8 * 51].copy_from_slice(&(2.0f64 / 3.0).to_le_bytes());
+            map.flush().unwrap();
+            drop(map);
+            let mut one = [0u8; 8];
+            f.read_exact_at(&mut one, 8 * 50).unwrap();
+            assert_ne!(f64::from_le_bytes(one), 2.0 / 3.0, "{array}: a mapped write reads back rounded");
+            shown.push(std::fs::read(&data).unwrap());
+        }
+        let err = OpenOptions::new().write(true).open(m.path("delta_float/data")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let why = std::fs::read_to_string(m.path("delta_float/error")).unwrap();
+        assert!(why.contains("each element alone"), "{why}");
+    }
+    // Stored, as shown.
+    let m = Mount::new(&store, &[]);
+    for (array, shown) in arrays.iter().zip(shown) {
+        assert!(std::fs::read(m.path(&format!("{array}/data"))).unwrap() == shown, "{array}: stored as shown");
+    }
+    let err = OpenOptions::new().write(true).open(m.path("bitround/data")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "read-only without the option");
+    assert!(std::fs::read_to_string(m.path("bitround/error")).unwrap().contains("lossy_writes"));
+}

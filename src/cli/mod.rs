@@ -315,6 +315,11 @@ struct MountArgs {
     /// reads what other mounts stored since, docs/consistency.md).
     #[arg(long)]
     exclusive: bool,
+    /// Write arrays whose codecs are lossy (bitround, quantize, fixedscaleoffset, a narrowing
+    /// astype or cast_value, float scale_offset): each value written shows at once as the
+    /// codecs round it, as zarr-python stores it. Without it such arrays are read-only.
+    #[arg(long)]
+    lossy_writes: bool,
     /// Object storage, read-only mounts: take the root's consolidated metadata as what the
     /// store holds, as zarr-python does. Walks list nothing and fetch no node document; a node
     /// changed without consolidating shows as consolidated until the next consolidation
@@ -332,7 +337,7 @@ struct MountArgs {
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
     /// Mount options, comma-separated: ro, rw, allow_other, allow_root, cache_size=2G,
-    /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, spool_dir=, flush_timeout=,
+    /// dirty_limit=, threads=, views=npy:tiff, adopt_offset, exclusive, lossy_writes, spool_dir=, flush_timeout=,
     /// metadata_ttl=, metrics_addr=, max_chunk_size=, noauto_unmount, nonempty, endpoint=, region=, no_sign_request,
     /// virtual_hosted, virtual_chunks, targets=, trust_consolidated; generic mount(8) options are ignored.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]

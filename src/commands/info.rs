@@ -282,7 +282,7 @@ fn describe_array(store: &dyn Store, path: &str, a: &ArrayMetadata, axes: &Axes,
         // Stock readers refuse the offset encoding: `zarrfs normalize` rewrites it away.
         "needs_normalize": offset_encoded,
         // Why writes are refused, when they are (a filter that would not give back what is written).
-        "read_only": a.codecs.write_refusal(),
+        "read_only": a.codecs.lossy(),
         // Each header view: shown (true), or why the format cannot express the array.
         "views": HeaderFormat::ALL
             .iter()

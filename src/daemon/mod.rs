@@ -54,6 +54,8 @@ pub struct MountPlan {
     pub adopt_offset: bool,
     /// The store's only writer: opens keep what was read (`Config::exclusive`).
     pub exclusive: bool,
+    /// Write through lossy codecs (`Config::lossy_writes`).
+    pub lossy_writes: bool,
     pub spool_dir: Option<PathBuf>,
     pub flush_timeout: Duration,
     pub max_chunk_size: Option<u64>,
@@ -260,6 +262,7 @@ fn run_mount(plan: &MountPlan, report: impl Fn(&str) -> bool, background: bool) 
     }
     config.adopt_offset = plan.adopt_offset;
     config.exclusive = plan.exclusive;
+    config.lossy_writes = plan.lossy_writes;
     if let Some(dir) = &plan.spool_dir {
         crate::fs::prepare_spool_dir(dir).map_err(|e| e.to_string())?;
         config.spool_dir = Some(dir.clone());

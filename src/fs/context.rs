@@ -46,6 +46,9 @@ pub struct Config {
     /// decoded chunks of an array however old. Else an open after the metadata TTL since the
     /// array's last refresh reads what other mounts stored (close-to-open, as NFS).
     pub exclusive: bool,
+    /// Arrays whose codecs are lossy are written, each value as the codecs round it
+    /// (`--lossy-writes`); else they are read-only.
+    pub lossy_writes: bool,
     /// Where the store is, as given (for `.zarrfs/stats`).
     pub source: String,
     /// Where the daemon logs, when to a file (for `.zarrfs/stats`).
@@ -70,6 +73,7 @@ impl Default for Config {
             metadata_ttl: std::time::Duration::from_secs(5),
             shared: false,
             exclusive: false,
+            lossy_writes: false,
             source: String::new(),
             log: None,
             control_dir: true,
@@ -182,13 +186,15 @@ impl Context {
     }
 
     /// A write through `written` (`data` or a view) changed bytes that the array's other
-    /// files show too: the kernel's cached pages and sizes of those are dropped.
+    /// files show too: the kernel's cached pages and sizes of those are dropped (and of the
+    /// file written, where writes are rounded: its pages hold the bytes as written; a mapping's).
     pub fn invalidate_files(&self, array: &Arc<OpenArray>, written: &str) {
         let path = array.array().path.clone();
         let Some(dir) = self.tree.find_dir(&path) else { return };
         let views = HeaderFormat::ALL.map(HeaderFormat::file_name);
         let documents = if written.is_empty() { &DOCUMENT_NAMES[..] } else { &[] };
-        for name in [DATA].iter().chain(&views).chain(documents).filter(|&&n| n != written) {
+        let rounded = array.rounds_writes();
+        for name in [DATA].iter().chain(&views).chain(documents).filter(|&&n| n != written || rounded) {
             self.invalidate_child(dir, name);
         }
         // The array may be a level of the image its parent is: that image's OME-TIFF shows it.

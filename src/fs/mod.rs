@@ -727,8 +727,15 @@ impl ZarrFs {
 
     /// Whether reads of `ino` go past the kernel's page cache and the size it holds: a
     /// document whose size the kernel keeps for the TTL, which another writer may have grown
-    /// since (read whole, as it is now).
+    /// since (read whole, as it is now); a file of an array whose writes are rounded (the
+    /// kernel would keep the bytes written, not the values the mount holds).
     pub fn direct_io(&self, ino: u64) -> bool {
-        self.cx.config.read_only && matches!(self.node(ino), Ok(n) if n.kind == NodeKind::MetaFile)
+        match self.node(ino) {
+            Ok(n) if n.kind == NodeKind::MetaFile => self.cx.config.read_only,
+            Ok(n) if matches!(n.kind, NodeKind::Data | NodeKind::View(_)) && self.cx.config.lossy_writes && !self.cx.config.read_only => {
+                self.nodes.data_file(&self.cx, &n.path).is_ok_and(|f| f.array.rounds_writes())
+            }
+            _ => false,
+        }
     }
 }

@@ -209,6 +209,9 @@ pub struct OpenArray {
     /// Layouts taken since it opened, and how many of them the kernel was told of.
     layout_changes: AtomicU64,
     layout_changes_shown: AtomicU64,
+    /// The mount writes through lossy codecs, each value written as the codecs round it
+    /// (`--lossy-writes`).
+    lossy_writes: bool,
 }
 
 /// Handles, open arrays and grid layouts (cache ids) are numbered from one sequence of the
@@ -236,8 +239,9 @@ pub fn layout_of(document: &crate::zarr::metadata::Document) -> serde_json::Valu
 }
 
 impl OpenArray {
-    pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>, cache: Arc<crate::cache::ChunkCache>) -> OpenArray {
+    pub fn new(id: u64, array: Array, budget: Arc<DirtyBudget>, cache: Arc<crate::cache::ChunkCache>, lossy_writes: bool) -> OpenArray {
         OpenArray {
+            lossy_writes,
             cache,
             failed_stores: AtomicU64::new(0),
             written_unstored: AtomicU64::new(0),
@@ -257,6 +261,24 @@ impl OpenArray {
             write_lock: Mutex::new(()),
             admitted: Default::default(),
         }
+    }
+
+    /// Why the array cannot be written, if it cannot: its codecs would not give back what is
+    /// written, and the mount does not write rounded values, or cannot round a write as its
+    /// chunk would be (`CodecChain::stored_values`).
+    pub fn write_refusal(&self) -> Option<String> {
+        let array = self.array();
+        let meta = &array.meta;
+        let why = meta.codecs.lossy()?;
+        if !self.lossy_writes {
+            return Some(format!("{why} (mount with -o lossy_writes to write values as the codecs round them)"));
+        }
+        meta.codecs.stored_values(meta.fill.to_vec(), &meta.dtype).err().map(|e| format!("{why}, and it cannot be written rounded: {e}"))
+    }
+
+    /// Whether writes are rounded as the codecs store them (`CodecChain::stored_values`).
+    pub fn rounds_writes(&self) -> bool {
+        self.lossy_writes && self.array().meta.codecs.lossy().is_some()
     }
 
     /// Let others read its files as `grant` says (a shared mount).

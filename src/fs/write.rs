@@ -2,6 +2,7 @@
 //! touches, merged into whole decoded chunks held in memory until the next flush
 //! (`writeback`); growing and shrinking axis 0 by whole rows.
 
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
@@ -27,8 +28,30 @@ fn elements_inside(grid: &ChunkGrid, shape: &[u64], coords: &[u64]) -> u64 {
         .product()
 }
 
+/// Where a chunk that a write changes starts from, when it is not changed already.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Fill: the change overwrites all of it.
+    Fill,
+    /// The cached copy, or fill with a mask of what is written (`Base::Unread`).
+    Cached,
+    /// The stored chunk, read now where it is not cached: a part of an element is written
+    /// to an array whose writes are rounded, and the element rounds whole.
+    Stored,
+}
+
+/// The values a write puts in the chunks of `array`: as given, or as its codecs will give
+/// them back (`--lossy-writes`), so that a read before and after the chunk is stored agree.
+fn as_stored<'a>(open: &OpenArray, array: &Array, values: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    if open.rounds_writes() {
+        array.meta.codecs.stored_values(values.to_vec(), &array.meta.dtype).map(Cow::Owned)
+    } else {
+        Ok(Cow::Borrowed(values))
+    }
+}
+
 /// Run `change` on the decoded chunk at `coords`, making it dirty: from memory when it is
-/// already changed, from fill when `from_fill` (the change overwrites all of it) or it is to
+/// already changed, from fill when `start` says (the change overwrites all of it) or it is to
 /// be deleted, otherwise from the cached copy (stored over its version: a change since is
 /// merged then), or from fill, not read (`Base::Unread`): the stored chunk is read when it is
 /// stored or first read, so a write waits for no store. `change` marks what it writes in the
@@ -38,11 +61,14 @@ fn edit_chunk(
     array: &Array,
     cache: &ChunkCache,
     coords: &[u64],
-    from_fill: bool,
+    start: Start,
     change: impl FnOnce(&mut [u8], Option<&mut ElementMask>),
 ) -> Result<()> {
     let elements = array.chunk_repr(coords).num_elements() as usize;
-    let fresh = || chunk_buffer(elements, &array.meta.fill);
+    // Fill as the store will give it back, where an element of it is written with others.
+    let fill = as_stored(open, array, &array.meta.fill)?;
+    let fresh = || chunk_buffer(elements, &fill);
+    let from_fill = start == Start::Fill;
     let loaded = {
         let edits = lock(&open.edits);
         match edits.chunks.get(coords) {
@@ -59,6 +85,10 @@ fn edit_chunk(
                 Some(match cached.as_deref() {
                     Some(Cached::Chunk { decoded, version: Some(v) }) => (decoded.clone(), Base::read(Some(*v), elements)?),
                     Some(Cached::Missing) => (fresh()?, Base::read(None, elements)?),
+                    _ if start == Start::Stored => match stored_chunk(open, array, cache, coords)? {
+                        (decoded, Some(v)) => (decoded, Base::read(Some(v), elements)?),
+                        (_, None) => (fresh()?, Base::read(None, elements)?),
+                    },
                     _ => (fresh()?, Base::unread(elements)?),
                 })
             }
@@ -149,7 +179,8 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, offset: u64, data: 
         }
     }
     if range.start < range.end {
-        let bytes = &data[(range.start * item - offset) as usize..(range.end * item - offset) as usize];
+        let bytes = as_stored(open, &array, &data[(range.start * item - offset) as usize..(range.end * item - offset) as usize])?;
+        let bytes = &bytes[..];
         write_cells(
             open,
             &array,
@@ -159,16 +190,29 @@ pub fn write(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, offset: u64, data: 
             &RangeBuf { shape: &meta.shape, base: range.start, item: item as usize, bytes },
         )?;
     }
+    // Where writes are rounded, an element written in part rounds whole, from the stored one.
+    let rounds = open.rounds_writes();
     for edge in partial_edges(meta, offset, end) {
         let item = item as usize;
         let (from, to) = edge.bytes;
         let written = &data[(edge.flat * item as u64 + from as u64 - offset) as usize..][..to - from];
-        edit_chunk(open, &array, cache, &edge.coords, false, |chunk, mask| {
-            chunk[edge.element * item + from..edge.element * item + to].copy_from_slice(written);
-            if let Some(mask) = mask {
-                mask.mark_bytes(edge.element, from, to, item);
+        let mut rounded = Ok(());
+        edit_chunk(open, &array, cache, &edge.coords, if rounds { Start::Stored } else { Start::Cached }, |chunk, mask| {
+            let element = &mut chunk[edge.element * item..][..item];
+            let mut value = element.to_vec();
+            value[from..to].copy_from_slice(written);
+            match as_stored(open, &array, &value) {
+                Ok(value) => {
+                    element.copy_from_slice(&value);
+                    if let Some(mask) = mask {
+                        let (from, to) = if rounds { (0, item) } else { (from, to) };
+                        mask.mark_bytes(edge.element, from, to, item);
+                    }
+                }
+                Err(e) => rounded = Err(e),
             }
         })?;
+        rounded?;
     }
     Ok(())
 }
@@ -231,7 +275,7 @@ fn write_cells(
         if only_fill && fill_chunk(open, array, coords, from_fill, |mask| buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i)))? {
             continue;
         }
-        edit_chunk(open, array, cache, coords, from_fill, |chunk, written| {
+        edit_chunk(open, array, cache, coords, if from_fill { Start::Fill } else { Start::Cached }, |chunk, written| {
             buf.copy_into_chunk(&meta.grid, coords, chunk, cells.boxes(i));
             if let Some(mask) = written {
                 buf.mark_in_chunk(&meta.grid, coords, mask, cells.boxes(i));
@@ -352,7 +396,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             let mut extent = shape.clone();
             extent[0] = chunk_rows - cut_offset;
             let view = Strided::of(&shape, &start, 0);
-            let fill = &meta.fill;
+            let fill = &as_stored(open, &array, &meta.fill)?;
             let needs_reset = {
                 let edits = lock(&open.edits);
                 match edits.chunks.get(&coords) {
@@ -368,7 +412,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
                 }
             };
             if needs_reset {
-                edit_chunk(open, &array, cache, &coords, false, |chunk, written| {
+                edit_chunk(open, &array, cache, &coords, Start::Cached, |chunk, written| {
                     fill_box(chunk, &view, &extent, fill);
                     if let Some(mask) = written {
                         mask.mark_box(&view, &extent);

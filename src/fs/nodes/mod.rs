@@ -282,7 +282,16 @@ impl Nodes {
             Ok(Some((NodeMetadata::Array(meta), version))) => {
                 let array = Array::new(cx.store.clone(), path, *meta);
                 array.set_stored_version(Some(version));
-                (DirState::Array(DataFile::new(OpenArray::new(cx.next_id(), array, cx.budget.clone(), cx.cache.clone()))), Some(version))
+                (
+                    DirState::Array(DataFile::new(OpenArray::new(
+                        cx.next_id(),
+                        array,
+                        cx.budget.clone(),
+                        cx.cache.clone(),
+                        cx.config.lossy_writes,
+                    ))),
+                    Some(version),
+                )
             }
             Ok(None) => return Err(Error::NotFound),
             Err(Error::Io(e)) => return Err(Error::Io(e)),

@@ -56,9 +56,9 @@ impl DataFile {
     }
 
     /// Refused for writing, and why: chunks written with its codecs would not read back as
-    /// written (a lossy filter).
+    /// written (a lossy filter), unless the mount writes rounded values.
     pub fn check_writable(&self) -> Result<()> {
-        match self.array.array().meta.codecs.write_refusal() {
+        match self.array.write_refusal() {
             Some(why) => Err(Error::NotPermitted(format!("read-only: {why}"))),
             None => Ok(()),
         }

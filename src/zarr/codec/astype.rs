@@ -52,6 +52,10 @@ impl BytesToBytesCodec for AsTypeCodec {
         self.encode_dtype.map_from("astype", &self.decode_dtype, &bytes, |x| x)
     }
 
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         (!self.encode_dtype.holds_all_of(&self.decode_dtype)).then(|| {
             format!(

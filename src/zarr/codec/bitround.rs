@@ -79,6 +79,10 @@ impl BytesToBytesCodec for BitRoundCodec {
         Some(decoded)
     }
 
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         (self.keepbits < self.dtype.mantissa_bits().unwrap_or(0))
             .then(|| format!("bitround keeps {} mantissa bits: written values would not read back as written", self.keepbits))

@@ -66,6 +66,10 @@ impl ArrayToBytesCodec for BytesCodec {
     fn encoded_size(&self, repr: &ChunkRepr<'_>) -> Option<u64> {
         Some(repr.byte_len() as u64)
     }
+
+    fn elementwise(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -287,6 +287,10 @@ impl BytesToBytesCodec for CastValueCodec {
     }
 
     /// Exact only where the stored type holds every value of the array's and nothing is mapped.
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         let exact = self.target.holds_all_of(&self.source) && self.encode_map.is_empty() && self.decode_map.is_empty();
         (!exact).then(|| {

@@ -73,6 +73,10 @@ impl BytesToBytesCodec for FixedScaleOffsetCodec {
 
     /// Values are stored rounded to 1/scale (zarr-python stores them so; written through the
     /// mount they would not read back as written).
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         Some(format!(
             "fixedscaleoffset stores values rounded to 1/{:?} as {}: written values would not read back as written",

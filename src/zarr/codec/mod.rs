@@ -105,6 +105,11 @@ pub trait ArrayToArrayCodec: CodecTraits {
     fn lossy(&self) -> Option<String> {
         None
     }
+    /// Whether each element is encoded alone, wherever it lies (so that a run of elements
+    /// written can be passed through it as the chunk would be).
+    fn elementwise(&self) -> bool {
+        false
+    }
     /// `encoded` is C order over `encoded_shape(decoded.shape)`; returns C order over `decoded.shape`.
     fn decode(&self, encoded: Vec<u8>, decoded: &ChunkRepr<'_>) -> Result<Vec<u8>>;
     fn encode(&self, decoded: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>>;
@@ -119,6 +124,14 @@ pub trait ArrayToBytesCodec: CodecTraits {
     /// chunk size bound).
     fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
         self.encoded_size(repr).unwrap_or_else(crate::limits::max_chunk_bytes)
+    }
+    /// Why an encoding would not give back what was written (a lossy codec inside a shard).
+    fn lossy(&self) -> Option<String> {
+        None
+    }
+    /// Whether each element is encoded alone, wherever it lies.
+    fn elementwise(&self) -> bool {
+        false
     }
     /// Sharding exposes its index so that a read can fetch single inner chunks.
     fn as_sharding(&self) -> Option<&ShardingCodec> {
@@ -153,6 +166,10 @@ pub trait BytesToBytesCodec: CodecTraits {
     /// Why an encoding would not give back what was written, if it would not.
     fn lossy(&self) -> Option<String> {
         None
+    }
+    /// Whether each element is encoded alone, wherever it lies.
+    fn elementwise(&self) -> bool {
+        false
     }
 }
 
@@ -269,8 +286,13 @@ impl CodecChain {
 
     /// The chunk representation each array→array stage produces, first the input.
     fn reprs<'a>(&'a self, repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
+        Self::reprs_through(&self.array_to_array, repr)
+    }
+
+    /// The chunk representation each of `codecs` produces, first the input.
+    fn reprs_through<'a>(codecs: &'a [Box<dyn ArrayToArrayCodec>], repr: &ChunkRepr<'a>) -> Vec<ChunkRepr<'a>> {
         let mut out = vec![repr.clone()];
-        for c in &self.array_to_array {
+        for c in codecs {
             let Some(last) = out.last() else { break };
             let next = match c.encoded_dtype() {
                 Some(dtype) => ChunkRepr { shape: c.encoded_shape(&last.shape), dtype, fill: c.encoded_fill(&last.fill).into() },
@@ -294,9 +316,77 @@ impl CodecChain {
     }
 
     /// Why chunks written with these codecs would not read back as written (a lossy filter):
-    /// the array is then read-only.
-    pub fn write_refusal(&self) -> Option<String> {
-        self.array_to_array.iter().find_map(|c| c.lossy()).or_else(|| self.bytes_to_bytes.iter().find_map(|c| c.lossy()))
+    /// the array is read-only unless the mount rounds writes (`stored_values`).
+    pub fn lossy(&self) -> Option<String> {
+        self.array_to_array
+            .iter()
+            .find_map(|c| c.lossy())
+            .or_else(|| self.array_to_bytes.lossy())
+            .or_else(|| self.bytes_to_bytes.iter().find_map(|c| c.lossy()))
+    }
+
+    /// A run of whole decoded elements of `dtype` as the store will give them back: passed
+    /// through the codecs up to the last lossy one and back, element by element (a write is
+    /// rounded where it lands, so that what the mount shows before and after the chunk is
+    /// stored is the same). Refused where a codec on that way does not encode each element
+    /// alone (`delta`, `shuffle`, `transpose`): a run alone would not round as the chunk does.
+    pub fn stored_values(&self, run: Vec<u8>, dtype: &DataType) -> Result<Vec<u8>> {
+        let not_alone = |name: &str| Error::Unsupported(format!("{name} does not encode each element alone"));
+        let b2b_end = self.bytes_to_bytes.iter().rposition(|c| c.lossy().is_some()).map_or(0, |i| i + 1);
+        let inner = self.array_to_bytes.lossy().is_some();
+        let a2a_end = if b2b_end > 0 || inner {
+            self.array_to_array.len()
+        } else {
+            self.array_to_array.iter().rposition(|c| c.lossy().is_some()).map_or(0, |i| i + 1)
+        };
+        if a2a_end == 0 && !inner && b2b_end == 0 {
+            return Ok(run);
+        }
+        let size = dtype.size().filter(|&s| s > 0 && run.len().is_multiple_of(s));
+        let size = size.ok_or_else(|| Error::Invalid(format!("{} bytes are not whole elements of {}", run.len(), dtype.name())))?;
+        let a2a = &self.array_to_array[..a2a_end];
+        if let Some(c) = a2a.iter().find(|c| !c.elementwise()) {
+            return Err(not_alone(c.name()));
+        }
+        let repr = ChunkRepr { shape: vec![(run.len() / size) as u64], dtype, fill: vec![0; size].into() };
+        let reprs = Self::reprs_through(a2a, &repr);
+        let len = run.len();
+        let mut values = run;
+        for (c, r) in a2a.iter().zip(&reprs) {
+            values = c.encode(values, r)?;
+        }
+        if inner || b2b_end > 0 {
+            let at = &reprs[a2a_end];
+            match self.array_to_bytes.as_sharding() {
+                Some(sharding) if b2b_end == 0 => values = sharding.inner.stored_values(values, at.dtype)?,
+                _ => {
+                    if !self.array_to_bytes.elementwise() {
+                        return Err(not_alone(self.array_to_bytes.name()));
+                    }
+                    let mut bytes = self.array_to_bytes.encode(values, at)?;
+                    let b2b = &self.bytes_to_bytes[..b2b_end];
+                    let mut lens = Vec::with_capacity(b2b.len());
+                    for c in b2b {
+                        if !c.elementwise() {
+                            return Err(not_alone(c.name()));
+                        }
+                        lens.push(bytes.len());
+                        bytes = c.encode(bytes)?;
+                    }
+                    for (c, len) in b2b.iter().zip(lens).rev() {
+                        bytes = c.decode(bytes, len)?;
+                    }
+                    values = self.array_to_bytes.decode(bytes, at)?;
+                }
+            }
+        }
+        for (c, r) in a2a.iter().zip(&reprs).rev() {
+            values = c.decode(values, r)?;
+        }
+        if values.len() != len {
+            return Err(corrupt(format!("the codecs gave back {} bytes of {len}", values.len())));
+        }
+        Ok(values)
     }
 
     /// The most bytes a stored chunk of `repr` can take; a larger object is not read.
@@ -410,5 +500,78 @@ pub(crate) mod test_util {
         let dec = chain.decode(enc.clone(), repr).expect("decode");
         assert_eq!(dec, data);
         enc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const BYTES: Value = Value::Null;
+
+    fn chain(codecs: Value, dtype: &DataType) -> CodecChain {
+        // BYTES stands for the bytes codec, little-endian.
+        let le = |c: &Value| if c.is_null() { json!({"name": "bytes", "configuration": {"endian": "little"}}) } else { c.clone() };
+        let mut codecs = codecs;
+        for c in codecs.as_array_mut().into_iter().flatten() {
+            if let Some(inner) = c.pointer_mut("/configuration/codecs").and_then(Value::as_array_mut) {
+                inner.iter_mut().for_each(|i| *i = le(i));
+            }
+            if let Some(inner) = c.pointer_mut("/configuration/index_codecs").and_then(Value::as_array_mut) {
+                inner.iter_mut().for_each(|i| *i = le(i));
+            }
+            *c = le(c);
+        }
+        CodecChain::parse_v3(&codecs, dtype, &[4, 4]).unwrap()
+    }
+
+    fn f32s(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_run_written_rounds_as_the_chunk_is_stored() {
+        let f4 = DataType::Float32;
+        // numcodecs.BitRound(keepbits=3).encode([1.1, -3.3, 1e30]) (see bitround.rs).
+        let rounded: Vec<u8> = [0x3f90_0000u32, 0xc050_0000, 0x7150_0000].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let run = f32s(&[1.1, -3.3, 1e30]);
+        let bitround = json!({"name": "numcodecs.bitround", "configuration": {"keepbits": 3}});
+        let plain = chain(json!([bitround, BYTES, {"name": "zstd", "configuration": {"level": 1}}]), &f4);
+        assert_eq!(plain.stored_values(run.clone(), &f4).unwrap(), rounded);
+        // Inside a shard, with a checksum after it, as zarr-python writes filters with shards.
+        let sharded = json!([{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2, 2], "codecs": [bitround, BYTES], "index_codecs": [BYTES, "crc32c"]}}, "crc32c"]);
+        let sharded = chain(sharded, &f4);
+        assert!(sharded.lossy().is_some(), "a lossy codec inside a shard makes the array lossy");
+        assert_eq!(sharded.stored_values(run.clone(), &f4).unwrap(), rounded);
+        // A narrowing astype: float64 values as float32 holds them.
+        let f8 = DataType::Float64;
+        let astype = chain(json!([{"name": "numcodecs.astype", "configuration": {"encode_dtype": "<f4"}}, BYTES]), &f8);
+        let narrowed = astype.stored_values(0.1f64.to_le_bytes().to_vec(), &f8).unwrap();
+        assert_eq!(narrowed, f64::from(0.1f32).to_le_bytes());
+        // Lossless codecs give the run back untouched.
+        let lossless = chain(json!([BYTES, {"name": "zstd", "configuration": {"level": 1}}]), &f4);
+        assert_eq!(lossless.stored_values(run.clone(), &f4).unwrap(), run);
+    }
+
+    #[test]
+    fn a_run_is_not_rounded_where_a_codec_does_not_encode_each_element_alone() {
+        let f4 = DataType::Float32;
+        let run = f32s(&[1.5, 2.25]);
+        // A float delta rounds each element by the ones before it.
+        let delta = chain(json!([{"name": "numcodecs.delta", "configuration": {"dtype": "<f4"}}, BYTES]), &f4);
+        assert!(delta.lossy().is_some());
+        let err = delta.stored_values(run.clone(), &f4).unwrap_err().to_string();
+        assert!(err.contains("delta") && err.contains("alone"), "{err}");
+        // A transpose before a lossy filter: the run alone has no shape to transpose.
+        let transposed = chain(
+            json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, BYTES]),
+            &f4,
+        );
+        assert!(transposed.stored_values(run.clone(), &f4).unwrap_err().to_string().contains("transpose"));
+        // Not whole elements.
+        let bitround = chain(json!([{"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}, BYTES]), &f4);
+        assert!(bitround.stored_values(run[..5].to_vec(), &f4).is_err());
     }
 }

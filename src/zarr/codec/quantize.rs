@@ -67,6 +67,10 @@ impl BytesToBytesCodec for QuantizeCodec {
         self.astype.map_from("quantize", &self.dtype, &bytes, |x| p.div(p.around(p.mul(scale, x)), scale))
     }
 
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         Some(format!("quantize keeps {} digits: written values would not read back as written", self.digits))
     }

@@ -93,6 +93,10 @@ impl BytesToBytesCodec for ScaleOffsetCodec {
     }
 
     /// Float arithmetic rounds; integers are exact or refused.
+    fn elementwise(&self) -> bool {
+        true
+    }
+
     fn lossy(&self) -> Option<String> {
         self.dtype
             .is_float()

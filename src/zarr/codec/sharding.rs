@@ -152,6 +152,10 @@ impl CodecTraits for ShardingCodec {
 }
 
 impl ArrayToBytesCodec for ShardingCodec {
+    fn lossy(&self) -> Option<String> {
+        self.inner.lossy()
+    }
+
     /// The index and every inner chunk at its largest.
     fn encoded_bound(&self, repr: &ChunkRepr<'_>) -> u64 {
         let n_inner: u64 = self.per_shard(&repr.shape).iter().product();

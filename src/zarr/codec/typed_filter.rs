@@ -61,4 +61,8 @@ impl ArrayToArrayCodec for TypedFilter {
     fn lossy(&self) -> Option<String> {
         self.transform.lossy()
     }
+
+    fn elementwise(&self) -> bool {
+        !self.packs_bits && self.transform.elementwise()
+    }
 }
