@@ -265,7 +265,9 @@ impl OpenArray {
 
     /// Why the array cannot be written, if it cannot: its codecs would not give back what is
     /// written, and the mount does not write rounded values, or cannot round a write as its
-    /// chunk would be (`CodecChain::stored_values`).
+    /// chunk would be (`CodecChain::stored_values`). Nor where the codecs would change the
+    /// fill value: a chunk written would show, where it was not written, a fill that unwritten
+    /// chunks do not (zarr-python leaves unwritten inner chunks of a shard unrounded, too).
     pub fn write_refusal(&self) -> Option<String> {
         let array = self.array();
         let meta = &array.meta;
@@ -273,7 +275,14 @@ impl OpenArray {
         if !self.lossy_writes {
             return Some(format!("{why} (mount with -o lossy_writes to write values as the codecs round them)"));
         }
-        meta.codecs.stored_values(meta.fill.to_vec(), &meta.dtype).err().map(|e| format!("{why}, and it cannot be written rounded: {e}"))
+        match meta.codecs.stored_values(meta.fill.to_vec(), &meta.dtype) {
+            Err(e) => Some(format!("{why}, and it cannot be written rounded: {e}")),
+            Ok(fill) if fill != meta.fill[..] => {
+                let bytes: String = fill.iter().map(|b| format!("{b:02x}")).collect();
+                Some(format!("{why}, and they would change its fill value (to the little-endian bytes {bytes})"))
+            }
+            Ok(_) => None,
+        }
     }
 
     /// Whether writes are rounded as the codecs store them (`CodecChain::stored_values`).

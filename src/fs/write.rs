@@ -65,9 +65,7 @@ fn edit_chunk(
     change: impl FnOnce(&mut [u8], Option<&mut ElementMask>),
 ) -> Result<()> {
     let elements = array.chunk_repr(coords).num_elements() as usize;
-    // Fill as the store will give it back, where an element of it is written with others.
-    let fill = as_stored(open, array, &array.meta.fill)?;
-    let fresh = || chunk_buffer(elements, &fill);
+    let fresh = || chunk_buffer(elements, &array.meta.fill);
     let from_fill = start == Start::Fill;
     let loaded = {
         let edits = lock(&open.edits);
@@ -85,10 +83,10 @@ fn edit_chunk(
                 Some(match cached.as_deref() {
                     Some(Cached::Chunk { decoded, version: Some(v) }) => (decoded.clone(), Base::read(Some(*v), elements)?),
                     Some(Cached::Missing) => (fresh()?, Base::read(None, elements)?),
-                    _ if start == Start::Stored => match stored_chunk(open, array, cache, coords)? {
-                        (decoded, Some(v)) => (decoded, Base::read(Some(v), elements)?),
-                        (_, None) => (fresh()?, Base::read(None, elements)?),
-                    },
+                    _ if start == Start::Stored => {
+                        let (decoded, version) = stored_chunk(open, array, cache, coords)?;
+                        (decoded, Base::read(version, elements)?)
+                    }
                     _ => (fresh()?, Base::unread(elements)?),
                 })
             }
@@ -396,7 +394,7 @@ fn resize_shared(open: &Arc<OpenArray>, cache: &ChunkCache, rows: u64) -> Result
             let mut extent = shape.clone();
             extent[0] = chunk_rows - cut_offset;
             let view = Strided::of(&shape, &start, 0);
-            let fill = &as_stored(open, &array, &meta.fill)?;
+            let fill = &meta.fill;
             let needs_reset = {
                 let edits = lock(&open.edits);
                 match edits.chunks.get(&coords) {
