@@ -713,6 +713,10 @@ def codecs():
         "packbits": ("bool", bits, dict(filters=[N.PackBits()], compressors=None)),
         "sharded_shuffle": ("<f8", f8, dict(shards=(6, 4), compressors=[N.Shuffle(), N.Zlib(level=1)])),
         "cast_value_widening": ("<i4", i4, dict(filters=[CastValue(data_type="int64")], compressors=[N.Zlib(level=1)])),
+        "pcodec": ("<f8", f8, dict(serializer=N.PCodec(level=8), compressors=None)),
+        "pcodec_delta": ("<i4", i4, dict(serializer=N.PCodec(level=4, delta_spec="try_consecutive", delta_encoding_order=1),
+                                         compressors=None)),
+        "pcodec_sharded": ("<f8", f8, dict(shards=(6, 4), serializer=N.PCodec(level=8, mode_spec="classic"), compressors=None)),
     }
     lossy_v3 = {  # and scale_offset, whose integers refuse values out of range when written
         "scale_offset": ("<i4", i4 // 4, dict(filters=[ScaleOffset(offset=5, scale=2)], compressors=None)),
@@ -738,6 +742,7 @@ def codecs():
         "jenkins_lookup3": ("<i4", i4, dict(compressors=numcodecs.JenkinsLookup3())),
         "packbits": ("|b1", bits, dict(filters=[numcodecs.PackBits()], compressors=None)),
         "astype_widening": ("<i4", i4, dict(filters=[numcodecs.AsType(encode_dtype="<i8", decode_dtype="<i4")], compressors=None)),
+        "pcodec": ("<f8", f8, dict(compressors=numcodecs.PCodec(level=8))),
     }
     lossy_v2 = {
         "fixedscaleoffset": ("<f8", f8, dict(filters=[numcodecs.FixedScaleOffset(offset=1000, scale=10, dtype="<f8", astype="<u2")], compressors=None)),

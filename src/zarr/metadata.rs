@@ -500,8 +500,8 @@ mod tests {
         assert_eq!(a.codecs.array_to_array.len(), 1);
         assert_eq!(a.codecs.bytes_to_bytes.len(), 2);
         let mut bad = doc.clone();
-        bad["compressor"] = json!({"id": "pcodec"});
-        assert!(parse_v2_array(&Document::from_value(bad.clone()).unwrap()).unwrap_err().to_string().contains("pcodec"));
+        bad["compressor"] = json!({"id": "zfpy"});
+        assert!(parse_v2_array(&Document::from_value(bad.clone()).unwrap()).unwrap_err().to_string().contains("zfpy"));
         let mut obj = doc;
         obj["dtype"] = json!("|O");
         obj["filters"] = json!([{"id": "vlen-utf8"}]);

@@ -8,8 +8,8 @@ use super::typed_filter::TypedFilter;
 use super::{
     ArrayToArrayCodec, ArrayToBytesCodec, AsTypeCodec, AxisDeltaCodec, BitRoundCodec, BloscCodec, BytesCodec, BytesToBytesCodec, Bz2Codec,
     CastValueCodec, Checksum32Codec, DeltaCodec, FixedScaleOffsetCodec, FloatPredictorCodec, GzipCodec, Lz4Codec, LzmaCodec, PackBitsCodec,
-    QuantizeCodec, ScaleOffsetCodec, ShardingCodec, ShuffleCodec, TiffLzwCodec, TiffPackBitsCodec, TransposeCodec, VlenInterleavedCodec,
-    ZarrsVlenCodec, ZlibCodec, ZstdCodec,
+    PcodecCodec, QuantizeCodec, ScaleOffsetCodec, ShardingCodec, ShuffleCodec, TiffLzwCodec, TiffPackBitsCodec, TransposeCodec,
+    VlenInterleavedCodec, ZarrsVlenCodec, ZlibCodec, ZstdCodec,
 };
 use crate::zarr::dtype::DataType;
 use crate::{Error, Result};
@@ -82,7 +82,7 @@ fn numcodecs_typed(id: &str, config: &Value, dtype: &Typed) -> Option<Result<(Bo
 const TYPED: [&str; 6] = ["delta", "fixedscaleoffset", "quantize", "astype", "bitround", "packbits"];
 
 /// Codecs no crate here does, refused by name rather than as unknown.
-const NOT_BUILT: [&str; 4] = ["pcodec", "zfpy", "bitshuffle", "categorize"];
+const NOT_BUILT: [&str; 3] = ["zfpy", "bitshuffle", "categorize"];
 
 /// A numcodecs filter over typed elements as a v3 array→array codec.
 fn typed_filter(id: &str, config: &Value, dtype: &DataType) -> Result<Built> {
@@ -108,6 +108,7 @@ fn v3_constructor(name: &str) -> Option<V3Constructor> {
         "sharding_indexed" => |c, dtype, shape| Ok(ArrayToBytes(Box::new(ShardingCodec::parse(c, dtype, shape)?))),
         "vlen-utf8" => |_, _, _| Ok(ArrayToBytes(Box::new(VlenInterleavedCodec { name: "vlen-utf8" }))),
         "vlen-bytes" => |_, _, _| Ok(ArrayToBytes(Box::new(VlenInterleavedCodec { name: "vlen-bytes" }))),
+        "numcodecs.pcodec" => |c, dtype, _| Ok(ArrayToBytes(Box::new(PcodecCodec::parse(c, dtype, false)?))),
         n if ZARRS_VLEN_V2.contains(&n) => |_, _, _| Ok(ArrayToBytes(Box::new(VlenInterleavedCodec { name: "zarrs.vlen_v2" }))),
         n if ZARRS_VLEN.contains(&n) => |c, _, _| Ok(ArrayToBytes(Box::new(ZarrsVlenCodec::parse(c)?))),
         "blosc" => |c, dtype, _| Ok(BytesToBytes(Box::new(BloscCodec::parse_v3(c, dtype)?))),
@@ -167,6 +168,9 @@ pub fn v2(config: &Value, dtype: &DataType, big: bool) -> Result<Box<dyn BytesTo
     let id = config.get("id").and_then(Value::as_str).ok_or_else(|| Error::metadata(format!("v2 codec without an id: {config}")))?;
     if let Some(codec) = numcodecs_bytes(id, config, dtype.size().unwrap_or(1)) {
         return codec;
+    }
+    if id == "pcodec" {
+        return Ok(Box::new(PcodecCodec::parse(config, dtype, big)?));
     }
     // imagecodecs' image codecs (JPEG, WebP, JPEG 2000, LERC, ...) are not built.
     if NOT_BUILT.contains(&id) || id.starts_with("imagecodecs_") {
