@@ -80,7 +80,18 @@ pub(crate) fn load_inner_together(
     units: &[&[u64]],
 ) {
     // Units of another shard (the array was laid out anew since they were grouped) are left.
-    let claims = cache.claim_absent(units.iter().filter(|u| a.chunk_of_unit(u).0 == shard).map(|u| open.unit_key(u, false)));
+    let mut keys: Vec<_> = units.iter().filter(|u| a.chunk_of_unit(u).0 == shard).map(|u| open.unit_key(u, false)).collect();
+    // Most of a shard wanted and its index not at hand: the whole shard is read, and the rest
+    // of it comes with it (decoding it costs less than any request for it later). All of its
+    // inner chunks are claimed at once, those wanted first: another loader that claimed the
+    // rest in between would read the whole shard again.
+    if reads_whole(a, cache, &open.unit_key(shard, true), shard, keys.len()) {
+        let wanted: std::collections::HashSet<_> = keys.iter().cloned().collect();
+        let mut rest = Vec::new();
+        a.units_of_chunk(shard).for_each(|unit| rest.push(open.unit_key(unit, false)));
+        keys.extend(rest.into_iter().filter(|k| !wanted.contains(k)));
+    }
+    let claims = cache.claim_absent(keys);
     let claims: Vec<(usize, Claim)> = claims.into_iter().map(|c| (a.chunk_of_unit(&c.key().coords).1, c)).collect();
     if let Err(e) = serve_claims(open, a, cache, sharding, shard, claims) {
         tracing::debug!(shard = a.chunk_key(shard), "inner chunks read together failed, each is read alone: {e}");
@@ -88,6 +99,14 @@ pub(crate) fn load_inner_together(
             forget_shard(open, a, cache, shard);
         }
     }
+}
+
+/// Whether `wanted` inner chunks of `shard` are read with the whole shard: most of it, and its
+/// index (`index_key`) not at hand.
+fn reads_whole(a: &Array, cache: &ChunkCache, index_key: &crate::cache::CacheKey, shard: &[u64], wanted: usize) -> bool {
+    let cells = a.units_of_chunk(shard);
+    let inner_count = cells.start.iter().zip(&cells.end).map(|(s, e)| e - s).product::<u64>();
+    cache.peek(index_key).is_none() && wanted as u64 * 2 >= inner_count
 }
 
 fn serve_claims<'c>(
@@ -99,31 +118,25 @@ fn serve_claims<'c>(
     mut claims: Vec<(usize, Claim<'c>)>,
 ) -> Result<()> {
     let index_key = open.unit_key(shard, true);
-    let cells = a.units_of_chunk(shard);
-    let inner_count = cells.start.iter().zip(&cells.end).map(|(s, e)| e - s).product::<u64>();
-    // Most of a shard wanted and its index not at hand: the whole shard, index and all.
-    let held = cache.peek(&index_key);
-    if held.is_none() && claims.len() as u64 * 2 >= inner_count {
+    // The whole shard, index and all (`reads_whole`, with the claims this loader got), by the
+    // loader that claims its index: one whose index another is reading waits for that index
+    // and reads its own inner chunks by range, never the whole shard a second time. The chunks
+    // wanted are decoded first.
+    let index_claim = match reads_whole(a, cache, &index_key, shard, claims.len()) {
+        true => cache.claim_absent([index_key.clone()]).pop(),
+        false => None,
+    };
+    if let Some(index_claim) = index_claim {
         open.check_value(a, &a.chunk_key(shard))?;
-        let index_claim = cache.claim_absent([index_key]).pop();
-        // The rest of the shard comes with it: decoding it costs less than any request for it
-        // later. The chunks wanted are decoded first.
-        let mut rest = Vec::new();
-        cells.for_each(|unit| rest.push(open.unit_key(unit, false)));
-        claims.extend(cache.claim_absent(rest).into_iter().map(|c| (a.chunk_of_unit(&c.key().coords).1, c)));
         let Some((bytes, index, version)) = a.retrieve_shard(sharding, shard)? else {
-            if let Some(c) = index_claim {
-                c.finish(Ok(Cached::Missing), true)?;
-            }
+            index_claim.finish(Ok(Cached::Missing), true)?;
             for (_, claim) in claims {
                 claim.finish(Ok(Cached::Missing), false)?;
             }
             return Ok(());
         };
         let decoded_index = index.clone();
-        if let Some(c) = index_claim {
-            c.finish(Ok(Cached::Index { index, version }), true)?;
-        }
+        index_claim.finish(Ok(Cached::Index { index, version }), true)?;
         return finish_from(a, sharding, shard, &decoded_index, Fetched { bytes: &bytes, at: 0, version }, claims);
     }
     let index = cache.get_or_load(&index_key, || {
