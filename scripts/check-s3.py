@@ -750,7 +750,9 @@ def anonymous():
     array zarr-python wrote, and no request the proxy sees is signed."""
     work = tempfile.mkdtemp()
     want = np.arange(40 * 6, dtype="<i4").reshape(40, 6)
-    zarr.open_group(os.path.join(work, "served", "pub", "p"), mode="w").create_array("a", data=want, chunks=(16, 6))
+    g = zarr.open_group(os.path.join(work, "served", "pub", "p"), mode="w")
+    g.create_array("a", data=want, chunks=(16, 6))
+    g.create_array("sh", data=np.arange(64 * 64, dtype="<u2").reshape(64, 64), chunks=(8, 8), shards=(32, 32))
     server, port = rclone_s3(os.path.join(work, "served"), auth=())
     proxy = S3Proxy(f"http://127.0.0.1:{port}")
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")}
@@ -769,6 +771,19 @@ def anonymous():
                         check(f.read() == want.tobytes(), f"{what}: the array reads back")
                 entries = proxy.entries()
                 check(entries and not any(e[5] for e in entries), f"{what}: no request signed ({entries})")
+                if r.returncode == 0:
+                    # rclone answers a range under 200 with its Content-Range: still a range, so a
+                    # point read of a shard asks for its index and one inner chunk, not the shard.
+                    fd = os.open(os.path.join(d, "sh", "data"), os.O_RDONLY | os.O_DIRECT)
+                    try:
+                        proxy.settle()
+                        proxy.reset()
+                        got = os.pread(fd, 2, (40 * 64 + 41) * 2)
+                    finally:
+                        os.close(fd)
+                    shard = [e for e in proxy.entries() if "/sh/c/" in e[1]]
+                    check(int.from_bytes(got, "little") == 40 * 64 + 41 and len(shard) == 2 and all(e[0] == "GET" and e[2] for e in shard),
+                          f"{what}: a sharded point read from rclone takes two ranged GETs ({shard})")
             finally:
                 if os.path.ismount(d):
                     subprocess.run([BIN, "unmount", d], check=True)

@@ -34,8 +34,13 @@ impl HttpService for Metered {
             let path = req.uri().path().to_string();
             let range = req.headers().get(http::header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_string);
             let started = Instant::now();
-            let answer = self.0.execute(req).await;
+            let mut answer = self.0.execute(req).await;
             let took = started.elapsed();
+            if let Ok(response) = &mut answer
+                && range.is_some()
+            {
+                partial_as_partial(response);
+            }
             let status = answer.as_ref().ok().map(|r| r.status().as_u16());
             crate::metrics::http_attempt(method.as_str(), status, took);
             tracing::debug!(
@@ -48,5 +53,46 @@ impl HttpService for Metered {
             );
             answer
         })
+    }
+}
+
+/// A server that answers a range with the bytes asked for, said so by its `Content-Range`, under
+/// `200 OK` rather than `206 Partial Content` (`rclone serve s3` 1.75): its answer is taken as
+/// the partial one it is, not as a server that ignores ranges (which would have every value
+/// read whole).
+fn partial_as_partial(response: &mut HttpResponse) {
+    let says_range = response
+        .headers()
+        .get(http::header::CONTENT_RANGE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.strip_prefix("bytes ").and_then(|r| r.split_once('-')).is_some_and(|(a, _)| a.parse::<u64>().is_ok()));
+    if response.status() == http::StatusCode::OK && says_range {
+        *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, content_range: Option<&str>) -> HttpResponse {
+        let mut r = http::Response::builder().status(status);
+        if let Some(c) = content_range {
+            r = r.header(http::header::CONTENT_RANGE, c);
+        }
+        r.body(object_store::client::HttpResponseBody::from(bytes::Bytes::new())).unwrap()
+    }
+
+    #[test]
+    fn a_range_answered_under_200_with_its_content_range_is_partial() {
+        let mut ok = answer(200, Some("bytes 99868-99999/100000"));
+        partial_as_partial(&mut ok);
+        assert_eq!(ok.status(), 206);
+        // Without a Content-Range, the server did ignore the range; other statuses are left.
+        for (status, range) in [(200, None), (200, Some("bytes */100000")), (206, Some("bytes 0-9/10")), (416, Some("bytes */10"))] {
+            let mut r = answer(status, range);
+            partial_as_partial(&mut r);
+            assert_eq!(r.status(), status, "{range:?}");
+        }
     }
 }
