@@ -150,6 +150,11 @@ impl PcodecCodec {
             "classic" => ModeSpec::Classic,
             other => return Err(bad(format!("mode_spec {other:?} is not supported"))),
         };
+        // pco's bound (its `MAX_CONSECUTIVE_DELTA_ORDER`, not exported): a larger order is
+        // refused when the array is opened, not at the first chunk written.
+        if let Some(order) = self.delta_encoding_order.filter(|&order| order > 7) {
+            return Err(bad(format!("delta_encoding_order {order} is not within 0-7")));
+        }
         let delta_spec = match (self.delta_spec.as_str(), self.delta_encoding_order) {
             // Before delta_spec, an order alone chose consecutive deltas.
             ("auto" | "try_consecutive", Some(order)) => DeltaSpec::TryConsecutive(order),
@@ -290,6 +295,8 @@ mod tests {
         assert!(PcodecCodec::parse(&json!({"mode_spec": "try_dict"}), &f4, false).is_err());
         assert!(PcodecCodec::parse(&json!({"delta_spec": "no_op", "delta_encoding_order": 2}), &f4, false).is_err());
         assert!(PcodecCodec::parse(&json!({"delta_spec": "try_consecutive", "delta_encoding_order": 2}), &f4, false).is_ok());
+        assert!(PcodecCodec::parse(&json!({"delta_spec": "try_consecutive", "delta_encoding_order": 7}), &f4, false).is_ok());
+        assert!(PcodecCodec::parse(&json!({"delta_spec": "try_consecutive", "delta_encoding_order": 8}), &f4, false).is_err());
         assert!(PcodecCodec::parse(&json!({"level": 13}), &f4, false).is_err());
         assert!(PcodecCodec::parse(&json!({}), &DataType::UInt8, false).is_err());
         assert!(PcodecCodec::parse(&json!({}), &f4, true).is_err());
