@@ -59,14 +59,17 @@ impl HttpService for Metered {
 /// A server that answers a range with the bytes asked for, said so by its `Content-Range`, under
 /// `200 OK` rather than `206 Partial Content` (`rclone serve s3` 1.75): its answer is taken as
 /// the partial one it is, not as a server that ignores ranges (which would have every value
-/// read whole).
+/// read whole). Only a `Content-Range` that names a part of the value counts: one that names
+/// all of it (or no length) leaves the answer a whole one, read as such.
 fn partial_as_partial(response: &mut HttpResponse) {
-    let says_range = response
-        .headers()
-        .get(http::header::CONTENT_RANGE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.strip_prefix("bytes ").and_then(|r| r.split_once('-')).is_some_and(|(a, _)| a.parse::<u64>().is_ok()));
-    if response.status() == http::StatusCode::OK && says_range {
+    let part = |v: &str| -> Option<bool> {
+        let (range, total) = v.strip_prefix("bytes ")?.split_once('/')?;
+        let (first, last) = range.split_once('-')?;
+        let (first, last, total) = (first.parse::<u64>().ok()?, last.parse::<u64>().ok()?, total.parse::<u64>().ok()?);
+        Some(first <= last && last < total && (first > 0 || last + 1 < total))
+    };
+    let names_part = response.headers().get(http::header::CONTENT_RANGE).and_then(|v| v.to_str().ok()).and_then(part).unwrap_or(false);
+    if response.status() == http::StatusCode::OK && names_part {
         *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
     }
 }
@@ -89,7 +92,16 @@ mod tests {
         partial_as_partial(&mut ok);
         assert_eq!(ok.status(), 206);
         // Without a Content-Range, the server did ignore the range; other statuses are left.
-        for (status, range) in [(200, None), (200, Some("bytes */100000")), (206, Some("bytes 0-9/10")), (416, Some("bytes */10"))] {
+        for (status, range) in [
+            (200, None),
+            (200, Some("bytes */100000")),
+            // All of the value, or a length not given: a whole answer.
+            (200, Some("bytes 0-9/10")),
+            (200, Some("bytes 0-9/*")),
+            (200, Some("bytes 9-0/10")),
+            (206, Some("bytes 0-9/10")),
+            (416, Some("bytes */10")),
+        ] {
             let mut r = answer(status, range);
             partial_as_partial(&mut r);
             assert_eq!(r.status(), status, "{range:?}");
