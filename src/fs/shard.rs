@@ -209,7 +209,7 @@ fn finish_from(
             let what = format!("{} (inner chunk {inner})", a.chunk_key(shard));
             return Err(crate::Error::corrupt(what, format!("the shard index puts it at bytes {start}+{len}, past the shard's end")));
         };
-        let decoded = a.decode_inner_chunk(sharding, shard, inner, stored.to_vec())?;
+        let decoded = a.decode_inner_chunk(sharding, shard, inner, stored)?;
         claim.finish(Ok(Cached::Chunk { decoded, version: Some(version) }), false)?;
     }
     Ok(())

@@ -390,10 +390,17 @@ impl Array {
     }
 
     /// Decode inner chunk number `inner` of a shard from its stored bytes.
-    pub fn decode_inner_chunk(&self, sharding: &ShardingCodec, shard: &[u64], inner: usize, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    pub fn decode_inner_chunk<'b>(
+        &self,
+        sharding: &ShardingCodec,
+        shard: &[u64],
+        inner: usize,
+        bytes: impl Into<std::borrow::Cow<'b, [u8]>>,
+    ) -> Result<Vec<u8>> {
         let what = || format!("{} (inner chunk {inner})", self.chunk_key(shard));
         let repr = self.chunk_repr(shard);
         let bound = sharding.inner_bound(&repr);
+        let bytes = bytes.into();
         let len = bytes.len() as u64;
         if len > bound {
             return Err(Error::corrupt(what(), format!("the shard index gives it {len} bytes, more than the {bound} it can take")));

@@ -75,10 +75,14 @@ impl CodecTraits for BloscCodec {
 
 impl BytesToBytesCodec for BloscCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
         // A frame with bytes after it (z5py writes 16): what the header declares is the frame,
         // as c-blosc and so numcodecs read it. One that declares more than it holds is refused.
         let declared = bytes.get(12..16).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
-        let frame = if declared >= BLOSC_MIN_HEADER_LENGTH && declared < bytes.len() { &bytes[..declared] } else { &bytes[..] };
+        let frame = if declared >= BLOSC_MIN_HEADER_LENGTH && declared < bytes.len() { &bytes[..declared] } else { bytes };
         let mut nbytes: usize = 0;
         // SAFETY: validate reads only within `frame.len()` and reports the decoded size.
         let valid = unsafe { blosc_src::blosc_cbuffer_validate(frame.as_ptr() as *const c_void, frame.len(), &mut nbytes) };

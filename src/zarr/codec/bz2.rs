@@ -31,7 +31,11 @@ impl CodecTraits for Bz2Codec {
 
 impl BytesToBytesCodec for Bz2Codec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
-        read_bounded("bz2", bzip2::read::MultiBzDecoder::new(&bytes[..]), max)
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
+        read_bounded("bz2", bzip2::read::MultiBzDecoder::new(bytes), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {

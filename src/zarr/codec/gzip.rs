@@ -31,7 +31,11 @@ impl CodecTraits for GzipCodec {
 
 impl BytesToBytesCodec for GzipCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
-        read_bounded("gzip", flate2::read::MultiGzDecoder::new(&bytes[..]), max)
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
+        read_bounded("gzip", flate2::read::MultiGzDecoder::new(bytes), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {

@@ -28,6 +28,10 @@ impl CodecTraits for Lz4Codec {
 
 impl BytesToBytesCodec for Lz4Codec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
         if bytes.len() < 4 {
             return Err(corrupt("lz4: shorter than its size prefix"));
         }

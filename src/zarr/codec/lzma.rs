@@ -90,8 +90,12 @@ impl CodecTraits for LzmaCodec {
 
 impl BytesToBytesCodec for LzmaCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
         let stream = Stream::new_auto_decoder(DECODER_MEMORY, liblzma::stream::CONCATENATED).map_err(|e| corrupt(format!("lzma: {e}")))?;
-        read_bounded("lzma", liblzma::read::XzDecoder::new_stream(&bytes[..], stream), max)
+        read_bounded("lzma", liblzma::read::XzDecoder::new_stream(bytes, stream), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {

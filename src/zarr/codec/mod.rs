@@ -61,6 +61,8 @@ pub use self::vlen::{VlenInterleavedCodec, ZarrsVlenCodec};
 pub use self::zlib::ZlibCodec;
 pub use self::zstd::ZstdCodec;
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::dtype::DataType;
@@ -156,6 +158,11 @@ pub trait BytesToBytesCodec: CodecTraits {
     /// Decode into at most `max` bytes: a decoder that would produce more stops there and
     /// fails (a decompression bomb is never inflated past what the chunk can hold).
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>>;
+    /// `decode` of bytes it is not given to own (an inner chunk inside a shard read whole): a
+    /// decoder that only reads its input decodes it where it lies, with no copy first.
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
+        self.decode(bytes.to_vec(), max)
+    }
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>>;
     /// Encoded size for a decoded size, where it is fixed (checksums, not compressors).
     fn encoded_size(&self, _decoded: u64) -> Option<u64> {
@@ -397,7 +404,7 @@ impl CodecChain {
     }
 
     /// Undo the bytes→bytes codecs, each within the bound of what it can produce.
-    fn decode_bytes(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+    fn decode_bytes(&self, bytes: Cow<'_, [u8]>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         self.decode_bytes_within(bytes, self.stage_bounds(repr))
     }
 
@@ -411,19 +418,26 @@ impl CodecChain {
         bounds
     }
 
-    fn decode_bytes_within(&self, mut bytes: Vec<u8>, bounds: Vec<u64>) -> Result<Vec<u8>> {
+    /// Bytes borrowed are decoded where they lie by the first codec that can (`decode_from`).
+    fn decode_bytes_within(&self, mut bytes: Cow<'_, [u8]>, bounds: Vec<u64>) -> Result<Vec<u8>> {
         for (i, c) in self.bytes_to_bytes.iter().enumerate().rev() {
             let max = usize::try_from(bounds[i]).unwrap_or(usize::MAX);
-            bytes = c.decode(bytes, max)?;
-            if bytes.len() > max {
+            let decoded = match bytes {
+                Cow::Borrowed(b) => c.decode_from(b, max)?,
+                Cow::Owned(v) => c.decode(v, max)?,
+            };
+            if decoded.len() > max {
                 return Err(too_large(c.name(), max));
             }
+            bytes = Cow::Owned(decoded);
         }
-        Ok(bytes)
+        Ok(bytes.into_owned())
     }
 
-    pub fn decode(&self, bytes: Vec<u8>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
-        let bytes = self.decode_bytes(bytes, repr)?;
+    /// Decode a stored chunk, given to own (`Vec<u8>`) or borrowed (`&[u8]`, copied only where a
+    /// codec needs it so).
+    pub fn decode<'b>(&self, bytes: impl Into<Cow<'b, [u8]>>, repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+        let bytes = self.decode_bytes(bytes.into(), repr)?;
         let reprs = self.reprs(repr);
         let mut data = self.array_to_bytes.decode(bytes, reprs.last().unwrap_or(repr))?;
         for (i, c) in self.array_to_array.iter().enumerate().rev() {
@@ -448,7 +462,7 @@ impl CodecChain {
     /// A chunk of variable-length elements: its `n` elements in C order, decoding to at most
     /// `max` bytes (`limits::text_chunk_bound`).
     pub fn decode_elements(&self, bytes: Vec<u8>, n: usize, max: u64) -> Result<Vec<Vec<u8>>> {
-        let bytes = self.decode_bytes_within(bytes, self.bounds_from(max))?;
+        let bytes = self.decode_bytes_within(Cow::Owned(bytes), self.bounds_from(max))?;
         self.array_to_bytes.decode_elements(bytes, n, max)
     }
 
@@ -555,6 +569,36 @@ mod tests {
         // Lossless codecs give the run back untouched.
         let lossless = chain(json!([BYTES, {"name": "zstd", "configuration": {"level": 1}}]), &f4);
         assert_eq!(lossless.stored_values(run.clone(), &f4).unwrap(), run);
+    }
+
+    #[test]
+    fn bytes_borrowed_decode_as_bytes_owned_do() {
+        let f4 = DataType::Float32;
+        let repr = ChunkRepr { shape: vec![4, 4], dtype: &f4, fill: vec![0; 4].into() };
+        let values = f32s(&(0..16).map(|i| i as f32 * 0.5).collect::<Vec<_>>());
+        for compressor in [
+            json!({"name": "zstd", "configuration": {"level": 1}}),
+            json!({"name": "gzip", "configuration": {"level": 1}}),
+            json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}),
+            json!({"name": "numcodecs.zlib", "configuration": {"level": 1}}),
+            json!({"name": "numcodecs.bz2", "configuration": {"level": 1}}),
+            json!({"name": "numcodecs.lzma", "configuration": {}}),
+            json!({"name": "numcodecs.lz4", "configuration": {}}),
+            // One that decodes by owning its bytes (it drops its checksum in place), after one that reads them.
+            json!("crc32c"),
+        ] {
+            let chain = chain(json!([BYTES, {"name": "zstd", "configuration": {"level": 3}}, compressor]), &f4);
+            let stored = chain.encode(values.clone(), &repr).unwrap();
+            // Inside a larger buffer, as an inner chunk lies in its shard.
+            let shard = [vec![7u8; 5], stored.clone(), vec![9u8; 3]].concat();
+            assert_eq!(chain.decode(&shard[5..5 + stored.len()], &repr).unwrap(), values, "{compressor}");
+            assert_eq!(chain.decode(stored.clone(), &repr).unwrap(), values, "{compressor}");
+            // Damaged or cut short: the same error either way.
+            for bad in [&stored[..stored.len() / 2], &shard[..stored.len()]] {
+                let (owned, borrowed) = (chain.decode(bad.to_vec(), &repr), chain.decode(bad, &repr));
+                assert_eq!(owned.map_err(|e| e.to_string()), borrowed.map_err(|e| e.to_string()), "{compressor}");
+            }
+        }
     }
 
     #[test]

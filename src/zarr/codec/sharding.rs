@@ -116,7 +116,7 @@ impl ShardingCodec {
     }
 
     /// Decode one inner chunk's bytes.
-    pub fn decode_inner(&self, bytes: Vec<u8>, shard_repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
+    pub fn decode_inner<'b>(&self, bytes: impl Into<std::borrow::Cow<'b, [u8]>>, shard_repr: &ChunkRepr<'_>) -> Result<Vec<u8>> {
         self.inner.decode(bytes, &self.inner_repr(shard_repr))
     }
 
@@ -185,7 +185,7 @@ impl ArrayToBytesCodec for ShardingCodec {
                 .checked_add(n)
                 .filter(|&e| e <= total)
                 .ok_or_else(|| corrupt(format!("inner chunk {i} at {off}+{n} is outside the shard ({total} bytes)")))?;
-            let data = self.decode_inner(bytes[off as usize..end as usize].to_vec(), repr)?;
+            let data = self.decode_inner(&bytes[off as usize..end as usize], repr)?;
             let dst = Strided::of(&repr.shape, &self.inner_origin(&per_shard, i as u64), 0);
             copy_box(&data, &inner_view, &mut out, &dst, &self.inner_shape, item);
         }

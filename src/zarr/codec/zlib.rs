@@ -30,7 +30,11 @@ impl CodecTraits for ZlibCodec {
 
 impl BytesToBytesCodec for ZlibCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
-        read_bounded("zlib", flate2::read::ZlibDecoder::new(&bytes[..]), max)
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
+        read_bounded("zlib", flate2::read::ZlibDecoder::new(bytes), max)
     }
 
     fn encode(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {

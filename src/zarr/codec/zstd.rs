@@ -37,12 +37,16 @@ impl CodecTraits for ZstdCodec {
 
 impl BytesToBytesCodec for ZstdCodec {
     fn decode(&self, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+        self.decode_from(&bytes, max)
+    }
+
+    fn decode_from(&self, bytes: &[u8], max: usize) -> Result<Vec<u8>> {
         // With a content size, decode straight into a buffer of that size (no copies); without
         // one (or for several frames), stream, never past `max`. Both verify checksums.
         thread_local! {
             static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
         }
-        if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(&bytes) {
+        if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(bytes) {
             if n > max as u64 {
                 return Err(too_large("zstd", max));
             }
@@ -52,13 +56,13 @@ impl BytesToBytesCodec for ZstdCodec {
                 if cell.is_none() {
                     *cell = zstd::bulk::Decompressor::new().ok();
                 }
-                cell.as_mut().and_then(|d| d.decompress_to_buffer(&bytes, &mut out).ok())
+                cell.as_mut().and_then(|d| d.decompress_to_buffer(bytes, &mut out).ok())
             });
             if one_shot == Some(n as usize) {
                 return Ok(out);
             }
         }
-        let decoder = zstd::stream::read::Decoder::with_buffer(&bytes[..]).map_err(|e| corrupt(format!("zstd: {e}")))?;
+        let decoder = zstd::stream::read::Decoder::with_buffer(bytes).map_err(|e| corrupt(format!("zstd: {e}")))?;
         read_bounded("zstd", decoder, max)
     }
 
