@@ -32,7 +32,7 @@ fn merge(document: &[u8], key: &str, versions: ChunkVersions<'_>) -> Result<Opti
         return Err(Error::Unsupported(format!("{key}: chunks of variable-length elements are not merged")));
     }
     let decoded = |bytes: Option<&[u8]>| match bytes {
-        Some(b) => meta.codecs.decode(b.to_vec(), &repr).map_err(|e| e.in_key(key)),
+        Some(b) => meta.codecs.decode(b, &repr).map_err(|e| e.in_key(key)),
         None => super::region::filled(repr.num_elements() as usize, &meta.fill),
     };
     let (base, ours, mut merged) = (decoded(base)?, decoded(ours)?, decoded(theirs)?);

@@ -154,7 +154,7 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
             (&bytes[rest..end], &bytes[end..])
         };
         let index_repr = ChunkRepr { shape: vec![n as u64 + 1], dtype: self.index_type(), fill: (&[0; 8]).into() };
-        let raw = self.index.decode(index_bytes.to_vec(), &index_repr)?;
+        let raw = self.index.decode(index_bytes, &index_repr)?;
         let offsets: Vec<u64> = if self.wide_index {
             raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
         } else {
@@ -164,7 +164,7 @@ impl ArrayToBytesCodec for ZarrsVlenCodec {
         if total > max {
             return Err(corrupt(format!("zarrs.vlen: {total} bytes of elements, more than the {max} the chunk's {n} elements may hold")));
         }
-        let data = self.data.decode(data_bytes.to_vec(), &ChunkRepr { shape: vec![total], dtype: &U8, fill: (&[0]).into() })?;
+        let data = self.data.decode(data_bytes, &ChunkRepr { shape: vec![total], dtype: &U8, fill: (&[0]).into() })?;
         offsets
             .windows(2)
             .map(|w| {
