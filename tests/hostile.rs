@@ -664,7 +664,8 @@ fn memory_that_cannot_be_had_fails_the_request_and_the_daemon_lives() {
     drop(f);
     // SAFETY: signalling our child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    assert!(daemon.wait().unwrap().success());
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
 }
 
 /// The daemon's `.zarrfs/stats`.

@@ -395,9 +395,16 @@ fn wait_for_signals(signals: libc::sigset_t) -> Result<crossbeam_channel::Receiv
 fn flush_within(fs: &Arc<ZarrFs>, timeout: Duration, mut progress: impl FnMut(u64)) -> Result<(), String> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let fs2 = fs.clone();
-    std::thread::spawn(move || {
+    let spawned = std::thread::Builder::new().name("zarrfs-flush".into()).spawn(move || {
         let _ = tx.send(fs2.flush_all());
     });
+    if let Err(e) = spawned {
+        // No thread to be had (memory or a limit ran out): what was acknowledged is stored all
+        // the same, here, with no bound on the time it takes.
+        tracing::warn!("cannot start a thread to store the changes ({e}): storing them on this one, with no time bound");
+        let report = fs.flush_all();
+        return if report.is_ok() { Ok(()) } else { Err(report.to_string()) };
+    }
     // The plan bounds the timeout to a day; the clamp keeps any other caller from overflowing.
     let deadline = std::time::Instant::now() + timeout.min(Duration::from_secs(7 * 24 * 3600));
     loop {
