@@ -287,12 +287,25 @@ def requests_counted(proxy):
               f"an fsync of 8 chunks changed in part is their 16 requests, a listing and a HEAD of the document ({synced})")
         # The same into an array that holds no chunk: the listing says so, and each chunk is
         # created (a conditional PUT) without a GET.
+        # That listing goes out beside the HEAD, not after it: one round trip less before the
+        # chunks go (the HEAD is held until the listing has come or 10 s have passed).
         os.stat(m.path("new/data"))
         reset()
         fd = os.open(m.path("new/data"), os.O_WRONLY)
         for row in range(0, 32, 4):
             os.pwrite(fd, (1000 + row).to_bytes(4, "little"), row * 8 * 4)
-        os.fsync(fd)
+        entered, release = proxy.hold("HEAD", f"/{BUCKET}/{prefix}/new/zarr.json")
+        sync = threading.Thread(target=os.fsync, args=(fd,))
+        sync.start()
+        listed = lambda: [e for e in proxy.entries() if e[0] == "GET" and e[1] == f"/{BUCKET}"]
+        check(entered.wait(30), "the fsync's HEAD of the document arrived")
+        waited = time.time() + 10
+        while not listed() and time.time() < waited:
+            time.sleep(0.02)
+        beside = listed()
+        release.set()
+        sync.join(60)
+        check(beside, f"the listing of an array that held no chunk goes out while the HEAD of its document is under way ({proxy.entries()})")
         os.close(fd)
         created = sorted((e[0], e[1]) for e in proxy.entries())
         new_chunks = [r for r in created if "/new/c/" in r[1]]

@@ -40,6 +40,7 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     // and its changes go (their writers are told), so that a retry starts from what is stored.
     // Only a race of two shape changes is lost so: changes that leave the shape as it is go
     // into an array another mount grew meanwhile.
+    ask_held_no_chunk_beside(open, &array, pool);
     let mut current = array.check_metadata_current();
     if matches!(current, Err(Error::Conflict { .. })) && !open.metadata_dirty() && take_growth(open, &array)? {
         current = Ok(());
@@ -146,6 +147,26 @@ pub fn flush_locked(open: &Arc<OpenArray>, cache: &ChunkCache, pool: &WorkerPool
     first_error.map_or(Ok(()), Err)
 }
 
+/// Whether the array held no chunk (`Array::held_no_chunk`: a listing, once) is asked on the
+/// pool while the metadata check that comes before any store is made, rather than by the first
+/// store of a chunk never read, after it: one round trip less before a new array's first
+/// chunks go out. Asked only where a chunk never read waits to be stored.
+fn ask_held_no_chunk_beside(open: &OpenArray, array: &Arc<Array>, pool: &WorkerPool) {
+    if array.held_no_chunk_known() {
+        return;
+    }
+    let unread = |base: &Base| matches!(base, Base::Unread { .. });
+    let wanted = lock(&open.edits).chunks.values().any(|edit| match edit {
+        ChunkEdit::Dirty(_, base) | ChunkEdit::Deleted(base) | ChunkEdit::Storing(_, base) => unread(base),
+    });
+    if wanted {
+        let array = array.clone();
+        pool.submit(move || {
+            array.held_no_chunk();
+        });
+    }
+}
+
 /// When another mount only grew the array (its document is this one's with a shape no smaller
 /// along any axis; attributes aside), serve the grown array and return true: the chunks changed
 /// here keep their places in it. A chunk the old shape cut through, written whole here, is
@@ -196,8 +217,11 @@ fn take_growth(open: &OpenArray, array: &Array) -> Result<bool> {
 pub fn store_in_background(open: &Arc<OpenArray>, cache: &Arc<ChunkCache>, pool: &WorkerPool) {
     let array = open.array();
     // Asked at most once a second: a writer calls here after every write.
-    if open.due_for_metadata_check() && array.check_metadata_current().is_err() {
-        return;
+    if open.due_for_metadata_check() {
+        ask_held_no_chunk_beside(open, &array, pool);
+        if array.check_metadata_current().is_err() {
+            return;
+        }
     }
     // Per chunk picked: the contents to store (`None` to delete it) and what it was made from.
     type Picked = (Vec<u64>, Option<Arc<Vec<u8>>>, Base);

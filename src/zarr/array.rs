@@ -224,6 +224,11 @@ impl Array {
         })
     }
 
+    /// Whether `held_no_chunk` is answered already (asks nothing).
+    pub fn held_no_chunk_known(&self) -> bool {
+        self.held_no_chunk.get().is_some()
+    }
+
     /// The read units inside (outer) chunk `chunk`.
     pub fn units_of_chunk(&self, chunk: &[u64]) -> IndexBox {
         match &self.inner_grid {
