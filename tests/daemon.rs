@@ -337,6 +337,44 @@ fn sigterm_of_a_daemon_whose_last_flush_fails_exits_non_zero() {
 }
 
 #[test]
+fn sigterm_with_no_thread_to_be_had_still_stores_every_acknowledged_write() {
+    // The daemon's tasks capped at those it runs (a pids cgroup, which binds root too): the
+    // shutdown's flush cannot have a thread of its own and runs on the shutting-down one,
+    // storing every write acknowledged, and the daemon exits 0.
+    let cgroups = Path::new("/sys/fs/cgroup/pids");
+    assert!(cgroups.join("cgroup.procs").exists(), "this test needs the cgroup v1 pids controller at {}", cgroups.display());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s.zarr");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    std::fs::write(root.join("zarr.json"), r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let doc = common::probe::array_doc("[4, 1024]", "[1, 1024]", "uint8", common::probe::BYTES);
+    std::fs::write(root.join("a/zarr.json"), doc).unwrap();
+    // Removed once the daemon is gone (the mount is dropped first).
+    let group = cgroups.join(format!("zarrfs-test-{}", std::process::id()));
+    let _remove = common::probe::OnDrop(|| {
+        let _ = std::fs::remove_dir(&group);
+    });
+    let mut m = Mount::new(&root, &[]);
+    let bytes = noise(4096);
+    // Held open until the daemon is gone: the shutdown's flush is the one that stores them.
+    let writer = std::fs::OpenOptions::new().write(true).open(m.path("a/data")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&writer, &bytes, 0).unwrap();
+    std::fs::create_dir(&group).unwrap();
+    std::fs::write(group.join("cgroup.procs"), m.pid().to_string()).unwrap();
+    let tasks = std::fs::read_to_string(group.join("pids.current")).unwrap();
+    std::fs::write(group.join("pids.max"), tasks.trim()).unwrap();
+    let status = m.stop().expect("the daemon exits");
+    let log = m.log_text();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("cannot start a thread to store the changes"), "the flush had a thread after all: {log}");
+    drop(writer);
+    for row in 0..4 {
+        let stored = std::fs::read(root.join(format!("a/c/{row}/0"))).unwrap();
+        assert!(stored == bytes[row * 1024..(row + 1) * 1024], "row {row} as stored: {log}");
+    }
+}
+
+#[test]
 fn a_background_daemon_without_syslog_logs_to_a_file_it_names() {
     if Path::new("/dev/log").exists() {
         eprintln!("a syslog listens on this machine: the log file is not used");
